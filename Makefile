@@ -1,0 +1,46 @@
+# Two entry points: `make demo` (mixed pretraining on the bundled samples, then
+# export) and `make test`. Both create .venv with pinned dependencies first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+INTEROP_STAMP := $(VENV)/.interop
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: install interop test test-slow demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+# bert4keras 0.11.5 and keras-hub 0.32 for the parity tests and benchmarks.
+# --no-deps on purpose (../shared/PITFALLS.md); their tests skip if this fails.
+interop: $(INTEROP_STAMP)
+
+$(INTEROP_STAMP): $(STAMP) requirements-interop.txt
+	$(BIN)/pip install -q --no-deps -r requirements-interop.txt \
+	  || echo "interop packages not installed: bert4keras/keras-hub tests will skip"
+	touch $(INTEROP_STAMP)
+
+test: install interop
+	$(BIN)/python -m pytest -q tests
+
+test-slow: install interop
+	$(BIN)/python -m pytest -q -m slow tests
+
+demo: install interop
+	$(BIN)/mtl train experiments/demo.yaml --output runs/demo
+	$(BIN)/mtl export runs/demo --format keras --output runs/demo/export/keras
+	$(BIN)/mtl export runs/demo --format bert4keras --output runs/demo/export/bert4keras
+	$(BIN)/mtl export runs/demo --format keras-hub --output runs/demo/export/keras-hub
+
+bench: install interop
+	$(BIN)/python bench/backbone.py --output bench/results/backbone.json
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

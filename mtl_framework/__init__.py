@@ -4,3 +4,14 @@ import os
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Lazy: `mtl tasks list` and the data tools must not pay for importing TensorFlow.
+    if name in ("RoFormerV2Backbone", "backbone_config", "PRESETS"):
+        from mtl_framework import backbone
+        return getattr(backbone, name)
+    if name == "Tokenizer":
+        from mtl_framework.tokenizer import Tokenizer
+        return Tokenizer
+    raise AttributeError(f"module 'mtl_framework' has no attribute {name!r}")

@@ -1,0 +1,191 @@
+"""The RoFormerV2 encoder (Su et al., 2022), numerically equal to bert4keras's `roformer_v2`.
+
+token + segment embedding -> RMS norm -> [embedding mapping] -> L post-norm
+blocks with rotary self-attention and a ReLU FFN. No biases, no norm weights,
+no absolute positions. Output: [batch, length, hidden].
+"""
+import json
+import os
+
+import keras
+import numpy as np
+from keras import ops
+
+from mtl_framework.layers import RMSNorm, TransformerLayer, rotary_tables, truncated_normal_initializer
+
+# Released RoFormerV2 sizes (char-level vocab of 12000, 2 segments, FFN 4H, head size 64).
+PRESETS = {
+    "small": dict(num_layers=6, hidden_size=384, num_heads=6),
+    "base": dict(num_layers=12, hidden_size=768, num_heads=12),
+    "large": dict(num_layers=24, hidden_size=1024, num_heads=16),
+}
+
+
+def backbone_config(size=None, **overrides):
+    """A full config dict from a preset name and/or explicit dims.
+
+    Defaults follow the released models: intermediate 4H, head size H / heads,
+    vocab 12000, 2 segments, dropout 0.1.
+    """
+    if size is not None and size not in PRESETS:
+        raise ValueError(f"unknown backbone size {size!r}: choose one of {sorted(PRESETS)} "
+                         "or give num_layers/hidden_size/num_heads explicitly")
+    config = dict(vocab_size=12000, segment_vocab_size=2, dropout=0.1, attention_dropout=0.0,
+                  alpha_warmup_steps=0)
+    config.update(PRESETS.get(size, {}))
+    config.update({k: v for k, v in overrides.items() if v is not None})
+    missing = [k for k in ("num_layers", "hidden_size", "num_heads") if k not in config]
+    if missing:
+        raise ValueError(f"backbone config needs {missing} (or a size: {sorted(PRESETS)})")
+    config.setdefault("intermediate_size", 4 * config["hidden_size"])
+    config.setdefault("head_size", config["hidden_size"] // config["num_heads"])
+    config.setdefault("embedding_size", config["hidden_size"])
+    if config["head_size"] % 2:
+        raise ValueError(f"head_size must be even for rotary pairs, got {config['head_size']}")
+    return config
+
+
+@keras.saving.register_keras_serializable(package="mtl_framework")
+class RoFormerV2Backbone(keras.Model):
+    """Inputs {"token_ids", "segment_ids"} (int, [batch, length]); token id 0 is padding."""
+
+    def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size=None,
+                 head_size=None, embedding_size=None, segment_vocab_size=2, dropout=0.1,
+                 attention_dropout=0.0, alpha_warmup_steps=0, **kwargs):
+        super().__init__(**kwargs)
+        config = backbone_config(
+            vocab_size=vocab_size, num_layers=num_layers, hidden_size=hidden_size,
+            num_heads=num_heads, intermediate_size=intermediate_size, head_size=head_size,
+            embedding_size=embedding_size, segment_vocab_size=segment_vocab_size,
+            dropout=dropout, attention_dropout=attention_dropout,
+            alpha_warmup_steps=alpha_warmup_steps,
+        )
+        self.config = config
+        init = truncated_normal_initializer(config["hidden_size"], config["num_layers"])
+        self.token_embedding = keras.layers.Embedding(
+            config["vocab_size"], config["embedding_size"], embeddings_initializer=init,
+            name="token_embedding")
+        self.segment_embedding = keras.layers.Embedding(
+            config["segment_vocab_size"], config["embedding_size"], embeddings_initializer=init,
+            name="segment_embedding") if config["segment_vocab_size"] > 0 else None
+        self.embedding_dropout = keras.layers.Dropout(config["dropout"])
+        self.embedding_norm = RMSNorm(name="embedding_norm")
+        self.embedding_mapping = keras.layers.Dense(
+            config["hidden_size"], use_bias=False, kernel_initializer=init,
+            name="embedding_mapping") if config["embedding_size"] != config["hidden_size"] else None
+        self.transformer_layers = [
+            TransformerLayer(config["num_heads"], config["head_size"], config["intermediate_size"],
+                             config["dropout"], config["attention_dropout"], init,
+                             name=f"transformer_layer_{i}")
+            for i in range(config["num_layers"])
+        ]
+        # Residual scale `a`: 1, or 0 -> 1 linearly over alpha_warmup_steps (from-scratch runs).
+        self.residual_alpha = self.add_weight(
+            name="residual_alpha", shape=(), trainable=False,
+            initializer=keras.initializers.Constant(0.0 if config["alpha_warmup_steps"] else 1.0))
+
+    @classmethod
+    def from_size(cls, size, **overrides):
+        return cls(**backbone_config(size, **overrides))
+
+    def build(self, input_shape=None):
+        # Build every weight eagerly so checkpoints and optimizers see them before any call.
+        self.token_embedding.build((None, None))
+        if self.segment_embedding is not None:
+            self.segment_embedding.build((None, None))
+        if self.embedding_mapping is not None:
+            self.embedding_mapping.build((None, None, self.config["embedding_size"]))
+        for layer in self.transformer_layers:
+            layer.build((None, None, self.config["hidden_size"]))
+        self.built = True
+
+    def update_residual_alpha(self, step):
+        """Set `a` for optimizer step `step` (min(1, step / warm-up)); no-op without warm-up."""
+        warmup = self.config["alpha_warmup_steps"]
+        if warmup:
+            step = ops.cast(step, "float32")
+            self.residual_alpha.assign(ops.minimum(1.0, step / float(warmup)))
+
+    def call(self, inputs, training=False):
+        token_ids = inputs["token_ids"]
+        x = self.token_embedding(token_ids)
+        if self.segment_embedding is not None:
+            segment_ids = inputs.get("segment_ids")
+            if segment_ids is None:
+                segment_ids = ops.zeros_like(token_ids)
+            x = x + self.segment_embedding(segment_ids)
+        x = self.embedding_norm(self.embedding_dropout(x, training=training))
+        if self.embedding_mapping is not None:
+            x = self.embedding_mapping(x)
+        # Padded keys (token id 0) get -inf before the softmax; computed once for all layers.
+        key_is_pad = ops.equal(token_ids, 0)[:, None, None, :]
+        attention_bias = ops.where(key_is_pad, float("-inf"), 0.0)
+        attention_bias = ops.cast(attention_bias, x.dtype)
+        cos, sin = rotary_tables(ops.shape(token_ids)[1], self.config["head_size"], dtype=x.dtype)
+        alpha = ops.cast(self.residual_alpha, x.dtype)
+        for layer in self.transformer_layers:
+            x = layer(x, attention_bias, cos, sin, alpha, training=training)
+        return x
+
+    def mlm_logits(self, sequence_output):
+        """Tied-embedding MLM logits (no bias, no transform), as bert4keras's RoFormerV2."""
+        if self.embedding_mapping is not None:
+            raise NotImplementedError(
+                "MLM with embedding_size != hidden_size needs an output mapping, which "
+                "this backbone does not build; use embedding_size == hidden_size")
+        return ops.matmul(sequence_output, ops.transpose(self.token_embedding.embeddings))
+
+    def get_config(self):
+        return {**super().get_config(), **self.config}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("name", "trainable", "dtype"):
+            config.pop(key, None)
+        return cls(**config)
+
+    # --- weights in and out -------------------------------------------------
+
+    @classmethod
+    def from_bert4keras(cls, config_path, checkpoint_path, **overrides):
+        """Load a bert4keras RoFormerV2 checkpoint (bert_config.json + TF name-based checkpoint)."""
+        from mtl_framework import bert4keras_io
+
+        config, weights = bert4keras_io.read_checkpoint(config_path, checkpoint_path)
+        config.update(overrides)
+        backbone = cls(**config)
+        backbone.build()
+        bert4keras_io.assign_weights(backbone, weights, source=checkpoint_path)
+        return backbone
+
+    @classmethod
+    def from_preset(cls, directory):
+        """Load our exported keras preset folder (config.json + model.weights.h5)."""
+        config_path = os.path.join(directory, "config.json")
+        if not os.path.exists(config_path):
+            raise FileNotFoundError(
+                f"{config_path} not found: a preset folder is what `mtl export RUN_DIR "
+                "--format keras --output DIR` writes")
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+        backbone = cls(**config["backbone"])
+        backbone.build()
+        backbone.load_weights(os.path.join(directory, "model.weights.h5"))
+        return backbone
+
+    def save_preset(self, directory, vocab_path=None, extra=None):
+        """Write config.json + model.weights.h5 (+ vocab.txt): what `from_preset` reads."""
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+            json.dump({"format": "mtl_framework.RoFormerV2Backbone", "backbone": self.config,
+                       **(extra or {})}, f, indent=2, ensure_ascii=False)
+        self.save_weights(os.path.join(directory, "model.weights.h5"))
+        if vocab_path is not None:
+            with open(vocab_path, encoding="utf-8") as src, \
+                    open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as dst:
+                dst.write(src.read())
+
+    def count_params_exact(self):
+        """Trainable parameters (residual alpha excluded)."""
+        return int(sum(np.prod(w.shape) for w in self.trainable_weights))

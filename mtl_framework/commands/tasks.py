@@ -1,0 +1,88 @@
+"""`mtl tasks list` and `mtl tasks validate`: the registry from the command line.
+
+Only the registry is imported (no TensorFlow), so both answer in well under a second.
+"""
+import json
+import sys
+from pathlib import Path
+
+from mtl_framework import registry as reg
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("tasks", help="list and validate task specs")
+    commands = parser.add_subparsers(dest="tasks_command", metavar="{list,validate}")
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+
+    listing = commands.add_parser("list", help="the registered tasks, one per line")
+    listing.add_argument("--specs", nargs="+", action="extend", default=[], metavar="DIR",
+                         help="extra spec directories or files (added to the built-in task_specs/)")
+    listing.add_argument("--data-root", metavar="DIR",
+                         help="where the data lives (to read label files shipped with it)")
+    listing.add_argument("--json", action="store_true", help="a JSON list instead of a table")
+    listing.set_defaults(func=list_tasks)
+
+    validate = commands.add_parser("validate", help="check spec files; each problem as file:line: message")
+    validate.add_argument("paths", nargs="*", metavar="PATH",
+                          help=f"spec files or directories (default: {reg.BUILTIN_SPECS})")
+    validate.add_argument("--data-root", metavar="DIR",
+                          help="also check label files that ship with the data")
+    validate.set_defaults(func=validate_specs)
+
+
+def list_tasks(args):
+    try:
+        registry = reg.load_registry(args.specs, data_root=args.data_root)
+    except reg.SpecValidationError as error:
+        print_errors(error.errors)
+        return 1
+    rows = [describe(task, args.data_root) for task in registry.tasks.values()]
+    if args.json:
+        json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
+        print()
+        return 0
+    table = [("name", "dataset", "family", "#labels", "metric")]
+    for row in rows:
+        count = len(row["labels"]) if row["labels"] is not None else ("file" if row["label_file"] else "-")
+        table.append((row["name"], row["dataset"], row["family"], str(count), row["metric"]))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    families = {}
+    for row in rows:
+        families[row["family"]] = families.get(row["family"], 0) + 1
+    print(f"\n{len(rows)} tasks in {len(registry.datasets)} datasets: "
+          + ", ".join(f"{family} {n}" for family, n in families.items()))
+    return 0
+
+
+def describe(task, data_root=None):
+    """One task as a JSON-ready dict; `labels` is null when it lives in an unreachable file."""
+    try:
+        labels = task.resolve_labels(data_root)
+    except FileNotFoundError:
+        labels = None
+    return {
+        "name": task.name, "dataset": task.dataset, "family": task.type, "format": task.format,
+        "labels": labels, "label_file": task.label_file, "multi_label": task.multi_label,
+        "metric": task.metric, "max_length": task.max_length, "rate": task.rate,
+        "loss_weight": task.loss_weight,
+    }
+
+
+def validate_specs(args):
+    paths = [Path(p) for p in args.paths] or [reg.BUILTIN_SPECS]
+    try:
+        registry = reg.load_paths(paths, data_root=args.data_root)
+    except reg.SpecValidationError as error:
+        print_errors(error.errors)
+        return 1
+    files, _ = reg.spec_files(paths)
+    print(f"ok: {len(files)} spec files, {len(registry.datasets)} datasets, {len(registry.tasks)} tasks")
+    return 0
+
+
+def print_errors(errors):
+    for error in errors:
+        print(error)
+    print(f"{len(errors)} problem(s) found", file=sys.stderr)

@@ -1,0 +1,151 @@
+"""What a task spec YAML may contain (docs/task_specs.md), as plain tables.
+
+The registry walks a spec against these tables; each checker returns None when
+a value is fine, else a message saying what is wrong and how to fix it.
+"""
+import re
+
+# Task type (family) -> whether its tasks need `labels` / `label_file`.
+TASK_TYPES = {
+    "classification": True,
+    "matching": True,
+    "regression": False,
+    "mrc_span": False,
+    "multiple_choice": False,
+    "cloze": False,
+    "extraction_ner": True,
+    "extraction_relation": True,
+    "extraction_event": True,
+    "coreference": True,
+}
+
+# Only a softmax-over-classes head can be switched to sigmoid-per-class.
+MULTI_LABEL_TYPES = ("classification",)
+
+METRICS = (
+    "accuracy", "macro_f1", "micro_f1", "em_f1", "span_f1",
+    "triple_f1", "event_f1", "spearman", "pearson", "mrr",
+)
+
+DATASET_ID = re.compile(r"^[a-z0-9_]+$")
+# Task names end up in cache and run-directory paths: no slashes or spaces.
+TASK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def _yaml_hint(value):
+    # YAML 1.1 reads yes/no/on/off as booleans and 0/1 as ints: the usual cause.
+    if isinstance(value, bool):
+        return " (quote it: YAML read it as true/false)"
+    if isinstance(value, (int, float)):
+        return " (quote it: YAML read it as a number)"
+    return ""
+
+
+def text(value):
+    if not isinstance(value, str) or not value.strip():
+        return "must be a non-empty string, got %r%s" % (value, _yaml_hint(value))
+
+
+def positive_int(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        hint = " (write it without quotes)" if isinstance(value, str) else ""
+        return "must be a whole number > 0, got %r%s" % (value, hint)
+
+
+def non_negative_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        return "must be a number >= 0, got %r" % (value,)
+
+
+def positive_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return "must be a number > 0, got %r" % (value,)
+
+
+def boolean(value):
+    if not isinstance(value, bool):
+        return "must be true or false, got %r" % (value,)
+
+
+def mapping(value):
+    if not isinstance(value, dict):
+        return "must be a mapping (key: value lines), got %s" % type(value).__name__
+
+
+def files(value):
+    if not isinstance(value, dict) or not value:
+        return "must map each split to a path, e.g. `train: mydata/train.json`"
+    for split, paths in value.items():
+        if not isinstance(split, str):
+            return "split name %r must be a string" % (split,)
+        if paths is None or isinstance(paths, str) and paths.strip():
+            continue
+        if isinstance(paths, list) and paths and all(isinstance(p, str) and p.strip() for p in paths):
+            continue
+        return "split %r must be a path or a non-empty list of paths, got %r" % (split, paths)
+
+
+def fields(value):
+    # Source fields are keys, dotted keys or column indexes; a list joins several.
+    error = mapping(value)
+    if error:
+        return error
+    for key, source in value.items():
+        if source is None:
+            continue
+        sources = source if isinstance(source, list) and source else [source]
+        for item in sources:
+            if isinstance(item, bool) or not isinstance(item, (str, int)):
+                return ("field %r must name a source key, dotted key or column index "
+                        "(or a list of them), got %r" % (key, source))
+
+
+def label_list(value):
+    if not isinstance(value, list) or not value:
+        return "must be a non-empty list of label names, e.g. [\"0\", \"1\"]"
+    for item in value:
+        if not isinstance(item, str) or not item:
+            return "must be a list of strings; %r is not%s" % (item, _yaml_hint(item))
+    seen = set()
+    for item in value:
+        if item in seen:
+            return "lists %r twice; each label once" % item
+        seen.add(item)
+
+
+# key -> (checker, required). Order is the order the docs present them.
+# In `files`, `options` and `fields`, a null value unsets the key: a task
+# override `text_b: null` drops the dataset's text_b mapping for that task.
+DATASET_KEYS = {
+    "dataset": (text, True),
+    "description": (text, False),
+    "source": (text, False),
+    "license": (text, False),
+    "citation": (text, False),
+    "format": (text, True),
+    "files": (files, True),
+    "options": (mapping, False),
+    "fields": (fields, False),
+    "tasks": (None, True),  # a list of task mappings, checked one by one
+}
+
+TASK_KEYS = {
+    "name": (text, True),
+    "type": (text, True),
+    "description": (text, False),
+    "labels": (label_list, False),
+    "label_file": (text, False),
+    "multi_label": (boolean, False),
+    "max_length": (positive_int, True),
+    "metric": (text, True),
+    "rate": (non_negative_number, False),
+    "loss_weight": (positive_number, False),
+    # Per-task overrides of the dataset's keys (merged key by key). A task
+    # whose data needs another adapter (SanWen: tags for NER, TSV for
+    # relations) overrides `format`; it then keeps none of the dataset's
+    # options and fields, which belong to the dataset's format.
+    "format": (text, False),
+    "files": (files, False),
+    "options": (mapping, False),
+    "fields": (fields, False),
+}

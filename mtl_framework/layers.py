@@ -55,6 +55,19 @@ def apply_rotary(x, cos, sin):
     return ops.reshape(rotated, shape)
 
 
+def softmax_with_exact_sum(scores):
+    """Softmax over the last axis whose denominator is summed in float64.
+
+    A float32 sum's rounding depends on how many (masked, zero) terms the
+    kernel's vector loop sees, so real-token outputs moved by ~1e-6 when only
+    the padding changed (TF switches reduction paths at 64 keys); a float64
+    sum rounds back to the same float32 whatever the padding.
+    """
+    exp = ops.exp(scores - ops.max(scores, axis=-1, keepdims=True))
+    total = ops.sum(ops.cast(exp, "float64"), axis=-1, keepdims=True)
+    return exp / ops.cast(total, exp.dtype)
+
+
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention with rotary q/k, no biases, padded keys masked.
 
@@ -88,7 +101,7 @@ class SelfAttention(keras.layers.Layer):
         qk = apply_rotary(qkv[:, :, :2], cos, sin)  # rotate q and k in one op
         q, k, v = qk[:, :, 0], qk[:, :, 1], qkv[:, :, 2]
         scores = ops.einsum("bjhd,bkhd->bhjk", q, k) / math.sqrt(self.head_size)
-        weights = ops.softmax(scores + attention_bias, axis=-1)
+        weights = softmax_with_exact_sum(scores + attention_bias)
         weights = self.dropout(weights, training=training)
         context = ops.einsum("bhjk,bkhd->bjhd", weights, v)
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))

@@ -16,3 +16,40 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not found at {SHARED_DATA} (set MTL_SHARED_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def real_sentences(shared_data):
+    """64 real TNEWS titles and AFQMC pairs (mixed lengths) for backbone checks."""
+    import json
+
+    with open(shared_data / "tnews" / "dev.json", encoding="utf-8") as f:
+        titles = [json.loads(line)["sentence"] for _, line in zip(range(48), f)]
+    with open(shared_data / "afqmc" / "dev.txt", encoding="utf-8") as f:
+        pairs = [line.rstrip("\n").split("\t")[:2] for _, line in zip(range(16), f)]
+    return titles, pairs
+
+
+@pytest.fixture(scope="session")
+def real_batch(real_sentences, tmp_path_factory):
+    """(token_ids, segment_ids, vocab_size): the sentences tokenized with a vocab built
+    from them, padded to the longest (bert4keras-style [CLS] a [SEP] b [SEP])."""
+    import numpy as np
+
+    from mtl_framework.tokenizer import Tokenizer
+    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+
+    titles, pairs = real_sentences
+    texts = titles + [t for pair in pairs for t in pair]
+    vocab_path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    write_vocab(build_vocab(count_units(texts), max_size=3000), vocab_path)
+    tokenizer = Tokenizer(str(vocab_path))
+    encoded = [tokenizer.encode(t, max_length=64) for t in titles]
+    encoded += [tokenizer.encode(a, b, max_length=64) for a, b in pairs]
+    length = max(len(ids) for ids, _ in encoded)
+    token_ids = np.zeros((len(encoded), length), dtype="int32")
+    segment_ids = np.zeros_like(token_ids)
+    for row, (ids, segments) in enumerate(encoded):
+        token_ids[row, : len(ids)] = ids
+        segment_ids[row, : len(ids)] = segments
+    return token_ids, segment_ids, tokenizer.vocab_size

@@ -1,0 +1,49 @@
+"""`mtl vocab build`: a character-level vocab.txt from text files and/or task data."""
+import sys
+
+from mtl_framework import vocab
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("vocab", help="build vocabularies")
+    sub = parser.add_subparsers(dest="vocab_command", metavar="SUBCOMMAND", required=True)
+    build = sub.add_parser("build", help="character-level vocab.txt (bert4keras layout)")
+    build.add_argument("--text", nargs="*", default=[], metavar="FILE",
+                       help="plain-text files, one text per line")
+    build.add_argument("--tasks", nargs="*", default=[], metavar="TASK",
+                       help="task names or dataset ids whose train split supplies text")
+    build.add_argument("--specs", nargs="*", default=None, metavar="DIR", help="extra spec dirs")
+    build.add_argument("--data-root", default=None, help="data root for --tasks")
+    build.add_argument("--split", default="train", help="split read for --tasks (default train)")
+    build.add_argument("--max-size", type=int, default=12000, help="vocab size cap (default 12000)")
+    build.add_argument("--min-count", type=int, default=1, help="drop rarer units (default 1)")
+    build.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
+    build.add_argument("--output", required=True, help="vocab.txt to write")
+    build.set_defaults(func=run_build)
+
+
+def task_texts(names, spec_dirs, data_root, split):
+    from data_adapters import read_task
+    from mtl_framework.registry import load_registry
+
+    registry = load_registry(spec_dirs)
+    for task in registry.select(names):
+        for example in read_task(task, split, data_root):
+            yield from vocab.example_texts(example)
+
+
+def run_build(args):
+    if not args.text and not args.tasks:
+        print("mtl vocab build: give --text FILE... and/or --tasks NAME...", file=sys.stderr)
+        return 2
+    counts = vocab.count_units(vocab.read_text_lines(args.text), lowercase=not args.cased)
+    if args.tasks:
+        counts.update(vocab.count_units(task_texts(args.tasks, args.specs, args.data_root, args.split),
+                                        lowercase=not args.cased))
+    tokens = vocab.build_vocab(counts, args.max_size, args.min_count)
+    vocab.write_vocab(tokens, args.output)
+    covered = sum(counts[t] for t in tokens)
+    total = sum(counts.values()) or 1
+    print(f"wrote {args.output}: {len(tokens)} tokens from {len(counts)} distinct units "
+          f"({covered / total:.2%} of {total} occurrences covered)")
+    return 0

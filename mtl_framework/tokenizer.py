@@ -1,0 +1,167 @@
+"""bert4keras-compatible WordPiece tokenizer, backed by HuggingFace `tokenizers` (Rust).
+
+Same ids as `bert4keras.tokenizers.Tokenizer(vocab, do_lower_case=True)`:
+Chinese characters and punctuation split one per token, WordPiece (`##`) for
+the rest, lower-casing with accents stripped (NFD, drop Mn), control
+characters dropped. Adds what span tasks need: character offsets per token.
+"""
+from dataclasses import dataclass
+
+from tokenizers import Regex
+from tokenizers import Tokenizer as RustTokenizer
+from tokenizers import normalizers, pre_tokenizers
+from tokenizers.models import WordPiece
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+# bert4keras's _is_space (\t \n \r and Unicode Zs) become spaces; Cc/Cf controls and
+# U+FFFD are dropped. Spaces first: \t \n \r are themselves Cc.
+BERT4KERAS_SPACES = Regex(r"[\t\n\r\p{Zs}]")
+BERT4KERAS_CONTROLS = Regex(r"[\p{Cc}\p{Cf}\x{fffd}]")
+
+
+def load_vocab(path):
+    """token -> id from a bert4keras/BERT vocab.txt (first field of each line)."""
+    vocab = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            token = fields[0] if fields else line.strip()
+            vocab.setdefault(token, len(vocab))
+    return vocab
+
+
+def bert4keras_normalizer(lowercase=True):
+    steps = [normalizers.Replace(BERT4KERAS_SPACES, " "), normalizers.Replace(BERT4KERAS_CONTROLS, "")]
+    # clean_text=False: HF's own cleaning also drops private-use and unassigned
+    # characters, which bert4keras keeps (they become [UNK]).
+    steps.append(normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=True,
+                                            strip_accents=lowercase, lowercase=lowercase))
+    return normalizers.Sequence(steps)
+
+
+@dataclass
+class Encoding:
+    """token_ids/segment_ids with `[CLS] a [SEP] (b [SEP])`; offsets[i] = (start, end)
+    of token i in its own text (text for segment 0, text_b for segment 1), (0, 0) for specials."""
+    token_ids: list
+    segment_ids: list
+    offsets: list
+
+
+class Tokenizer:
+    def __init__(self, vocab_path, lowercase=True, max_chars_per_word=200):
+        self.vocab_path = vocab_path
+        self.vocab = load_vocab(vocab_path)
+        missing = [t for t in SPECIAL_TOKENS if t not in self.vocab]
+        if missing:
+            raise ValueError(f"{vocab_path}: missing special tokens {missing}; a bert4keras vocab "
+                             "starts with [PAD] (id 0), [UNK], [CLS], [SEP], [MASK]")
+        if self.vocab["[PAD]"] != 0:
+            raise ValueError(f"{vocab_path}: [PAD] must be id 0 (padding masks token id 0)")
+        self.inverse_vocab = {i: t for t, i in self.vocab.items()}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            self.vocab[t] for t in SPECIAL_TOKENS)
+        self._rust = RustTokenizer(WordPiece(self.vocab, unk_token="[UNK]",
+                                             max_input_chars_per_word=max_chars_per_word))
+        self._rust.normalizer = bert4keras_normalizer(lowercase)
+        self._rust.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+
+    @property
+    def vocab_size(self):
+        return len(self.vocab)
+
+    def tokenize(self, text):
+        """WordPiece tokens of `text`, without [CLS]/[SEP]."""
+        return self._rust.encode(text, add_special_tokens=False).tokens
+
+    def token_to_id(self, token):
+        return self.vocab.get(token, self.unk_id)
+
+    def id_to_token(self, token_id):
+        return self.inverse_vocab[token_id]
+
+    def decode(self, token_ids):
+        """Readable text: specials dropped, `##` pieces joined, CJK without spaces."""
+        tokens = [self.inverse_vocab[i] for i in token_ids if i not in
+                  (self.pad_id, self.cls_id, self.sep_id, self.mask_id)]
+        return _join_pieces(tokens)
+
+    def encode(self, text, text_b=None, max_length=None):
+        """(token_ids, segment_ids), truncated exactly as bert4keras's `encode(maxlen=...)`."""
+        encoding = self.encode_with_offsets(text, text_b, max_length)
+        return encoding.token_ids, encoding.segment_ids
+
+    def encode_with_offsets(self, text, text_b=None, max_length=None):
+        first = self._rust.encode(text, add_special_tokens=False)
+        second = self._rust.encode(text_b, add_special_tokens=False) if text_b is not None else None
+        return self._assemble(first, second, max_length)
+
+    def encode_batch(self, texts, texts_b=None, max_length=None):
+        """Encodings for many texts at once (Rust, parallel); same results as `encode_with_offsets`."""
+        firsts = self._rust.encode_batch(list(texts), add_special_tokens=False)
+        if texts_b is None:
+            return [self._assemble(f, None, max_length) for f in firsts]
+        seconds = self._rust.encode_batch(list(texts_b), add_special_tokens=False)
+        return [self._assemble(f, s, max_length) for f, s in zip(firsts, seconds)]
+
+    def _assemble(self, first, second, max_length):
+        a = [[self.cls_id, (0, 0)], *map(list, zip(first.ids, first.offsets)), [self.sep_id, (0, 0)]]
+        b = None
+        if second is not None:
+            b = [[self.cls_id, (0, 0)], *map(list, zip(second.ids, second.offsets)),
+                 [self.sep_id, (0, 0)]]
+        if max_length is not None:
+            # bert4keras: pairs get maxlen + 1 because b's [CLS] is dropped afterwards.
+            truncate_sequences(max_length + (b is not None), -2, a, b)
+        if b is not None:
+            b = b[1:]
+        pieces = a + (b or [])
+        token_ids = [p[0] for p in pieces]
+        offsets = [tuple(p[1]) for p in pieces]
+        segment_ids = [0] * len(a) + [1] * len(b or [])
+        return Encoding(token_ids, segment_ids, offsets)
+
+
+def truncate_sequences(max_length, index, *sequences):
+    """bert4keras's rule: pop `index` from the longest sequence (first on ties) until they fit."""
+    sequences = [s for s in sequences if s]
+    while sum(len(s) for s in sequences) > max_length:
+        longest = max(range(len(sequences)), key=lambda i: (len(sequences[i]), -i))
+        sequences[longest].pop(index)
+    return sequences
+
+
+def _join_pieces(tokens):
+    text = ""
+    for token in tokens:
+        if token.startswith("##"):
+            text += token[2:]
+        elif text and (len(token) > 1 or token.isascii()) and text[-1].isascii():
+            text += " " + token
+        else:
+            text += token
+    return text
+
+
+def char_span_to_token_span(offsets, segment_ids, start, end, segment=0, text=None):
+    """Token span (first, last inclusive) covering the half-open char span [start, end) of
+    `segment`'s text, or None when part of it is not in the kept tokens (truncated away).
+
+    With `text`, characters no token covers (spaces, dropped controls) do not count
+    as lost; without it, the kept tokens must reach both ends of the span.
+    """
+    first = last = None
+    for i, ((s, e), seg) in enumerate(zip(offsets, segment_ids)):
+        if seg != segment or s == e or e <= start or s >= end:
+            continue
+        if first is None:
+            first = i
+        last = i
+    if first is None:
+        return None
+    kept_start, kept_end = offsets[first][0], offsets[last][1]
+    if text is not None:
+        outside = text[start:kept_start] + text[kept_end:end]
+        return (first, last) if not outside.strip() else None
+    return (first, last) if kept_start <= start and kept_end >= end else None

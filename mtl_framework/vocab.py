@@ -1,0 +1,57 @@
+"""Character-level vocabularies in bert4keras's vocab.txt layout.
+
+RoFormerV2's vocabulary is character level: every CJK character and
+punctuation mark is a token, and other strings (Latin words, digits) are
+spelled out as a first character plus `##`-pieces, so any word made of known
+characters tokenizes without [UNK].
+"""
+from collections import Counter
+
+from tokenizers import pre_tokenizers
+
+from mtl_framework.tokenizer import SPECIAL_TOKENS, bert4keras_normalizer
+
+
+def count_units(texts, lowercase=True):
+    """Counts of vocabulary units (a character, or `##` + character inside a word)."""
+    normalizer = bert4keras_normalizer(lowercase)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    counts = Counter()
+    for text in texts:
+        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
+            counts[word[0]] += 1
+            counts.update("##" + ch for ch in word[1:])
+    return counts
+
+
+def build_vocab(counts, max_size=12000, min_count=1):
+    """Special tokens, then units by falling count (ties by code point), at most `max_size` in all."""
+    if max_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"max_size {max_size} leaves no room beside {SPECIAL_TOKENS}")
+    units = [u for u, c in counts.items() if c >= min_count and u not in SPECIAL_TOKENS]
+    units.sort(key=lambda u: (-counts[u], u))
+    return SPECIAL_TOKENS + units[: max_size - len(SPECIAL_TOKENS)]
+
+
+def write_vocab(tokens, path):
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(token + "\n" for token in tokens)
+
+
+def example_texts(example):
+    """The raw text fields of a typed example (text, text_b, question, context, choices)."""
+    for field in ("text", "text_b", "question", "context"):
+        value = getattr(example, field, None)
+        if isinstance(value, str):
+            yield value
+    yield from getattr(example, "choices", None) or []
+
+
+def read_text_lines(paths):
+    """Non-empty lines of plain-text files."""
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    yield line

@@ -1,0 +1,152 @@
+import json
+
+import numpy as np
+import pytest
+
+from mtl_framework import RoFormerV2Backbone, backbone_config
+from mtl_framework import bert4keras_io
+from mtl_framework.interop.hub import keras_hub_available, to_keras_hub
+from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
+
+TINY = dict(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256, dropout=0.0)
+
+
+def expected_params(vocab, hidden, layers, intermediate, segments=2):
+    """Independent count: embeddings + per layer q,k,v,o (H x H) and the FFN pair."""
+    return vocab * hidden + segments * hidden + layers * (4 * hidden * hidden + 2 * hidden * intermediate)
+
+
+@pytest.mark.parametrize("size,params", [("small", 15_225_600), ("base", 94_152_192)])
+def test_preset_parameter_counts(size, params):
+    backbone = RoFormerV2Backbone.from_size(size)
+    backbone.build()
+    c = backbone.config
+    assert backbone.count_params_exact() == params
+    assert params == expected_params(c["vocab_size"], c["hidden_size"], c["num_layers"], c["intermediate_size"])
+    assert not any("bias" in w.path or "gamma" in w.path for w in backbone.weights)
+
+
+@pytest.mark.slow
+def test_large_parameter_count():
+    backbone = RoFormerV2Backbone.from_size("large")
+    backbone.build()
+    assert backbone.count_params_exact() == 314_279_936
+
+
+def encode(backbone, token_ids, segment_ids):
+    return np.asarray(backbone({"token_ids": token_ids, "segment_ids": segment_ids}))
+
+
+def test_padding_does_not_move_real_token_outputs(real_batch):
+    token_ids, segment_ids, vocab_size = real_batch
+    backbone = RoFormerV2Backbone.from_size("small", vocab_size=vocab_size, dropout=0.0)
+    reference = encode(backbone, token_ids, segment_ids)
+    real = token_ids > 0
+    assert (~real).any(), "the batch must contain padding"
+    for length in (128, 256):
+        extra = length - token_ids.shape[1]
+        padded = encode(backbone, np.pad(token_ids, ((0, 0), (0, extra))),
+                        np.pad(segment_ids, ((0, 0), (0, extra))))
+        assert np.abs(padded[:, : token_ids.shape[1]][real] - reference[real]).max() <= 1e-6
+
+
+def make_bert4keras_checkpoint(tmp_path, vocab_size, **overrides):
+    config = bert4keras_io.bert_config_from_config(backbone_config(vocab_size=vocab_size, **{**TINY, **overrides}))
+    config_path = tmp_path / "bert_config.json"
+    config_path.write_text(json.dumps(config))
+    checkpoint = tmp_path / "bert_model.ckpt"
+    run_bert4keras("build", config_path, checkpoint, 7)  # bert4keras's own random init
+    return config_path, checkpoint
+
+
+@pytest.mark.parametrize("overrides", [{}, {"embedding_size": 32}], ids=["plain", "embedding_mapping"])
+def test_equals_bert4keras_roformer_v2_on_padded_real_batch(real_batch, tmp_path, overrides):
+    if not bert4keras_available():
+        pytest.skip("bert4keras/tf-keras not installed (make interop)")
+    token_ids, segment_ids, vocab_size = real_batch
+    config_path, checkpoint = make_bert4keras_checkpoint(tmp_path, vocab_size, **overrides)
+    np.savez(tmp_path / "inputs.npz", token_ids=token_ids, segment_ids=segment_ids)
+    run_bert4keras("encode", config_path, checkpoint, tmp_path / "inputs.npz", tmp_path / "out.npy")
+    theirs = np.load(tmp_path / "out.npy")
+    ours = encode(RoFormerV2Backbone.from_bert4keras(str(config_path), str(checkpoint)),
+                  token_ids, segment_ids)
+    assert ours.shape == theirs.shape
+    assert np.abs(ours - theirs).max() <= 1e-5
+
+
+def test_bert4keras_checkpoint_round_trip(tmp_path):
+    backbone = RoFormerV2Backbone(vocab_size=300, **TINY)
+    backbone.build()
+    bert4keras_io.save_bert4keras(backbone, tmp_path / "export")
+    loaded = RoFormerV2Backbone.from_bert4keras(str(tmp_path / "export/bert_config.json"),
+                                                str(tmp_path / "export/bert_model.ckpt"))
+    assert loaded.config == {**backbone.config}
+    for a, b in zip(backbone.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_preset_round_trip(tmp_path):
+    backbone = RoFormerV2Backbone(vocab_size=300, alpha_warmup_steps=10, **TINY)
+    backbone.build()
+    backbone.update_residual_alpha(4)
+    backbone.save_preset(tmp_path / "preset")
+    loaded = RoFormerV2Backbone.from_preset(tmp_path / "preset")
+    assert loaded.config == backbone.config
+    for a, b in zip(backbone.weights, loaded.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert float(loaded.residual_alpha) == pytest.approx(0.4)
+
+
+def test_residual_alpha_warmup():
+    backbone = RoFormerV2Backbone(vocab_size=300, alpha_warmup_steps=100, **TINY)
+    ids = np.array([[2, 7, 8, 9, 3]], dtype="int32")
+    segments = np.zeros_like(ids)
+    assert float(backbone.residual_alpha) == 0.0
+    # with a = 0 every block is norm(x + 0): the output is the normed embedding
+    emb = np.asarray(backbone.token_embedding(ids) + backbone.segment_embedding(segments))
+    normed = emb / np.sqrt((emb ** 2).mean(-1, keepdims=True) + 1e-7)
+    np.testing.assert_allclose(encode(backbone, ids, segments), normed, atol=1e-5)
+    for step, alpha in [(25, 0.25), (100, 1.0), (1000, 1.0)]:
+        backbone.update_residual_alpha(step)
+        assert float(backbone.residual_alpha) == pytest.approx(alpha)
+    assert float(RoFormerV2Backbone(vocab_size=300, **TINY).residual_alpha) == 1.0
+
+
+def test_dropout_only_in_training():
+    backbone = RoFormerV2Backbone(vocab_size=300, **{**TINY, "dropout": 0.3})
+    ids = np.array([[2, 7, 8, 9, 3]], dtype="int32")
+    inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+    a, b = np.asarray(backbone(inputs)), np.asarray(backbone(inputs))
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(np.asarray(backbone(inputs, training=True)) - a).max() > 1e-3
+
+
+def test_checkpoint_errors_name_variable_and_fix(tmp_path):
+    backbone = RoFormerV2Backbone(vocab_size=300, **TINY)
+    backbone.build()
+    bert4keras_io.save_bert4keras(backbone, tmp_path)
+    config = json.loads((tmp_path / "bert_config.json").read_text())
+    config["intermediate_size"] = 128
+    (tmp_path / "bad_config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="intermediate/dense/kernel has shape .* check bert_config.json"):
+        RoFormerV2Backbone.from_bert4keras(str(tmp_path / "bad_config.json"), str(tmp_path / "bert_model.ckpt"))
+    with pytest.raises(FileNotFoundError, match="pass the prefix"):
+        RoFormerV2Backbone.from_bert4keras(str(tmp_path / "bert_config.json"), str(tmp_path / "nothing"))
+
+
+def test_keras_hub_matches_unpadded_but_not_padded(real_batch):
+    """Records keras-hub 0.32's padding behaviour: it masks query rows, not keys."""
+    if not keras_hub_available():
+        pytest.skip("keras-hub not installed (make interop)")
+    token_ids, segment_ids, vocab_size = real_batch
+    backbone = RoFormerV2Backbone(vocab_size=vocab_size, **TINY)
+    backbone.build()
+    hub = to_keras_hub(backbone)
+    ours = encode(backbone, token_ids, segment_ids)
+    theirs = np.asarray(hub({"token_ids": token_ids, "segment_ids": segment_ids}))
+    full = (token_ids > 0).all(axis=1)  # rows without padding
+    real = token_ids > 0
+    assert full.any() and (~full).any()
+    assert np.abs(ours[full] - theirs[full]).max() <= 1e-5
+    padded_rows = ~full[:, None] & real
+    assert np.abs(ours[padded_rows] - theirs[padded_rows]).max() > 1e-2

@@ -90,6 +90,8 @@ class RoFormerV2Backbone(keras.Model):
 
     def build(self, input_shape=None):
         # Build every weight eagerly so checkpoints and optimizers see them before any call.
+        if self.built:
+            return
         self.token_embedding.build((None, None))
         if self.segment_embedding is not None:
             self.segment_embedding.build((None, None))

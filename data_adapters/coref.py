@@ -1,0 +1,47 @@
+"""`wsc`: CLUEWSC2020 (and FewCLUE cluewsc) coreference records,
+`{target: {span1_index, span1_text, span2_index, span2_text}, idx, label, text}`.
+
+Both spans must round-trip (`text[index:index + len(span_text)] == span_text`);
+a record with a span that does not is skipped, its span counted as lost.
+"""
+from data_adapters.base import Adapter, register_adapter
+from data_adapters.examples import CorefExample, Entity
+from data_adapters.reading import LabelRule, records
+
+
+@register_adapter("wsc")
+class WscAdapter(Adapter):
+    task_types = ("coreference",)
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        rule = LabelRule(task_type, labels)
+        for path in paths:
+            for line, record in records(path, report):
+                text = record.get("text") if isinstance(record, dict) else None
+                target = record.get("target") if isinstance(record, dict) else None
+                if not isinstance(text, str) or not isinstance(target, dict):
+                    report.skip("record without `text` and `target`", path, line)
+                    continue
+                spans = [self.span(text, target, n) for n in (1, 2)]
+                lost = [s for s in spans if isinstance(s, str)]
+                if lost:
+                    for reason in lost:
+                        report.lose_span(reason, path, line)
+                    report.skip("a span does not match the text at its index", path, line)
+                    continue
+                label, reason = rule.check(record.get("label"))
+                if reason:
+                    report.skip(reason, path, line)
+                    continue
+                yield CorefExample(text, spans[0], spans[1], label, record.get("idx"))
+
+    @staticmethod
+    def span(text, target, n):
+        mention, start = target.get(f"span{n}_text"), target.get(f"span{n}_index")
+        if not isinstance(mention, str) or not mention:
+            return f"span{n}_text is missing"
+        if not isinstance(start, int) or isinstance(start, bool):
+            return f"span{n}_index is not a number"
+        if start < 0 or text[start:start + len(mention)] != mention:
+            return f"span{n}_index does not point at span{n}_text"
+        return Entity(start, start + len(mention), f"span{n}")

@@ -1,0 +1,116 @@
+"""`delimited`: TSV, CSV and `_!_` lines, one text (pair) and label per row.
+
+LCQMC/BQ/AFQMC TSVs, SophonPlus CSVs, Toutiao's `_!_` lines. Fields are column
+indexes, or header names when `header: true`:
+
+    options: {delimiter: ",", header: true}      # waimai_10k: label,review
+    fields: {text: review, label: label}
+
+Quoting: `auto` reads CSV quotes ("" escapes, quoted newlines) when the
+delimiter is a comma and takes every character literally otherwise, since TSV
+texts are full of unbalanced quotes. Every row must have as many columns as the
+header (or, without one, as the file's first row): a text holding the
+delimiter would shift the columns, so such rows are skipped, not guessed at.
+"""
+import csv
+import sys
+
+from data_adapters.base import Adapter, register_adapter
+from data_adapters.jsonl import TEXT_TASKS, text_example
+from data_adapters.reading import LabelRule, text_lines
+
+# Long documents exceed csv's default 128 KiB field limit.
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+QUOTING = {"csv": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
+
+
+def rows(path, options, report):
+    """(line, columns) per non-blank row."""
+    delimiter, quoting = options["delimiter"], options["quoting"]
+    if quoting not in ("auto", *QUOTING):
+        raise ValueError(f"option quoting must be auto, csv or none, got {quoting!r}")
+    if quoting == "auto":
+        quoting = "csv" if delimiter == "," else "none"
+    lines = text_lines(path, report, options["encoding"])
+    if len(delimiter) != 1:  # `_!_`: no quoting possible
+        for number, line in lines:
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield number, line.split(delimiter)
+        return
+    numbers = []  # the line each text line came from, for csv rows spanning lines
+
+    def source():
+        for number, line in lines:
+            numbers.append(number)
+            yield line
+
+    reader = csv.reader(source(), delimiter=delimiter, quoting=QUOTING[quoting], strict=False)
+    while True:
+        first = len(numbers)  # index of the next line the reader will take
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            report.skip(f"bad CSV row ({error})", path, numbers[first] if first < len(numbers) else None)
+            continue
+        if row and any(cell.strip() for cell in row):
+            yield numbers[first], row
+
+
+@register_adapter("delimited")
+class DelimitedAdapter(Adapter):
+    option_keys = {
+        "delimiter": (str, "\t"),
+        "header": (bool, False),  # first row names the columns
+        "quoting": (str, "auto"),  # auto | csv | none
+        "encoding": (str, "utf-8"),  # e.g. gbk
+        "skip_labels": (list, []),
+        "label_map": (dict, {}),
+        "join": (str, "，"),  # between joined columns
+    }
+    field_keys = ("text", "text_b", "label", "id")
+    required_fields = ("text", "label")
+    task_types = TEXT_TASKS
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        rule = LabelRule(task_type, labels, options["skip_labels"], options["label_map"])
+        for path in paths:
+            columns, columns_of = None, fields
+            for line, row in rows(path, options, report):
+                if columns is None:
+                    columns = len(row)
+                    if options["header"]:
+                        columns_of = self.header_columns(fields, row, path, optional=("label", "id"))
+                        continue
+                if len(row) != columns:
+                    first = "the header has" if options["header"] else "the first row has"
+                    report.skip(f"row has {len(row)} columns, {first} {columns} "
+                                "(a text holding the delimiter?)", path, line)
+                    continue
+                example = text_example(row, columns_of, options, rule, (path, line), report)
+                if example is not None:
+                    yield example
+
+    @staticmethod
+    def header_columns(fields, header, path, optional=()):
+        """fields with header names turned into column indexes. An `optional` field
+        the header lacks (the label column of an unlabelled test file) maps to
+        no column, so its rows read as unlabelled (and are counted so)."""
+        names = [name.strip() for name in header]
+
+        def index(field, key):
+            if isinstance(key, int) or key.lstrip("-").isdigit():
+                return int(key)
+            if key not in names and field in optional:
+                return len(names)  # past the last column: read as missing
+            if key not in names:
+                raise ValueError(f"{path}: fields.{field} is {key!r} but the header has "
+                                 f"{', '.join(names)}; use one of those or a column index")
+            return names.index(key)
+
+        return {field: [index(field, k) for k in source] if isinstance(source, list)
+                else index(field, source) if source is not None else None
+                for field, source in fields.items()}

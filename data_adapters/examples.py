@@ -1,0 +1,96 @@
+"""Typed examples: what every adapter yields, whatever the file format.
+
+All character offsets are half-open `[start, end)` into the example's own text
+(`context` for SpanQAExample), so `text[start:end]` is the mention. Frozen so
+that a cached example cannot be changed behind the features stage's back.
+"""
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TextExample:
+    """classification / matching / regression: label is a str, a list of str
+    (multi-label), a float (regression) or None (unlabelled)."""
+    text: str
+    text_b: str | None = None
+    label: object = None
+    id: object = None
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class SpanQAExample:
+    """mrc_span: answers empty means unanswerable."""
+    question: str
+    context: str
+    answers: list = field(default_factory=list)
+    id: object = None
+
+
+@dataclass(frozen=True)
+class ChoiceExample:
+    """multiple_choice / cloze: label is the index of the right choice (None if unknown)."""
+    context: str
+    question: str
+    choices: list
+    label: int | None
+    id: object = None
+
+
+@dataclass(frozen=True)
+class Entity:
+    start: int
+    end: int
+    type: str
+
+
+@dataclass(frozen=True)
+class NERExample:
+    text: str
+    entities: list = field(default_factory=list)
+    id: object = None
+
+
+@dataclass(frozen=True)
+class Triple:
+    subject: Entity
+    predicate: str
+    object: Entity
+
+
+@dataclass(frozen=True)
+class RelationExample:
+    text: str
+    triples: list = field(default_factory=list)
+    id: object = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """trigger is an Entity of type "trigger" (None where the data has none, e.g.
+    DuEE-Fin); each argument's `type` is its role."""
+    type: str
+    trigger: Entity | None
+    arguments: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EventExample:
+    text: str
+    events: list = field(default_factory=list)
+    id: object = None
+
+
+@dataclass(frozen=True)
+class CorefExample:
+    text: str
+    span1: Entity
+    span2: Entity
+    label: str | None
+    id: object = None

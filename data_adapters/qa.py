@@ -1,0 +1,168 @@
+"""Span-extraction reading comprehension: `squad` and `multi_passage_qa`.
+
+`squad`: SQuAD v1/v2 JSON (CMRC2018, DRCD, DuReader-robust, CJRC). An answer
+is kept only if `context[answer_start:answer_start + len(text)] == text`; a
+wrong offset is a lost span, never a guess. A question whose every answer is
+lost is skipped (it is not "unanswerable"); v2 questions marked
+`is_impossible` come out with no answers. CJRC's YES/NO answers are not spans
+(skipped for mrc_span); a `classification` task reads the kind of answer
+instead, as TextExample(question, context, label): "span", "YES", "NO" or
+"unknown" (no answer).
+
+`multi_passage_qa`: Su's WebQA/SogouQA layout, `[{id, question, passages:
+[{passage, answer}]}]` (a JSON array or JSON lines). Each passage is one
+example; its answer spans are every occurrence of the answer in the passage
+(the answer has no offset), and an empty answer means "not in this passage".
+"""
+import json
+
+from data_adapters.base import Adapter, register_adapter
+from data_adapters.examples import Span, SpanQAExample, TextExample
+from data_adapters.reading import LabelRule, read_text, records
+
+YES_NO = ("YES", "NO")
+
+
+def impossible(qa):
+    # CJRC writes is_impossible as the strings "true"/"false".
+    flag = qa.get("is_impossible")
+    return flag is True or isinstance(flag, str) and flag.strip().lower() == "true"
+
+
+def answer_kind(answers):
+    """unknown (no answer), YES, NO or span: what a CJRC answer is."""
+    if not answers:
+        return "unknown"
+    text = answers[0].get("text") if isinstance(answers[0], dict) else None
+    return text if text in YES_NO else "span"
+
+
+@register_adapter("squad")
+class SquadAdapter(Adapter):
+    task_types = ("mrc_span", "classification")
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        for path in paths:
+            try:
+                data = json.loads(read_text(path))
+            except json.JSONDecodeError as error:
+                report.skip(f"bad JSON ({error.msg}); the file cannot be read", path, error.lineno)
+                continue
+            articles = data.get("data") if isinstance(data, dict) else None
+            if not isinstance(articles, list):
+                report.skip("not SQuAD JSON (expected {\"data\": [...]})", path, 1)
+                continue
+            rule = LabelRule(task_type, labels)
+            for article in articles:
+                for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
+                    if task_type == "classification":
+                        yield from self.answer_kinds(paragraph, rule, path, report)
+                    else:
+                        yield from self.paragraph(paragraph, path, report)
+
+    @staticmethod
+    def paragraph(paragraph, path, report):
+        context = paragraph.get("context")
+        if not isinstance(context, str):
+            report.skip("paragraph without a context string", path, f"paragraph {paragraph.get('id')}")
+            return
+        for qa in paragraph.get("qas", []):
+            report.count("questions")
+            id_ = qa.get("id")
+            question = qa.get("question")
+            if not isinstance(question, str) or not question.strip():
+                report.skip("question missing or empty", path, f"id {id_}")
+                continue
+            # v2 files may list plausible answers on impossible questions: not answers.
+            given = [] if impossible(qa) else qa.get("answers") or []
+            answers = []
+            for answer in given:
+                span = SquadAdapter.place(answer, context)
+                if isinstance(span, Span):
+                    answers.append(span)
+                elif answer_kind([answer]) in YES_NO:
+                    report.filter("YES/NO answer (not a span; a classification task reads it)")
+                else:
+                    report.lose_span(span, path, f"id {id_}")
+            if given and not answers:
+                if all(answer_kind([a]) in YES_NO for a in given):
+                    report.skip("YES/NO answer, not a span", path, f"id {id_}")
+                else:
+                    report.skip("no answer matches the context at its answer_start", path, f"id {id_}")
+                continue
+            yield SpanQAExample(question, context, answers, id_)
+
+    @staticmethod
+    def answer_kinds(paragraph, rule, path, report):
+        context = paragraph.get("context")
+        if not isinstance(context, str):
+            report.skip("paragraph without a context string", path, f"paragraph {paragraph.get('id')}")
+            return
+        for qa in paragraph.get("qas", []):
+            report.count("questions")
+            question = qa.get("question")
+            if not isinstance(question, str) or not question.strip():
+                report.skip("question missing or empty", path, f"id {qa.get('id')}")
+                continue
+            given = [] if impossible(qa) else qa.get("answers") or []
+            label, reason = rule.check(answer_kind(given))
+            if reason:
+                report.skip(reason, path, f"id {qa.get('id')}")
+                continue
+            yield TextExample(question, context, label, qa.get("id"))
+
+    @staticmethod
+    def place(answer, context):
+        """A Span, or the reason it cannot be placed."""
+        if not isinstance(answer, dict):
+            return "answer is not an object"
+        text, start = answer.get("text"), answer.get("answer_start")
+        if not isinstance(text, str) or not text:
+            return "answer without text"
+        if not isinstance(start, int) or isinstance(start, bool):
+            return "answer_start is not a number"
+        if text in YES_NO and start < 0:
+            return "YES/NO answer, not a span"
+        if start < 0 or start + len(text) > len(context):
+            return "answer_start outside the context"
+        if context[start:start + len(text)] != text:
+            return "answer_start does not point at the answer text"
+        return Span(start, start + len(text), text)
+
+
+@register_adapter("multi_passage_qa")
+class MultiPassageQAAdapter(Adapter):
+    task_types = ("mrc_span",)
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        for path in paths:
+            for line, record in records(path, report):
+                report.count("questions")
+                if not isinstance(record, dict) or not isinstance(record.get("passages"), list):
+                    report.skip("not a {id, question, passages: [...]} record", path, line)
+                    continue
+                question, id_ = record.get("question"), record.get("id")
+                if not isinstance(question, str) or not question.strip():
+                    report.skip("question missing or empty", path, line)
+                    continue
+                for index, passage in enumerate(record["passages"]):
+                    example = self.passage(passage, question, f"{id_}-{index}", path, line, report)
+                    if example is not None:
+                        yield example
+
+    @staticmethod
+    def passage(passage, question, id_, path, line, report):
+        context = passage.get("passage") if isinstance(passage, dict) else None
+        if not isinstance(context, str) or not context.strip():
+            report.skip("passage missing or empty", path, line)
+            return None
+        answer = passage.get("answer") or ""
+        answers, start = [], context.find(answer) if answer else -1
+        while start >= 0:
+            answers.append(Span(start, start + len(answer), answer))
+            start = context.find(answer, start + len(answer))
+        if answer and not answers:
+            report.lose_span("answer not found in its passage", path, line)
+            report.skip("passage whose answer is not in it", path, line)
+            return None
+        return SpanQAExample(question, context, answers, id_)

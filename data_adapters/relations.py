@@ -1,0 +1,246 @@
+"""Relations: `spo_json` (DuIE, SKE, CMeIE) and `entity_pair_tsv` (FinRE, SanWen).
+
+Neither gives offsets, so each mention is placed at its first occurrence in
+the text, the rule of bert4keras's GPLinker example (`search`); a mention that
+does not occur is a lost span and its triple is dropped.
+
+`spo_json`: `{text, spo_list: [{subject, subject_type, predicate, object, object_type}]}`
+where object/object_type are strings (DuIE 1.0) or `{"@value": ..., slot: ...}`
+(DuIE 2.0, CMeIE). For `extraction_relation` the triple is (subject, predicate,
+object @value); a DuIE 2.0 slot such as `inWork` becomes a triple with
+predicate `饰演_inWork` when the task lists that label (Baidu's convention),
+else it is filtered and counted. For `extraction_ner` the entities are every
+subject, object and slot mention, typed by subject_type / object_type.
+
+`entity_pair_tsv`: `head<TAB>tail<TAB>relation<TAB>text` rows (FinRE, SanWen)
+and `ipre` (CCKS2019 IPRE's sentence + relation-id files): rows sharing a text
+become one example, so that the text's other pairs are not read as negatives.
+"""
+import os
+
+from data_adapters.base import Adapter, register_adapter
+from data_adapters.examples import Entity, NERExample, RelationExample, Triple
+from data_adapters.reading import records, text_lines
+
+VALUE = "@value"
+
+
+def place(text, mention, type_, role):
+    """Entity at the first occurrence of mention, or the reason it has none."""
+    if not isinstance(mention, str) or not mention:
+        return f"{role} is empty"
+    start = text.find(mention)
+    if start < 0:
+        return f"{role} not found in the text"
+    return Entity(start, start + len(mention), type_)
+
+
+def value(item):
+    return item.get(VALUE) if isinstance(item, dict) else item
+
+
+def slots(item):
+    """(slot, value) pairs of a DuIE 2.0 complex object besides @value."""
+    return [(k, v) for k, v in item.items() if k != VALUE] if isinstance(item, dict) else []
+
+
+@register_adapter("spo_json")
+class SpoJsonAdapter(Adapter):
+    task_types = ("extraction_relation", "extraction_ner")
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        read_example = self.entities if task_type == "extraction_ner" else self.triples
+        empty = NERExample if task_type == "extraction_ner" else RelationExample
+        for path in paths:
+            for line, record in records(path, report):
+                text = record.get("text") if isinstance(record, dict) else None
+                if not isinstance(text, str) or not text:
+                    report.skip("record without a `text`", path, line)
+                    continue
+                spo_list = record.get("spo_list")
+                if spo_list is None:
+                    report.count("unlabelled")
+                    yield empty(text, [], record.get("id"))
+                    continue
+                if not isinstance(spo_list, list) or not all(isinstance(s, dict) for s in spo_list):
+                    report.skip("`spo_list` is not a list of objects", path, line)
+                    continue
+                yield read_example(text, spo_list, labels, path, line, report, record.get("id"))
+
+    @staticmethod
+    def triples(text, spo_list, labels, path, line, report, id_):
+        triples = []
+        for spo in spo_list:
+            predicate = str(spo.get("predicate"))
+            if labels is not None and predicate not in labels:
+                report.filter(f"predicate {predicate!r} is not in the task's labels")
+                continue
+            subject = place(text, spo.get("subject"), str(value(spo.get("subject_type"))), "subject")
+            object_ = place(text, value(spo.get("object")), str(value(spo.get("object_type"))), "object")
+            for entity in (subject, object_):
+                if isinstance(entity, str):
+                    report.lose_span(entity, path, line)
+                    break
+            else:
+                triples.append(Triple(subject, predicate, object_))
+                object_types = spo.get("object_type") if isinstance(spo.get("object_type"), dict) else {}
+                for slot, mention in slots(spo.get("object")):
+                    name = f"{predicate}_{slot}"
+                    if labels is None or name not in labels:
+                        report.filter(f"object slot {slot!r} (list '<predicate>_{slot}' in labels to keep it)")
+                        continue
+                    entity = place(text, mention, str(object_types.get(slot, slot)), f"{slot} object")
+                    if isinstance(entity, str):
+                        report.lose_span(entity, path, line)
+                    else:
+                        triples.append(Triple(subject, name, entity))
+        return RelationExample(text, triples, id_)
+
+    @staticmethod
+    def entities(text, spo_list, labels, path, line, report, id_):
+        entities = []
+        for spo in spo_list:
+            object_types = spo.get("object_type")
+            mentions = [(spo.get("subject"), value(spo.get("subject_type")), "subject"),
+                        (value(spo.get("object")), value(object_types), "object")]
+            for slot, mention in slots(spo.get("object")):
+                slot_type = object_types.get(slot) if isinstance(object_types, dict) else None
+                mentions.append((mention, slot_type, f"{slot} object"))
+            for mention, type_, role in mentions:
+                type_ = str(type_)
+                if labels is not None and type_ not in labels:
+                    report.filter(f"entity type {type_!r} is not in the task's labels")
+                    continue
+                entity = place(text, mention, type_, role)
+                if isinstance(entity, str):
+                    report.lose_span(entity, path, line)
+                elif entity not in entities:  # one mention often serves several triples
+                    entities.append(entity)
+        return NERExample(text, entities, id_)
+
+
+class ByText:
+    """Rows that share a text, gathered into one example each, in first-seen order."""
+
+    def __init__(self):
+        self.texts = {}  # text -> [first line, items, whether any row made it]
+
+    def add(self, text, line, item=None):
+        entry = self.texts.setdefault(text, [line, [], False])
+        if item is not None:
+            entry[1].append(item)
+        entry[2] = True
+
+    def seen(self, text, line):
+        self.texts.setdefault(text, [line, [], False])
+
+    def examples(self, make, path, report, what="pair"):
+        for text, (line, items, kept) in self.texts.items():
+            if kept:
+                yield make(text, items)
+            else:
+                report.skip(f"no {what} of this text could be placed", path, line)
+
+
+@register_adapter("entity_pair_tsv")
+class EntityPairTsvAdapter(Adapter):
+    """`no_relation: unknown` reads that relation as "no relation between the
+    pair": the text is kept (a negative) without a triple for it."""
+    option_keys = {"delimiter": (str, "\t"), "encoding": (str, "utf-8"),
+                   "no_relation": (str, None)}
+    field_keys = ("head", "tail", "label", "text")
+    field_defaults = {"head": 0, "tail": 1, "label": 2, "text": 3}
+    task_types = ("extraction_relation",)
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        if not all(isinstance(column, int) for column in fields.values()):
+            raise ValueError(f"fields of format entity_pair_tsv are column indexes, got {fields}")
+        needed = max(fields.values()) + 1
+        for path in paths:
+            texts = ByText()
+            for number, line in text_lines(path, report, options["encoding"]):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                row = line.split(options["delimiter"])
+                if len(row) < needed:
+                    report.skip(f"row has {len(row)} columns, needs {needed} (head, tail, "
+                                "relation, text)", path, number)
+                    continue
+                text, relation = row[fields["text"]], row[fields["label"]].strip()
+                add_pair(texts, text, row[fields["head"]], row[fields["tail"]], relation,
+                         options["no_relation"], labels, path, number, report)
+            yield from texts.examples(RelationExample, path, report)
+
+
+def add_pair(texts, text, head, tail, relation, no_relation, labels, path, line, report):
+    """One (head, relation, tail) row into its text's group."""
+    if relation == no_relation:
+        texts.add(text, line)
+        return
+    if labels is not None and relation not in labels:
+        report.skip(f"relation {relation!r} is not in the task's labels", path, line)
+        texts.seen(text, line)
+        return
+    head, tail = place(text, head, "head", "head"), place(text, tail, "tail", "tail")
+    if isinstance(head, str) or isinstance(tail, str):
+        report.lose_span(head if isinstance(head, str) else tail, path, line)
+        texts.seen(text, line)
+        return
+    texts.add(text, line, Triple(head, relation, tail))
+
+
+@register_adapter("ipre")
+class IpreAdapter(Adapter):
+    """CCKS2019 IPRE: `sent_<split>.txt` rows `sent_id<TAB>head<TAB>tail<TAB>segmented
+    sentence` and, beside it, `sent_relation_<split>.txt` rows `sent_id<TAB>ids`,
+    the ids (space separated) indexing the task's label list. The sentence's
+    word spaces are removed (Chinese text). `no_relation: NA` as for entity_pair_tsv."""
+    option_keys = {"no_relation": (str, None)}
+    task_types = ("extraction_relation",)
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        if not labels:
+            raise ValueError("format ipre needs the task's labels: the relation files give "
+                             "indexes into that list")
+        for path in paths:
+            relations = self.relations(path, report)
+            texts = ByText()
+            for number, line in text_lines(path, report):
+                row = line.rstrip("\r\n").split("\t")
+                if not line.strip():
+                    continue
+                if len(row) != 4:
+                    report.skip(f"row has {len(row)} columns, expected 4 (sent_id, head, tail, "
+                                "sentence)", path, number)
+                    continue
+                sent_id, head, tail, sentence = row
+                text = sentence.replace(" ", "")
+                if sent_id not in relations:
+                    report.skip("sentence id missing from the relation file", path, number)
+                    continue
+                for index in relations[sent_id]:
+                    if not 0 <= index < len(labels):
+                        report.skip(f"relation id {index} is outside the label list", path, number)
+                        continue
+                    add_pair(texts, text, head, tail, labels[index], options["no_relation"],
+                             labels, path, number, report)
+            yield from texts.examples(RelationExample, path, report)
+
+    @staticmethod
+    def relations(path, report):
+        folder, name = os.path.split(path)
+        relation_path = os.path.join(folder, name.replace("sent_", "sent_relation_", 1))
+        if relation_path == path or not os.path.exists(relation_path):
+            raise FileNotFoundError(f"IPRE relation file not found: {relation_path} (expected "
+                                    f"beside {path}, named sent_relation_<split>.txt)")
+        relations = {}
+        for number, line in text_lines(relation_path, report):
+            parts = line.split("\t")
+            if not line.strip():
+                continue
+            try:
+                relations[parts[0].strip()] = [int(i) for i in parts[1].split()]
+            except (IndexError, ValueError):
+                report.skip("relation row is not `sent_id<TAB>ids`", relation_path, number)
+        return relations

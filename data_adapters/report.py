@@ -1,0 +1,121 @@
+"""ReadReport: what reading one split did, so that nothing is dropped unseen.
+
+Adapters call `skip` for a record they cannot use (bad JSON, wrong column
+count, a label not in the task's list) and `lose_span` for an annotation they
+cannot place in the text (a mention not found, offsets that do not match the
+mention). `read_task`/`read_files` count the examples that come out (`add`).
+
+Units such as "questions" (QA and choice formats: every question met, kept
+or skipped) and "texts"/"entities"/"triples" (what came out) sit beside the
+example count. "spans" are the annotations that need a place in the text: entities, answers,
+triples (placed when both mentions are), event triggers and arguments, and the
+two spans of a coreference example. `spans` in `as_dict()` is placed + lost.
+"""
+from collections import Counter
+
+from data_adapters import examples as ex
+
+# How many file:line places to keep per reason: enough to find the pattern.
+KEEP_PLACES = 5
+
+
+def place(file, line=None):
+    if line is None:
+        return str(file)
+    if isinstance(line, int):
+        return f"{file}:{line}"
+    return f"{file} ({line})"  # e.g. a question id where JSON has no useful line
+
+
+class ReadReport:
+    def __init__(self, keep=KEEP_PLACES):
+        self.keep = keep
+        self.examples = 0
+        self.units = Counter()  # texts, questions, entities, triples, events, ...
+        self.spans_placed = 0
+        self.skipped, self.spans_lost, self.filtered = Counter(), Counter(), Counter()
+        self.places = {}  # (kind, reason) -> first few places
+
+    def _note(self, kind, reason, file, line):
+        places = self.places.setdefault((kind, reason), [])
+        if len(places) < self.keep:
+            places.append(place(file, line))
+
+    def skip(self, reason, file, line=None):
+        """A whole record left out."""
+        self.skipped[reason] += 1
+        self._note("skipped", reason, file, line)
+
+    def lose_span(self, reason, file, line=None, count=1):
+        """An annotation that cannot be placed; its record is kept without it."""
+        self.spans_lost[reason] += count
+        self._note("spans_lost", reason, file, line)
+
+    def filter(self, reason, count=1):
+        """Annotations removed on purpose by an option (e.g. weibo's keep_suffix)."""
+        self.filtered[reason] += count
+
+    def count(self, unit, n=1):
+        self.units[unit] += n
+
+    def add(self, example):
+        """Count one example that came out, by its kind."""
+        self.examples += 1
+        # "questions" are counted by the adapters as they meet them, kept or not.
+        if isinstance(example, ex.SpanQAExample):
+            self.spans_placed += len(example.answers)
+            if not example.answers:
+                self.units["unanswerable"] += 1
+        elif isinstance(example, ex.NERExample):
+            self.units["texts"] += 1
+            self.units["entities"] += len(example.entities)
+            self.spans_placed += len(example.entities)
+        elif isinstance(example, ex.RelationExample):
+            self.units["texts"] += 1
+            self.units["triples"] += len(example.triples)
+            self.spans_placed += len(example.triples)
+        elif isinstance(example, ex.EventExample):
+            self.units["texts"] += 1
+            self.units["events"] += len(example.events)
+            for event in example.events:
+                self.units["arguments"] += len(event.arguments)
+                self.spans_placed += len(event.arguments) + (event.trigger is not None)
+        elif isinstance(example, ex.CorefExample):
+            self.spans_placed += 2
+        labelled = getattr(example, "label", 0)
+        if labelled is None:
+            self.units["unlabelled"] += 1
+
+    @property
+    def total_skipped(self):
+        return sum(self.skipped.values())
+
+    @property
+    def total_lost(self):
+        return sum(self.spans_lost.values())
+
+    def _with_places(self, kind, counter):
+        return {reason: {"count": n, "first": self.places.get((kind, reason), [])}
+                for reason, n in counter.most_common()}
+
+    def as_dict(self):
+        result = {"examples": self.examples}
+        result.update(sorted(self.units.items()))
+        result["skipped"] = self._with_places("skipped", self.skipped)
+        result["skipped_total"] = self.total_skipped
+        result["spans"] = self.spans_placed + self.total_lost
+        result["spans_lost"] = self._with_places("spans_lost", self.spans_lost)
+        result["spans_lost_total"] = self.total_lost
+        if self.filtered:
+            result["filtered"] = dict(self.filtered.most_common())
+        return result
+
+    def summary(self):
+        """One line for logs: `12000 examples, 49 skipped (label '-' in skip_labels: 49), ...`."""
+        parts = [f"{self.examples} examples"]
+        for name, counter in (("skipped", self.skipped), ("spans lost", self.spans_lost),
+                              ("filtered", self.filtered)):
+            if counter:
+                reasons = ", ".join(f"{r}: {n}" for r, n in counter.most_common())
+                parts.append(f"{sum(counter.values())} {name} ({reasons})")
+        return ", ".join(parts)

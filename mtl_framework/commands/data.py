@@ -1,0 +1,59 @@
+"""`mtl data stats`: read tasks' data and report examples, skipped rows and lost spans.
+
+    mtl data stats cmrc2018 cluener --data-root ../shared/data
+    mtl data stats --split dev --json
+
+Exit status 0 when every split was read (skips are reported, not failures),
+1 when a split could not be read at all (missing file, bad option), 2 for an
+unknown task name or invalid specs.
+"""
+import json
+import sys
+
+from mtl_framework import data_stats
+from mtl_framework import registry as reg
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("data", help="inspect what the adapters read from task data")
+    commands = parser.add_subparsers(dest="data_command", metavar="{stats}")
+    parser.set_defaults(func=lambda args: parser.print_help() or 2)
+
+    stats = commands.add_parser("stats", help="per task and split: examples, skipped rows, lost spans")
+    stats.add_argument("names", nargs="*", metavar="TASK_OR_DATASET",
+                       help="task names or dataset ids (default: every task)")
+    stats.add_argument("--specs", nargs="+", action="extend", default=[], metavar="DIR",
+                       help="extra spec directories or files (added to the built-in task_specs/)")
+    stats.add_argument("--data-root", metavar="DIR", default=None,
+                       help="folder the specs' file paths are relative to "
+                            f"(default: $MTL_DATA_ROOT, else ./{data_stats.DEFAULT_DATA_ROOT})")
+    stats.add_argument("--split", action="append", metavar="S",
+                       help="only this split (repeat for several; default: every split a spec lists)")
+    stats.add_argument("--json", action="store_true", help="a JSON list of rows instead of a table")
+    stats.set_defaults(func=run_stats)
+
+
+def run_stats(args):
+    data_root = args.data_root or data_stats.default_data_root()
+    try:
+        # No data_root here: a label file missing for one dataset should fail that
+        # task's row (read_task resolves it), not every task.
+        registry = reg.load_registry(args.specs)
+        tasks = registry.select(args.names) if args.names else list(registry.tasks.values())
+    except reg.SpecValidationError as error:
+        for problem in error.errors:
+            print(problem, file=sys.stderr)
+        return 2
+    except reg.UnknownTaskError as error:
+        print(f"mtl data stats: {error}", file=sys.stderr)
+        return 2
+    rows = data_stats.collect(tasks, data_root, args.split)
+    if args.json:
+        json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
+        print()
+    else:
+        print(data_stats.format_table(rows) if rows else "no task has such a split")
+    failed = [row for row in rows if "error" in row]
+    if failed:
+        print(f"{len(failed)} split(s) could not be read; see `error` above", file=sys.stderr)
+    return 1 if failed else 0

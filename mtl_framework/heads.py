@@ -1,0 +1,704 @@
+"""Task heads, one layer per family (DESIGN.md "Task families and heads").
+
+Every head sits on the backbone's sequence output `hidden` [B, L, H] and reads
+the batch keys of docs/batches.md:
+
+    outputs = head(hidden, batch, training=False)
+    loss = head.compute_task_loss(outputs, batch)   # scalar, mean over B
+    head.decode(outputs, batch)    # NumPy predictions, one entry per row
+    head.targets(batch)            # the gold answers in decode's format
+
+Build a head before using it in a tf.function / tf.switch_case (build_head
+does): all variables are created in build(), none at call time.
+
+GlobalPointer and EfficientGlobalPointer follow bert4keras 0.11.5
+(layers.py) formula for formula: interleaved q/k, rotary positions on adjacent
+pairs, scores / sqrt(head_size), padding and start > end set to -inf.
+"""
+from itertools import groupby
+
+import keras
+import numpy as np
+from keras import ops
+
+from mtl_framework import losses
+
+NEG_INF = float("-inf")
+
+
+def bert_initializer():
+    """bert4keras's `base.initializer`, used by its CLUE heads."""
+    return keras.initializers.TruncatedNormal(stddev=0.02)
+
+
+def backbone_inputs(batch):
+    """token_ids / segment_ids with a choice axis [B, C, L] folded to
+    [B * C, L], the shape the backbone takes (ChoiceHead unfolds it)."""
+    out = {}
+    for key in ("token_ids", "segment_ids"):
+        x = batch[key]
+        out[key] = ops.reshape(x, (-1, ops.shape(x)[-1])) if len(x.shape) == 3 else x
+    return out
+
+
+# ---------------------------------------------------------------- pointers
+
+
+def sinusoidal_embeddings(n, dim, dtype="float32"):
+    """bert4keras sinusoidal_embeddings: [n, dim] as (sin_0, cos_0, sin_1, ...)."""
+    pos = ops.arange(n, dtype=dtype)
+    inv = ops.power(10000.0, -2 * ops.arange(dim // 2, dtype=dtype) / dim)
+    angles = pos[:, None] * inv[None, :]
+    return ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], -1), (n, dim))
+
+
+def apply_rotary(x, sinusoidal):
+    """Rotate pairs (2i, 2i+1) of x [B, n, ..., d] by sinusoidal [n, d]."""
+    extra = len(x.shape) - 3  # axes between n and d (GlobalPointer's heads)
+    cos = ops.repeat(sinusoidal[:, 1::2], 2, axis=-1)
+    sin = ops.repeat(sinusoidal[:, ::2], 2, axis=-1)
+    cos = ops.reshape(cos, (1, -1) + (1,) * extra + (x.shape[-1],))
+    sin = ops.reshape(sin, (1, -1) + (1,) * extra + (x.shape[-1],))
+    x2 = ops.reshape(ops.stack([-x[..., 1::2], x[..., ::2]], axis=-1), ops.shape(x))
+    return x * cos + x2 * sin
+
+
+def pointer_masking(logits, mask=None, tril_mask=True):
+    """-inf outside mask [B, L] (rows and columns) and, with tril_mask, where
+    start > end. logits: [B, heads, L, L]."""
+    valid = None
+    if mask is not None:
+        m = ops.cast(mask, "bool")
+        valid = ops.logical_and(m[:, None, :, None], m[:, None, None, :])
+    if tril_mask:
+        i = ops.arange(ops.shape(logits)[-1])
+        upper = ops.less_equal(i[:, None], i[None, :])[None, None]
+        valid = upper if valid is None else ops.logical_and(valid, upper)
+    return logits if valid is None else ops.where(valid, logits, NEG_INF)
+
+
+class _Pointer(keras.layers.Layer):
+    """Shared options and config of the two pointer layers."""
+
+    def __init__(self, heads, head_size, RoPE=True, use_bias=True,
+                 tril_mask=True, kernel_initializer="lecun_normal", **kwargs):
+        super().__init__(**kwargs)
+        self.heads, self.head_size = heads, head_size
+        self.RoPE, self.use_bias, self.tril_mask = RoPE, use_bias, tril_mask
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        # takes an explicit token mask but emits none (as bert4keras)
+        self.supports_masking = True
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(units, use_bias=self.use_bias,
+                                  kernel_initializer=self.kernel_initializer,
+                                  name=name)
+
+    def get_config(self):
+        return {**super().get_config(), "heads": self.heads,
+                "head_size": self.head_size, "RoPE": self.RoPE,
+                "use_bias": self.use_bias, "tril_mask": self.tril_mask,
+                "kernel_initializer":
+                    keras.initializers.serialize(self.kernel_initializer)}
+
+
+class GlobalPointer(_Pointer):
+    """Scores every (start, end) pair per head (https://kexue.fm/archives/8373).
+    Output [B, heads, L, L]."""
+
+    def __init__(self, heads, head_size, **kwargs):
+        super().__init__(heads, head_size, **kwargs)
+        self.dense = self._dense(heads * head_size * 2, "dense")
+
+    def build(self, input_shape):
+        self.dense.build(input_shape)
+
+    def call(self, inputs, mask=None):
+        d = self.head_size
+        x = self.dense(inputs)
+        b, n = ops.shape(x)[0], ops.shape(x)[1]
+        # head h owns columns [2dh, 2d(h+1)): bert4keras's split + stack
+        x = ops.reshape(x, (b, n, self.heads, 2 * d))
+        qw, kw = x[..., :d], x[..., d:]
+        if self.RoPE:
+            pos = sinusoidal_embeddings(n, d, x.dtype)
+            qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
+        logits = ops.einsum("bmhd,bnhd->bhmn", qw, kw) / d**0.5
+        return pointer_masking(logits, mask, self.tril_mask)
+
+
+class EfficientGlobalPointer(_Pointer):
+    """GlobalPointer sharing one q/k projection across heads; each head only
+    adds a start and an end bias (https://kexue.fm/archives/8877)."""
+
+    def __init__(self, heads, head_size, **kwargs):
+        super().__init__(heads, head_size, **kwargs)
+        self.p_dense = self._dense(head_size * 2, "p_dense")
+        # as bert4keras: q_dense reads p_dense's output, not the hidden states
+        self.q_dense = self._dense(heads * 2, "q_dense")
+
+    def build(self, input_shape):
+        self.p_dense.build(input_shape)
+        self.q_dense.build(tuple(input_shape[:-1]) + (self.head_size * 2,))
+
+    def call(self, inputs, mask=None):
+        d = self.head_size
+        x = self.p_dense(inputs)
+        qw, kw = x[..., ::2], x[..., 1::2]
+        if self.RoPE:
+            pos = sinusoidal_embeddings(ops.shape(x)[1], d, x.dtype)
+            qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
+        logits = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
+        bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]
+        logits = logits[:, None] + bias[:, ::2, None] + bias[:, 1::2, :, None]
+        return pointer_masking(logits, mask, self.tril_mask)
+
+
+# ------------------------------------------------------------------- heads
+
+
+def _np(x):
+    return keras.ops.convert_to_numpy(x) if not isinstance(x, np.ndarray) else x
+
+
+def _padding_mask(batch):
+    return ops.not_equal(batch["token_ids"], 0)
+
+
+def _spans_from_scores(scores, length, threshold=0.0, max_spans=None):
+    """{(head, start, end)} with score > threshold; positions 0 ([CLS]) and
+    length - 1 ([SEP]) excluded, as bert4keras's extraction examples. Only
+    the max_spans best are kept: an untrained pointer scores half of all
+    L * L pairs above 0, which would stall evaluation."""
+    scores = np.array(scores, dtype=np.float64)
+    for pos in (0, length - 1):
+        scores[:, pos] = NEG_INF
+        scores[:, :, pos] = NEG_INF
+    found = np.argwhere(scores > threshold)
+    if max_spans is not None and len(found) > max_spans:
+        best = np.argsort(-scores[tuple(found.T)], kind="stable")[:max_spans]
+        found = found[best]
+    return {(int(h), int(s), int(e)) for h, s, e in found}
+
+
+def _label_scores(labels, length):
+    """Scores +1 at the labelled pairs of [B, heads, S, 2] ((0, 0) is
+    padding), -1 elsewhere: decoding them gives the gold structures."""
+    labels = np.asarray(labels)
+    scores = -np.ones(labels.shape[:2] + (length, length))
+    b, h, k = np.nonzero((labels != 0).any(-1))
+    scores[b, h, labels[b, h, k, 0], labels[b, h, k, 1]] = 1.0
+    return scores
+
+
+class TaskHead(keras.layers.Layer):
+    """Base class: see the module docstring for the interface."""
+
+    family = None
+
+    def __init__(self, num_labels=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_labels = num_labels
+
+    def build(self, hidden_shape):
+        pass
+
+    def call(self, hidden, batch, training=False):
+        raise NotImplementedError
+
+    def compute_task_loss(self, outputs, batch):
+        raise NotImplementedError
+
+    def decode(self, outputs, batch):
+        raise NotImplementedError
+
+    def targets(self, batch):
+        raise NotImplementedError
+
+    def get_config(self):
+        return {**super().get_config(), "num_labels": self.num_labels}
+
+
+class ClassificationHead(TaskHead):
+    """[CLS] -> Dense(n) with bias, as bert4keras's CLUE classifiers. Softmax
+    CE; multi_label uses Su's multi-label CE and predicts scores > 0."""
+
+    family = "classification"
+
+    def __init__(self, num_labels, multi_label=False, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.multi_label = multi_label
+        self.dense = keras.layers.Dense(
+            num_labels, kernel_initializer=bert_initializer(), name="dense")
+
+    def build(self, hidden_shape):
+        self.dense.build((None, hidden_shape[-1]))
+
+    def call(self, hidden, batch, training=False):
+        return self.dense(hidden[:, 0])
+
+    def compute_task_loss(self, logits, batch):
+        if self.multi_label:
+            loss = losses.multilabel_categorical_crossentropy(batch["label"], logits)
+        else:
+            loss = losses.sparse_categorical_crossentropy(batch["label"], logits)
+        return ops.mean(loss)
+
+    def decode(self, logits, batch=None):
+        logits = _np(logits)
+        if self.multi_label:
+            return [[int(i) for i in np.flatnonzero(row > 0)] for row in logits]
+        return [int(i) for i in logits.argmax(-1)]
+
+    def targets(self, batch):
+        label = np.asarray(batch["label"])
+        if self.multi_label:
+            return [[int(i) for i in np.flatnonzero(row > 0.5)] for row in label]
+        return [int(i) for i in label]
+
+    def get_config(self):
+        return {**super().get_config(), "multi_label": self.multi_label}
+
+
+class RegressionHead(TaskHead):
+    """[CLS] -> Dense(1) with bias; MSE."""
+
+    family = "regression"
+
+    def __init__(self, num_labels=None, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.dense = keras.layers.Dense(
+            1, kernel_initializer=bert_initializer(), name="dense")
+
+    def build(self, hidden_shape):
+        self.dense.build((None, hidden_shape[-1]))
+
+    def call(self, hidden, batch, training=False):
+        return self.dense(hidden[:, 0])[:, 0]
+
+    def compute_task_loss(self, scores, batch):
+        return ops.mean(losses.mean_squared_error(batch["label"], scores))
+
+    def decode(self, scores, batch=None):
+        return [float(s) for s in _np(scores)]
+
+    def targets(self, batch):
+        return [float(s) for s in np.asarray(batch["label"])]
+
+
+class SpanHead(TaskHead):
+    """GlobalPointer(1 head) over the context, as bert4keras's CLUE cmrc2018
+    (no bias, truncated-normal init). Valid pairs: start <= end, both on
+    context tokens, plus (0, 0) = [CLS] = "no answer in this window"; (0, j>0)
+    is masked too. Loss: softmax CE over start * L + end."""
+
+    family = "mrc_span"
+
+    def __init__(self, num_labels=None, head_size=64, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.head_size = head_size
+        self.pointer = GlobalPointer(
+            1, head_size, use_bias=False,
+            kernel_initializer=bert_initializer(), name="pointer")
+
+    def build(self, hidden_shape):
+        self.pointer.build(hidden_shape)
+
+    def call(self, hidden, batch, training=False):
+        pos = ops.arange(ops.shape(hidden)[1])
+        allowed = ops.logical_or(
+            ops.greater(batch["context_mask"], 0), ops.equal(pos, 0)[None])
+        logits = self.pointer(hidden, mask=allowed)[:, 0]
+        cls_row = ops.logical_and(ops.equal(pos, 0)[:, None],
+                                  ops.greater(pos, 0)[None, :])
+        return ops.where(cls_row[None], NEG_INF, logits)
+
+    def compute_task_loss(self, logits, batch):
+        shape = ops.shape(logits)
+        target = (ops.cast(batch["start"], "int32") * shape[-1]
+                  + ops.cast(batch["end"], "int32"))
+        flat = ops.reshape(logits, (shape[0], -1))
+        return ops.mean(losses.sparse_categorical_crossentropy(target, flat))
+
+    def decode(self, logits, batch=None, max_answer_length=None):
+        """Per row the best real span (as cmrc2018: [CLS] row/column
+        excluded) with its score, plus null_score = score of (0, 0) and the
+        row's window_id, so the evaluator can pick the best window."""
+        logits = _np(logits)
+        window = batch.get("window_id") if batch is not None else None
+        out = []
+        for i, scores in enumerate(logits):
+            null_score = float(scores[0, 0])
+            scores = np.array(scores, dtype=np.float64)
+            scores[0, :] = NEG_INF
+            scores[:, 0] = NEG_INF
+            if max_answer_length:
+                n = scores.shape[0]
+                too_long = np.subtract.outer(np.arange(n), np.arange(n)) <= -max_answer_length
+                scores[too_long] = NEG_INF
+            k = int(scores.argmax())
+            start, end = divmod(k, scores.shape[1])
+            score = float(scores.flat[k])
+            if score == NEG_INF:  # no context tokens at all
+                start = end = 0
+            out.append({"start": start, "end": end, "score": score,
+                        "null_score": null_score,
+                        "window_id": None if window is None else int(window[i])})
+        return out
+
+    def targets(self, batch):
+        return [(int(s), int(e)) for s, e in
+                zip(np.asarray(batch["start"]), np.asarray(batch["end"]))]
+
+    def get_config(self):
+        return {**super().get_config(), "head_size": self.head_size}
+
+
+class ChoiceHead(TaskHead):
+    """[CLS] of each (context, question, choice) -> Dense(1), softmax over the
+    choices, as bert4keras's CLUE c3. The backbone runs on the choices folded
+    into the batch axis ([B * C, L], see backbone_inputs); choice_mask [B, C]
+    keeps padded choices out of the softmax."""
+
+    family = "multiple_choice"
+
+    def __init__(self, num_labels=None, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.dense = keras.layers.Dense(
+            1, kernel_initializer=bert_initializer(), name="dense")
+
+    def build(self, hidden_shape):
+        self.dense.build((None, hidden_shape[-1]))
+
+    def call(self, hidden, batch, training=False):
+        cls = hidden[:, :, 0] if len(hidden.shape) == 4 else hidden[:, 0]
+        n_choices = ops.shape(batch["choice_mask"])[1]
+        return ops.reshape(self.dense(cls), (-1, n_choices))
+
+    def compute_task_loss(self, logits, batch):
+        return ops.mean(losses.choice_crossentropy(
+            batch["label"], logits, batch["choice_mask"]))
+
+    def decode(self, logits, batch):
+        logits = np.where(np.asarray(batch["choice_mask"]) > 0, _np(logits), NEG_INF)
+        return [int(i) for i in logits.argmax(-1)]
+
+    def targets(self, batch):
+        return [int(i) for i in np.asarray(batch["label"])]
+
+
+class EntityHead(TaskHead):
+    """EfficientGlobalPointer(n types), nested spans allowed; sparse
+    multi-label CE (bert4keras GPLinker loss). decode: {(type, start, end)}
+    with score > threshold (0, as bert4keras)."""
+
+    family = "extraction_ner"
+
+    def __init__(self, num_labels, head_size=64, threshold=0.0, max_spans=256,
+                 **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
+        self.pointer = EfficientGlobalPointer(num_labels, head_size, name="pointer")
+
+    def build(self, hidden_shape):
+        self.pointer.build(hidden_shape)
+
+    def call(self, hidden, batch, training=False):
+        return self.pointer(hidden, mask=_padding_mask(batch))
+
+    def compute_task_loss(self, logits, batch):
+        return losses.globalpointer_crossentropy(batch["entity_labels"], logits)
+
+    def decode(self, logits, batch, max_spans="default"):
+        max_spans = self.max_spans if max_spans == "default" else max_spans
+        lengths = (np.asarray(batch["token_ids"]) != 0).sum(-1)
+        return [_spans_from_scores(s, n, self.threshold, max_spans)
+                for s, n in zip(_np(logits), lengths)]
+
+    def targets(self, batch):
+        length = np.asarray(batch["token_ids"]).shape[-1]
+        return self.decode(_label_scores(batch["entity_labels"], length), batch, None)
+
+    def get_config(self):
+        return {**super().get_config(), "head_size": self.head_size,
+                "threshold": self.threshold, "max_spans": self.max_spans}
+
+
+class RelationHead(TaskHead):
+    """GPLinker for (s, p, o), as bert4keras's
+    examples/task_relation_extraction_gplinker.py: entity pointer (2 heads:
+    subjects, objects), head pointer (subject start, object start) and tail
+    pointer (subject end, object end) per predicate, both without RoPE or
+    start <= end mask. decode: {(s_start, s_end, predicate, o_start, o_end)}."""
+
+    family = "extraction_relation"
+    keys = ("entity", "head", "tail")
+
+    def __init__(self, num_labels, head_size=64, threshold=0.0, max_spans=256,
+                 **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
+        link = dict(RoPE=False, tril_mask=False)
+        self.entity_pointer = EfficientGlobalPointer(2, head_size, name="entity")
+        self.head_pointer = EfficientGlobalPointer(num_labels, head_size, name="head", **link)
+        self.tail_pointer = EfficientGlobalPointer(num_labels, head_size, name="tail", **link)
+
+    def build(self, hidden_shape):
+        for layer in (self.entity_pointer, self.head_pointer, self.tail_pointer):
+            layer.build(hidden_shape)
+
+    def call(self, hidden, batch, training=False):
+        mask = _padding_mask(batch)
+        return {"entity": self.entity_pointer(hidden, mask=mask),
+                "head": self.head_pointer(hidden, mask=mask),
+                "tail": self.tail_pointer(hidden, mask=mask)}
+
+    def compute_task_loss(self, outputs, batch):
+        return sum(losses.globalpointer_crossentropy(batch[k + "_labels"], outputs[k])
+                   for k in self.keys)
+
+    def decode(self, outputs, batch, max_spans="default"):
+        max_spans = self.max_spans if max_spans == "default" else max_spans
+        lengths = (np.asarray(batch["token_ids"]) != 0).sum(-1)
+        entity, head, tail = (_np(outputs[k]) for k in self.keys)
+        out = []
+        for i, n in enumerate(lengths):
+            spans = sorted(_spans_from_scores(entity[i], n, self.threshold, max_spans))
+            subj = np.array([(s, e) for k, s, e in spans if k == 0], int).reshape(-1, 2)
+            obj = np.array([(s, e) for k, s, e in spans if k == 1], int).reshape(-1, 2)
+            # a predicate holds when both its head and tail links fire
+            ok = ((head[i][:, subj[:, None, 0], obj[None, :, 0]] > self.threshold)
+                  & (tail[i][:, subj[:, None, 1], obj[None, :, 1]] > self.threshold))
+            out.append({(int(subj[a, 0]), int(subj[a, 1]), int(p),
+                         int(obj[b, 0]), int(obj[b, 1]))
+                        for p, a, b in zip(*np.nonzero(ok))})
+        return out
+
+    def targets(self, batch):
+        length = np.asarray(batch["token_ids"]).shape[-1]
+        scores = {k: _label_scores(batch[k + "_labels"], length) for k in self.keys}
+        return self.decode(scores, batch, None)
+
+    def get_config(self):
+        return {**super().get_config(), "head_size": self.head_size,
+                "threshold": self.threshold, "max_spans": self.max_spans}
+
+
+def clique_search(argus, links):
+    """Split arguments [(role, start, end)] into events: the maximal cliques
+    of the link graph (links hold (start, end, start, end) both ways).
+
+    bert4keras's DuEE recursion yields exactly the maximal cliques too, but
+    blows up on dense graphs (an untrained model links almost everything);
+    Bron-Kerbosch with a pivot gives the same set without that.
+    """
+    nbrs = {a: {b for b in argus if b != a and a[1:] + b[1:] in links}
+            for a in argus}
+    out = []
+
+    def expand(r, p, x):
+        if not p and not x:
+            out.append(sorted(r))
+            return
+        pivot = max(p | x, key=lambda u: len(nbrs[u] & p))
+        for v in sorted(p - nbrs[pivot]):
+            expand(r | {v}, p & nbrs[v], x & nbrs[v])
+            p, x = p - {v}, x | {v}
+
+    expand(set(), set(argus), set())
+    return sorted(out)
+
+
+class EventHead(TaskHead):
+    """GPLinker for events, as bert4keras's DuEE example (bojone/GPLinker
+    duee_v1.py): argument pointer over roles (event type + role, the trigger
+    being a role), head and tail pointers (1 head, no RoPE, start <= end)
+    linking two arguments of one event by their starts and by their ends,
+    stored as (min, max). role_groups[r] is role r's event type: arguments
+    are split into events within a type (one group for all roles when not
+    given). decode: per row a list of events, each a sorted tuple of
+    (role, start, end)."""
+
+    family = "extraction_event"
+    keys = ("argument", "head", "tail")
+
+    def __init__(self, num_labels, head_size=64, threshold=0.0,
+                 role_groups=None, max_spans=64, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        if role_groups is not None and len(role_groups) != num_labels:
+            raise ValueError(
+                f"role_groups has {len(role_groups)} entries for {num_labels} "
+                "roles: give one event type per role, in label order")
+        self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
+        self.role_groups = list(role_groups) if role_groups is not None else None
+        self.argument_pointer = EfficientGlobalPointer(num_labels, head_size, name="argument")
+        self.head_pointer = EfficientGlobalPointer(1, head_size, RoPE=False, name="head")
+        self.tail_pointer = EfficientGlobalPointer(1, head_size, RoPE=False, name="tail")
+
+    def build(self, hidden_shape):
+        for layer in (self.argument_pointer, self.head_pointer, self.tail_pointer):
+            layer.build(hidden_shape)
+
+    def call(self, hidden, batch, training=False):
+        mask = _padding_mask(batch)
+        return {"argument": self.argument_pointer(hidden, mask=mask),
+                "head": self.head_pointer(hidden, mask=mask),
+                "tail": self.tail_pointer(hidden, mask=mask)}
+
+    def compute_task_loss(self, outputs, batch):
+        return sum(losses.globalpointer_crossentropy(batch[k + "_labels"], outputs[k])
+                   for k in self.keys)
+
+    def events(self, argus, head, tail):
+        """Events from arguments {(role, start, end)} and link scores
+        head, tail [L, L] (a link needs both > threshold)."""
+        argus = sorted(argus)
+        links = set()
+        for i1, (_, h1, t1) in enumerate(argus):
+            for i2, (_, h2, t2) in enumerate(argus):
+                if (i2 > i1 and head[min(h1, h2), max(h1, h2)] > self.threshold
+                        and tail[min(t1, t2), max(t1, t2)] > self.threshold):
+                    links.add((h1, t1, h2, t2))
+                    links.add((h2, t2, h1, t1))
+        groups = self.role_groups or [0] * self.num_labels
+        out = []
+        for _, sub in groupby(sorted(argus, key=lambda a: (str(groups[a[0]]), a)),
+                              key=lambda a: groups[a[0]]):
+            out.extend(tuple(e) for e in clique_search(list(sub), links))
+        return out
+
+    def decode(self, outputs, batch, max_spans="default"):
+        max_spans = self.max_spans if max_spans == "default" else max_spans
+        lengths = (np.asarray(batch["token_ids"]) != 0).sum(-1)
+        argument, head, tail = (_np(outputs[k]) for k in self.keys)
+        return [self.events(_spans_from_scores(argument[i], n, self.threshold, max_spans),
+                            head[i, 0], tail[i, 0])
+                for i, n in enumerate(lengths)]
+
+    def targets(self, batch):
+        length = np.asarray(batch["token_ids"]).shape[-1]
+        scores = {k: _label_scores(batch[k + "_labels"], length) for k in self.keys}
+        return self.decode(scores, batch, None)
+
+    def get_config(self):
+        return {**super().get_config(), "head_size": self.head_size,
+                "threshold": self.threshold, "role_groups": self.role_groups,
+                "max_spans": self.max_spans}
+
+
+class CorefHead(TaskHead):
+    """Token vectors at span1 start/end and span2 start/end, concatenated
+    [4H] -> Dense(n labels) with bias; softmax CE."""
+
+    family = "coreference"
+
+    def __init__(self, num_labels=2, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.dense = keras.layers.Dense(
+            num_labels, kernel_initializer=bert_initializer(), name="dense")
+
+    def build(self, hidden_shape):
+        self.dense.build((None, 4 * hidden_shape[-1]))
+
+    def call(self, hidden, batch, training=False):
+        index = ops.concatenate([ops.cast(batch["span1"], "int32"),
+                                 ops.cast(batch["span2"], "int32")], axis=1)
+        vectors = ops.take_along_axis(hidden, index[:, :, None], axis=1)  # [B, 4, H]
+        return self.dense(ops.reshape(vectors, (-1, 4 * hidden.shape[-1])))
+
+    def compute_task_loss(self, logits, batch):
+        return ops.mean(losses.sparse_categorical_crossentropy(batch["label"], logits))
+
+    def decode(self, logits, batch=None):
+        return [int(i) for i in _np(logits).argmax(-1)]
+
+    def targets(self, batch):
+        return [int(i) for i in np.asarray(batch["label"])]
+
+
+class MLMHead(TaskHead):
+    """Tied token embedding, as RoFormerV2: logits = h @ E^T, no bias, no
+    transform. `embeddings` is the backbone's token embedding matrix (a
+    variable [V, H]) or its Embedding layer; the backbone owns it, so it is
+    not tracked here (the head has no weights of its own)."""
+
+    family = "mlm"
+
+    def __init__(self, embeddings, num_labels=None, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        # object.__setattr__: bypass Keras tracking, or the embedding would
+        # also count as a head weight (twice in optimizer and gradient norms)
+        object.__setattr__(self, "_tied", embeddings)
+
+    @property
+    def embeddings(self):
+        e = self._tied
+        return e.embeddings if isinstance(e, keras.layers.Embedding) else e
+
+    def call(self, hidden, batch, training=False):
+        return ops.einsum("blh,vh->blv", hidden, ops.cast(self.embeddings, hidden.dtype))
+
+    def compute_task_loss(self, logits, batch):
+        return losses.masked_lm_crossentropy(batch["mlm_labels"], logits)
+
+    def decode(self, logits, batch):
+        """Per row the predicted ids at the masked positions (in order)."""
+        logits, labels = _np(logits), np.asarray(batch["mlm_labels"])
+        return [row.argmax(-1)[lab > 0] for row, lab in zip(logits, labels)]
+
+    def targets(self, batch):
+        return [lab[lab > 0] for lab in np.asarray(batch["mlm_labels"])]
+
+
+HEADS = {
+    "classification": ClassificationHead,
+    "matching": ClassificationHead,
+    "regression": RegressionHead,
+    "mrc_span": SpanHead,
+    "multiple_choice": ChoiceHead,
+    "cloze": ChoiceHead,
+    "extraction_ner": EntityHead,
+    "extraction_relation": RelationHead,
+    "extraction_event": EventHead,
+    "coreference": CorefHead,
+    "mlm": MLMHead,
+}
+
+# least number of labels per family (None: the family takes no labels)
+_MIN_LABELS = {"classification": 2, "matching": 2, "coreference": 2,
+               "extraction_ner": 1, "extraction_relation": 1,
+               "extraction_event": 1}
+
+
+def build_head(task_type, num_labels, hidden_size, **kwargs):
+    """A built head for a task family (the `type` of a task spec).
+
+    kwargs go to the head: name, head_size, multi_label (classification),
+    role_groups (extraction_event), embeddings (mlm, required), threshold.
+    """
+    if task_type not in HEADS:
+        raise ValueError(f"unknown task type {task_type!r}; "
+                         f"expected one of: {', '.join(HEADS)}")
+    least = _MIN_LABELS.get(task_type)
+    if kwargs.get("multi_label"):
+        least = 1
+    if least is not None and (num_labels is None or num_labels < least):
+        hint = "; for a real-valued score use type: regression" \
+            if task_type in ("classification", "matching") else ""
+        raise ValueError(f"task type {task_type!r} needs at least {least} "
+                         f"label(s), got {num_labels}{hint}")
+    if task_type == "mlm":
+        if kwargs.get("embeddings") is None:
+            raise ValueError("the mlm head is tied to the token embedding: pass "
+                             "embeddings=<the backbone's token embedding matrix>")
+        vocab = kwargs["embeddings"]
+        vocab = vocab.embeddings if isinstance(vocab, keras.layers.Embedding) else vocab
+        if num_labels is not None and vocab.shape[0] != num_labels:
+            raise ValueError(f"mlm: num_labels {num_labels} differs from the "
+                             f"embedding's vocabulary size {vocab.shape[0]}")
+    head = HEADS[task_type](num_labels=num_labels, **kwargs)
+    head.build((None, None, hidden_size))
+    return head

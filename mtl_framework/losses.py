@@ -1,0 +1,98 @@
+"""Task losses in keras.ops (bert4keras formulas, TF backend).
+
+Per-example functions return one value per row; the heads average them over
+the batch. Logits may hold -inf where a head masked a position (the
+GlobalPointer convention of bert4keras); every loss here stays finite as long
+as no target points at a masked position.
+"""
+import numpy as np
+from keras import ops
+
+# Finite "minus infinity" for choice padding: an all-padding row then gives
+# log(C) instead of NaN.
+CHOICE_PAD = -1e12
+
+
+def sparse_categorical_crossentropy(y_true, logits):
+    """Softmax CE from logits [..., n] and integer targets [...]."""
+    y_true = ops.cast(y_true, "int32")
+    target = ops.take_along_axis(logits, y_true[..., None], axis=-1)[..., 0]
+    return ops.logsumexp(logits, axis=-1) - target
+
+
+def mean_squared_error(y_true, y_pred):
+    """Squared error per example; a trailing axis, if any, is averaged."""
+    y_true = ops.cast(y_true, y_pred.dtype)
+    error = ops.square(y_pred - y_true)
+    return error if len(error.shape) < 2 else ops.mean(error, axis=-1)
+
+
+def multilabel_categorical_crossentropy(y_true, y_pred):
+    """Su's multi-label CE (https://kexue.fm/archives/7359), bert4keras 0.11.5.
+
+    y_true, y_pred: [..., n]; y_true in [0, 1]; y_pred are raw scores (no
+    sigmoid); a class is predicted when its score > 0. Positions with
+    y_pred == -inf are ignored.
+    """
+    y_true = ops.cast(y_true, y_pred.dtype)
+    y_mask = ops.not_equal(y_pred, -np.inf)
+    y_neg = ops.where(y_mask, y_pred, -np.inf) + ops.log(1 - y_true)
+    y_pos = ops.where(y_mask, -y_pred, -np.inf) + ops.log(y_true)
+    zeros = ops.zeros_like(y_pred[..., :1])
+    y_neg = ops.concatenate([y_neg, zeros], axis=-1)
+    y_pos = ops.concatenate([y_pos, zeros], axis=-1)
+    return ops.logsumexp(y_neg, axis=-1) + ops.logsumexp(y_pos, axis=-1)
+
+
+def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=True):
+    """Sparse form of the multi-label CE, bert4keras 0.11.5.
+
+    y_true: [..., k] integer indices of the positive classes; y_pred:
+    [..., n] raw scores. With mask_zero, index 0 is padding (bert4keras's
+    default is False; every batch here pads label lists with index 0, so the
+    default is True).
+    """
+    y_true = ops.cast(y_true, "int32")
+    zeros = ops.zeros_like(y_pred[..., :1])
+    y_pred = ops.concatenate([y_pred, zeros], axis=-1)
+    if mask_zero:
+        infs = zeros + np.inf
+        y_pred = ops.concatenate([infs, y_pred[..., 1:]], axis=-1)
+    y_pos_2 = ops.take_along_axis(y_pred, y_true, axis=-1)
+    y_pos_1 = ops.concatenate([y_pos_2, zeros], axis=-1)
+    if mask_zero:
+        y_pred = ops.concatenate([-infs, y_pred[..., 1:]], axis=-1)
+        y_pos_2 = ops.take_along_axis(y_pred, y_true, axis=-1)
+    pos_loss = ops.logsumexp(-y_pos_1, axis=-1)
+    all_loss = ops.logsumexp(y_pred, axis=-1)
+    aux_loss = ops.logsumexp(y_pos_2, axis=-1) - all_loss
+    aux_loss = ops.clip(1 - ops.exp(aux_loss), 1e-7, 1)  # K.epsilon()
+    neg_loss = all_loss + ops.log(aux_loss)
+    return pos_loss + neg_loss
+
+
+def globalpointer_crossentropy(y_true, y_pred):
+    """bert4keras GPLinker loss: y_true [B, heads, S, 2] (start, end) pairs
+    padded with (0, 0); y_pred [B, heads, L, L]. Sum over heads, mean over B.
+    """
+    y_true = ops.cast(y_true, "int32")
+    shape = ops.shape(y_pred)
+    y_true = y_true[..., 0] * shape[2] + y_true[..., 1]
+    y_pred = ops.reshape(y_pred, (shape[0], shape[1], -1))
+    loss = sparse_multilabel_categorical_crossentropy(y_true, y_pred, True)
+    return ops.mean(ops.sum(loss, axis=1))
+
+
+def masked_lm_crossentropy(labels, logits):
+    """MLM CE averaged over masked tokens: labels [B, L] hold the original
+    token id at masked positions and 0 elsewhere; logits [B, L, V]."""
+    mask = ops.cast(ops.greater(labels, 0), logits.dtype)
+    loss = sparse_categorical_crossentropy(labels, logits)
+    return ops.sum(loss * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+
+def choice_crossentropy(y_true, logits, choice_mask):
+    """Softmax CE over choices [B, C]; padded choices (mask 0) get no mass."""
+    valid = ops.greater(ops.cast(choice_mask, logits.dtype), 0)
+    logits = ops.where(valid, logits, CHOICE_PAD)
+    return sparse_categorical_crossentropy(y_true, logits)

@@ -313,13 +313,9 @@ class _SpecLoader:
         self.datasets, self.tasks = {}, {}
         # name -> [(file, line, dataset id)] for every occurrence, valid file or not
         self.dataset_places, self.task_places = {}, {}
-        try:
-            adapters = _adapters()
-            self.formats = list(adapters.available_formats())
-            self.get_adapter = adapters.get_adapter
-        except (ImportError, AttributeError):
-            # The format registry is not there yet: format names go unchecked.
-            self.formats, self.get_adapter = None, None
+        adapters = _adapters()
+        self.formats = list(adapters.available_formats())
+        self.get_adapter = adapters.get_adapter
 
     def load(self, paths):
         files, errors = spec_files(paths)
@@ -456,8 +452,8 @@ class _SpecLoader:
         return good
 
     def check_format(self, spec, where, name):
-        """The adapter class for a format name, or None (unknown, or no registry yet)."""
-        if not isinstance(name, str) or self.formats is None:
+        """The adapter class for a format name, or None if unknown."""
+        if not isinstance(name, str):
             return None
         if name not in self.formats:
             spec.error(where, f"unknown format {name!r}{did_you_mean(name, self.formats)}; "

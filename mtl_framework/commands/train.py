@@ -1,0 +1,24 @@
+"""`mtl train EXPERIMENT.yaml [--output DIR] [--resume]`."""
+import sys
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("train", help="mixed multi-task pretraining from an experiment YAML")
+    parser.add_argument("experiment", help="experiment YAML (see experiments/demo.yaml)")
+    parser.add_argument("--output", default=None, help="run directory (default: output_dir or runs/NAME)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the run directory's latest checkpoint")
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    from mtl_framework.experiment import ExperimentError
+    from mtl_framework.registry import SpecValidationError
+    from mtl_framework.trainer import Run
+
+    try:
+        Run(args.experiment, args.output).train(resume=args.resume)
+    except (ExperimentError, SpecValidationError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    return 0

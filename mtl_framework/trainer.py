@@ -1,0 +1,281 @@
+"""`mtl train`: an experiment YAML -> a run directory.
+
+run_dir/
+  experiment.yaml       the resolved experiment (what ran)
+  vocab.txt             the vocabulary the run used
+  checkpoints/step-N/   state.npz (every model + optimizer variable) + trainer.json
+                        (step, sampler and per-task stream positions), written atomically
+  metrics.jsonl         one line per update: per-task loss, gradient norm, rates
+  logs/                 TensorBoard scalars
+"""
+import json
+import os
+import shutil
+import time
+import uuid
+
+import keras
+import numpy as np
+import tensorflow as tf
+import yaml
+
+from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
+from mtl_framework.cache import TaskStream, cached_features
+from mtl_framework.experiment import load_experiment
+from mtl_framework.heads import build_head
+from mtl_framework.optimizers import build_optimizer
+from mtl_framework.registry import load_registry
+from mtl_framework.sampling import TaskSampler, format_rates, rates_from_config
+from mtl_framework.tokenizer import Tokenizer
+from mtl_framework.training import MultiTaskModel
+from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+
+MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
+
+
+class Mixture:
+    """Task sampler + one batch stream per task: next() -> (task, batch)."""
+
+    def __init__(self, streams, sampler):
+        self.streams, self.sampler = streams, sampler
+        self.names = list(streams)
+
+    def next(self):
+        task = self.names[next(self.sampler)]
+        return task, self.streams[task].next_batch()
+
+    def state(self):
+        return {"sampler": self.sampler.get_state(),
+                "streams": {t: s.state() for t, s in self.streams.items()}}
+
+    def restore(self, state):
+        self.sampler.set_state(state["sampler"])
+        for task, stream_state in state["streams"].items():
+            self.streams[task].restore(stream_state)
+
+
+def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
+    """The experiment's vocab, or (from-scratch runs) one built from the tasks' train text."""
+    given = experiment.backbone.get("vocab") or experiment.raw.get("vocab")
+    target = os.path.join(run_dir, "vocab.txt")
+    if given:
+        shutil.copyfile(experiment.resolve_path(given), target)
+    elif not os.path.exists(target):
+        from data_adapters import read_task
+
+        texts = (t for task in tasks for ex in read_task(task, "train", data_root)
+                 for t in example_texts(ex))
+        size = experiment.backbone.get("vocab_size", 12000)
+        write_vocab(build_vocab(count_units(texts), max_size=size), target)
+        log(f"built a character vocab from the tasks' train text: {target}")
+    return Tokenizer(target)
+
+
+def build_backbone(experiment, tokenizer):
+    spec = dict(experiment.backbone)
+    checkpoint = spec.pop("checkpoint", None)
+    for key in ("vocab", "init"):
+        spec.pop(key, None)
+    if checkpoint:
+        base = experiment.resolve_path(checkpoint)
+        return RoFormerV2Backbone.from_bert4keras(os.path.join(base, "bert_config.json"),
+                                                  os.path.join(base, "bert_model.ckpt"))
+    size = spec.pop("size", None)
+    spec["vocab_size"] = tokenizer.vocab_size
+    return RoFormerV2Backbone(**backbone_config(size, **spec))
+
+
+class RunLogger(keras.callbacks.Callback):
+    """metrics.jsonl + TensorBoard per update; checkpoints every `every` updates."""
+
+    def __init__(self, run, every, keep, start_step):
+        super().__init__()
+        self.run, self.every, self.keep, self.step = run, every, keep, start_step
+        self.metrics = open(os.path.join(run.run_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.writer = tf.summary.create_file_writer(os.path.join(run.run_dir, "logs"))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        model = self.run.model
+        record = {"step": self.step, "time": time.time(), "loss": (logs or {}).get("loss"),
+                  "alpha": float(model.backbone.residual_alpha.numpy()),
+                  "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
+                  "tasks": {}}
+        for entry in model.last_micro_logs:
+            task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": []})
+            task["loss"].append(entry["loss"])
+            task["gradient_norm"].append(entry["gradient_norm"])
+        for stats in record["tasks"].values():
+            for key in ("loss", "gradient_norm"):
+                stats[key] = float(np.mean(stats[key]))
+        record["skipped"] = dict(model.skipped)
+        self.metrics.write(json.dumps(record) + "\n")
+        self.metrics.flush()
+        with self.writer.as_default(step=self.step):
+            tf.summary.scalar("loss", record["loss"] or 0.0)
+            for name, stats in record["tasks"].items():
+                tf.summary.scalar(f"{name}/loss", stats["loss"])
+                tf.summary.scalar(f"{name}/gradient_norm", stats["gradient_norm"])
+        if self.every and self.step % self.every == 0:
+            self.run.save_checkpoint(self.step, self.keep)
+
+    def on_train_end(self, logs=None):
+        self.run.save_checkpoint(self.step, self.keep)
+        self.metrics.close()
+        self.writer.close()
+
+
+class Run:
+    def __init__(self, experiment_path, output=None, log=print):
+        self.log = log
+        self.experiment = experiment = load_experiment(experiment_path)
+        self.run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
+            os.path.join("runs", os.path.splitext(os.path.basename(experiment_path))[0])
+        os.makedirs(self.run_dir, exist_ok=True)
+        spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs]
+        self.registry = load_registry(spec_dirs or None)
+        self.data_root = experiment.resolve_path(experiment.raw.get("data_root")) or \
+            os.environ.get("MTL_DATA_ROOT", "data")
+        entries = {t["name"]: t for t in experiment.tasks}
+        names = [n for n in entries if n != MLM_TASK]
+        self.tasks = self.registry.select(names)
+        self.tokenizer = prepare_vocab(experiment, self.registry, self.tasks, self.data_root,
+                                       self.run_dir, log)
+        with open(os.path.join(self.run_dir, "experiment.yaml"), "w", encoding="utf-8") as f:
+            yaml.safe_dump({**experiment.raw, "data_root": os.path.abspath(self.data_root)}, f,
+                           allow_unicode=True, sort_keys=False)
+        self.build(entries)
+
+    def build(self, entries):
+        exp = self.experiment
+        keras.utils.set_random_seed(exp.seed)
+        cache_dir = exp.resolve_path(exp.raw.get("cache_dir"))
+        streams, sizes, heads, loss_weights, fixed = {}, {}, {}, {}, {}
+        self.backbone = build_backbone(exp, self.tokenizer)
+        self.backbone.build()
+        hidden = self.backbone.config["hidden_size"]
+        for i, task in enumerate(self.tasks):
+            entry = entries.get(task.name) or entries.get(task.dataset) or {}
+            length = min(task.max_length, exp.max_length)
+            features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
+                                       max_length=length, log=self.log)
+            streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
+            sizes[task.name] = len(features)
+            labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
+            kwargs = {"multi_label": True} if task.multi_label else {}
+            heads[task.name] = build_head(task.type, len(labels) if labels else None, hidden,
+                                          name=task.name, **kwargs)
+            loss_weights[task.name] = entry.get("loss_weight", task.loss_weight)
+            rate = entry.get("rate", task.rate)
+            if rate is not None:
+                fixed[task.name] = rate
+        if MLM_TASK in entries:
+            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir)
+            heads[MLM_TASK] = build_head("mlm", self.tokenizer.vocab_size, hidden, name=MLM_TASK,
+                                         embeddings=self.backbone.token_embedding)
+            loss_weights[MLM_TASK] = entries[MLM_TASK].get("loss_weight", 1.0)
+            if "rate" in entries[MLM_TASK]:
+                fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
+        rates = rates_from_config(sizes, exp.sampling, fixed or None)
+        self.log(format_rates(rates, sizes, exp.sampling if isinstance(exp.sampling, str)
+                              else exp.sampling.get("method")))
+        self.rates = rates
+        sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed)
+        self.mixture = Mixture(streams, sampler)
+        self.model = MultiTaskModel(self.backbone, heads, exp.tasks_per_update, exp.balancing,
+                                    loss_weights)
+        self.model.compile(optimizer=build_optimizer(exp.raw.get("optimizer"), exp.steps))
+        self.model.build_all()
+        self.model.mixture = self.mixture
+
+    def mlm_stream(self, cache_dir):
+        """MLM rows from the first task's train texts (all tasks' texts joined), masked per batch."""
+        exp = self.experiment
+        features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
+                                    max_length=min(exp.max_length, t.max_length), family="mlm",
+                                    log=self.log) for t in self.tasks]
+        streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
+                   for i, f in enumerate(features) if len(f)]
+        return _RoundRobin(streams), sum(len(f) for f in features)
+
+    # --- checkpoints ----------------------------------------------------------
+
+    def checkpoint_dirs(self):
+        root = os.path.join(self.run_dir, "checkpoints")
+        if not os.path.isdir(root):
+            return []
+        return sorted((d for d in os.listdir(root) if d.startswith("step-")),
+                      key=lambda d: int(d.split("-")[1]))
+
+    def save_checkpoint(self, step, keep):
+        root = os.path.join(self.run_dir, "checkpoints")
+        final = os.path.join(root, f"step-{step:08d}")
+        if os.path.exists(final):
+            return
+        temporary = os.path.join(root, f".tmp-{uuid.uuid4().hex}")
+        os.makedirs(temporary)
+        variables = self.model.state_variables
+        np.savez(os.path.join(temporary, "state.npz"),
+                 **{f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)})
+        with open(os.path.join(temporary, "trainer.json"), "w", encoding="utf-8") as f:
+            json.dump({"step": step, "mixture": self.mixture.state(), "skipped": self.model.skipped,
+                       "variables": [v.path if hasattr(v, "path") else v.name for v in variables],
+                       "backbone": self.backbone.config}, f, indent=1)
+        os.replace(temporary, final)  # atomic: a killed run never leaves a half checkpoint
+        for old in self.checkpoint_dirs()[:-keep]:
+            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+
+    def restore_latest(self):
+        dirs = self.checkpoint_dirs()
+        if not dirs:
+            return 0
+        path = os.path.join(self.run_dir, "checkpoints", dirs[-1])
+        with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
+            state = json.load(f)
+        values = np.load(os.path.join(path, "state.npz"))
+        variables = self.model.state_variables
+        if len(variables) != len(values.files):
+            raise RuntimeError(f"{path}: checkpoint has {len(values.files)} variables, the model "
+                               f"{len(variables)}: was the experiment changed since?")
+        for i, v in enumerate(variables):
+            v.assign(values[f"v{i:05d}"])
+        self.mixture.restore(state["mixture"])
+        self.model.skipped.update(state.get("skipped", {}))
+        self.log(f"resumed from {path} (step {state['step']})")
+        return state["step"]
+
+    def train(self, resume=False):
+        # Each task's micro-step traces once on its first batch; TF's generic
+        # "N calls triggered retracing" warning counts those as a problem.
+        tf.get_logger().setLevel("ERROR")
+        start = self.restore_latest() if resume else 0
+        remaining = self.experiment.steps - start
+        if remaining <= 0:
+            self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")
+            return self
+        steps = tf.data.Dataset.range(remaining).repeat()
+        logger = RunLogger(self, self.experiment.checkpoint_every,
+                           self.experiment.keep_checkpoints, start)
+        self.model.fit(steps, steps_per_epoch=remaining, epochs=1, verbose=1 if self.log else 0,
+                       callbacks=[logger])
+        return self
+
+
+class _RoundRobin:
+    """MLM batches taken from each task's text in turn (one stream state per task)."""
+
+    def __init__(self, streams):
+        self.streams, self.turn = streams, 0
+
+    def next_batch(self):
+        stream = self.streams[self.turn % len(self.streams)]
+        self.turn += 1
+        return stream.next_batch()
+
+    def state(self):
+        return {"turn": self.turn, "streams": [s.state() for s in self.streams]}
+
+    def restore(self, state):
+        self.turn = state["turn"]
+        for stream, s in zip(self.streams, state["streams"]):
+            stream.restore(s)

@@ -119,9 +119,11 @@ class RoFormerV2Backbone(keras.Model):
         x = self.embedding_norm(self.embedding_dropout(x, training=training))
         if self.embedding_mapping is not None:
             x = self.embedding_mapping(x)
-        # Padded keys (token id 0) get -inf before the softmax; computed once for all layers.
+        # Padded keys (token id 0) get -1e9 before the softmax (computed once for all
+        # layers): exp underflows to exactly 0 as with -inf, but an all-padding row
+        # (a padded choice of a multiple-choice batch) stays finite instead of NaN.
         key_is_pad = ops.equal(token_ids, 0)[:, None, None, :]
-        attention_bias = ops.where(key_is_pad, float("-inf"), 0.0)
+        attention_bias = ops.where(key_is_pad, -1e9, 0.0)
         attention_bias = ops.cast(attention_bias, x.dtype)
         cos, sin = rotary_tables(ops.shape(token_ids)[1], self.config["head_size"], dtype=x.dtype)
         alpha = ops.cast(self.residual_alpha, x.dtype)

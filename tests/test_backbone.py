@@ -150,3 +150,18 @@ def test_keras_hub_matches_unpadded_but_not_padded(real_batch):
     assert np.abs(ours[full] - theirs[full]).max() <= 1e-5
     padded_rows = ~full[:, None] & real
     assert np.abs(ours[padded_rows] - theirs[padded_rows]).max() > 1e-2
+
+
+def test_all_padding_row_stays_finite():
+    """A padded choice in a multiple-choice batch is a row of token id 0 only."""
+    import tensorflow as tf
+
+    backbone = RoFormerV2Backbone(vocab_size=300, **TINY)
+    ids = np.array([[2, 7, 8, 3], [0, 0, 0, 0]], dtype="int32")
+    inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+    with tf.GradientTape() as tape:
+        out = backbone(inputs, training=True)
+        loss = tf.reduce_sum(out[0] ** 2) + 0.0 * tf.reduce_sum(out[1])
+    grads = tape.gradient(loss, backbone.trainable_variables)
+    assert np.isfinite(np.asarray(out)).all()
+    assert all(np.isfinite(np.asarray(tf.convert_to_tensor(g))).all() for g in grads)

@@ -5,6 +5,7 @@ Chinese characters and punctuation split one per token, WordPiece (`##`) for
 the rest, lower-casing with accents stripped (NFD, drop Mn), control
 characters dropped. Adds what span tasks need: character offsets per token.
 """
+import hashlib
 from dataclasses import dataclass
 
 from tokenizers import Regex
@@ -70,6 +71,11 @@ class Tokenizer:
     @property
     def vocab_size(self):
         return len(self.vocab)
+
+    def fingerprint(self):
+        """sha256 of the whole tokenizer (vocab, normalizer, WordPiece settings): the
+        part of a features cache key that says which tokenizer made the features."""
+        return hashlib.sha256(self._rust.to_str().encode("utf-8")).hexdigest()
 
     def tokenize(self, text):
         """WordPiece tokens of `text`, without [CLS]/[SEP]."""

@@ -528,13 +528,16 @@ class MRCFeaturizer(Featurizer):
     context start every `stride` tokens (Google BERT's doc_stride: the step
     between window starts, at most a window's length so no token is skipped)
     until one reaches the context's end; each holds as many context tokens as
-    max_length leaves after the question. The question
+    max_length leaves after the question. `stride: null` (the default) is half
+    a window, at most 128: 128 at max_length 512 (Google's default), about 55
+    at 128, so windows overlap by half and an answer shorter than that
+    overlap always lies wholly inside one. The question
     keeps at most `max_question_length` tokens (more is counted as truncated).
     A window's target is the first answer lying wholly inside it, else (0, 0)."""
 
     example_types = (SpanQAExample,)
     family = "mrc_span"
-    defaults = {"stride": 128, "max_question_length": 64}
+    defaults = {"stride": None, "max_question_length": 64}
 
     offsets = False  # context_offsets instead, once per example
 
@@ -552,8 +555,9 @@ class MRCFeaturizer(Featurizer):
 
     def encode_chunk(self, chunk, writer, report):
         stride, max_question = self.settings["stride"], self.settings["max_question_length"]
-        if stride < 1:
-            raise ValueError(f"{self.task}: mrc_span stride must be >= 1, got {stride}")
+        if stride is not None and (not isinstance(stride, int) or stride < 1):
+            raise ValueError(f"{self.task}: mrc_span stride must be a whole number >= 1 "
+                             f"(or null: half a window), got {stride!r}")
         questions = self.tokenizer.encode_batch([e.question for e in chunk])
         contexts = list(dict.fromkeys(e.context for e in chunk))  # SQuAD: questions share contexts
         encoded = dict(zip(contexts, self.tokenizer.encode_batch(contexts)))
@@ -604,7 +608,7 @@ class MRCFeaturizer(Featurizer):
                 example_index.append(self.examples_done)
                 if window_end >= len(c_ids):
                     break
-                window_start += min(stride, room)  # never skip context tokens
+                window_start += min(stride, room) if stride else min(128, max(1, room // 2))
             if spans and not placed:
                 report.spans_lost[NO_WINDOW] += len(spans)
                 report.spans -= len(spans)

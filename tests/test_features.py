@@ -136,6 +136,15 @@ def test_mrc_counts_answers_longer_than_a_window_and_long_questions(tokenizer):
     assert report.truncated == {"question over max_question_length": 1} and report.spans == 1
 
 
+def test_mrc_default_stride_is_half_a_window(tokenizer):
+    example = mrc_examples()[0]
+    features = make_featurizer("mrc_span", tokenizer, 20).featurize([example])
+    starts = features["window_start"].tolist()
+    assert set(np.diff(starts)) == {7}  # 14 context tokens a window: step 7
+    assert starts[-1] + 14 >= len(example.context) > starts[-2] + 14
+    assert features.report.spans == 1 and not features.report.spans_lost
+
+
 def test_mrc_stride_beyond_the_window_skips_no_token(tokenizer):
     context = mrc_examples()[0].context
     crossing = Span(11, 17, context[11:17])  # windows hold 14 context tokens: 0-13, 14-27, ...

@@ -40,17 +40,21 @@ Per family:
   masking happens in `batch` from the rng the stream passes (dynamic masking).
 
 Token spans are (start, end) with end INCLUSIVE; [CLS] is position 0.
-Truncation is counted, never silent (FeatureReport): spans lost to truncation
-are counted and their example is KEPT without them (NER, relation, event),
-because the rest of its spans still teach; a coreference example whose span is
-truncated away is DROPPED and counted, since it has nothing left to classify.
+Truncation is counted, never silent (FeatureReport, kept in meta["report"]):
+texts over max_length are cut as bert4keras cuts them (tokens off the longest
+part, [SEP] kept) and counted in `truncated`; mrc_span and mlm cut nothing
+(windows / several rows) except mrc questions over max_question_length.
+Spans lost to truncation are counted in `spans_lost` and their example is
+KEPT without them (NER, relation, event), because the rest of its spans
+still teach; a coreference example whose span is truncated away is DROPPED
+and counted in `dropped`, since it has nothing left to classify, as is any
+example whose label is not in the task's labels.
 """
 import bisect
 import hashlib
 import itertools
 import json
 import math
-import os
 from collections import Counter
 from pathlib import Path
 
@@ -1137,9 +1141,3 @@ COLLATE = {
     "extraction_ner": _collate_ner, "extraction_relation": _collate_relation,
     "extraction_event": _collate_event, "coreference": _collate_coref, "mlm": _collate_mlm,
 }
-
-
-def write_features(featurizer, examples, directory):
-    """featurize straight into `directory` (created), returning memory-mapped Features."""
-    os.makedirs(directory, exist_ok=True)
-    return featurizer.featurize(examples, directory)

@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -177,6 +178,7 @@ def main():
         "targets": {"speedup": 20, "stream_vs_model": 10},
         "tasks": results,
     }
+    shutil.rmtree(work, ignore_errors=True)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "pipeline.json").write_text(json.dumps(output, indent=1) + "\n", encoding="utf-8")

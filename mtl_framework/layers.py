@@ -20,59 +20,128 @@ def truncated_normal_initializer(hidden_size, num_layers, gain=1.0):
 
 
 class RMSNorm(keras.layers.Layer):
-    """x / sqrt(mean(x^2) + eps), without any trainable weight."""
+    """x / sqrt(mean(x^2) + eps), without any trainable weight.
+
+    Its gradient is written out, r * (g - y * mean(g * y)) with r = 1 / sqrt(...)
+    and y the output, instead of autodiff's chain back through square/mean/rsqrt.
+    """
 
     def __init__(self, epsilon=1e-7, **kwargs):
         super().__init__(**kwargs)
         self.epsilon = epsilon
 
     def call(self, x):
-        variance = ops.mean(ops.square(x), axis=-1, keepdims=True)
-        return x * ops.rsqrt(variance + self.epsilon)
+        epsilon = self.epsilon
+
+        @ops.custom_gradient
+        def rms_norm(x):
+            inverse_rms = ops.rsqrt(ops.mean(ops.square(x), axis=-1, keepdims=True) + epsilon)
+            y = x * inverse_rms
+
+            def grad(*args, upstream=None):
+                if upstream is None:
+                    (upstream,) = args
+                return inverse_rms * (upstream - y * ops.mean(upstream * y, axis=-1, keepdims=True))
+
+            return y, grad
+
+        return rms_norm(x)
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon}
 
 
 def rotary_tables(length, head_size, base=10000.0, dtype="float32"):
-    """cos and sin of m * base^(-2i/d) for positions m < length, shape [length, d/2]."""
+    """Rotary tables for positions m < length, shape [length, d], pair-interleaved:
+
+    cos: (c_0, c_0, c_1, c_1, ...) and sin: (-s_0, s_0, -s_1, s_1, ...) with
+    c_i, s_i = cos, sin of m * base^(-2i/d), so that `apply_rotary` is two
+    multiplies and an add (no strided slicing, whose gradient is slow on CPU).
+    """
     inverse_frequency = base ** (-ops.arange(0, head_size // 2, dtype="float32") * 2.0 / head_size)
     angles = ops.arange(0, length, dtype="float32")[:, None] * inverse_frequency[None, :]
-    return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
+    cos, sin = ops.cos(angles), ops.sin(angles)
+    cos = ops.reshape(ops.stack([cos, cos], axis=-1), (-1, head_size))
+    sin = ops.reshape(ops.stack([-sin, sin], axis=-1), (-1, head_size))
+    return ops.cast(cos, dtype), ops.cast(sin, dtype)
+
+
+def swap_pairs(x):
+    """(x0, x1, x2, x3, ...) -> (x1, x0, x3, x2, ...) along the last axis."""
+    shape = ops.shape(x)
+    pairs = ops.reshape(x, (*shape[:-1], shape[-1] // 2, 2))
+    return ops.reshape(ops.flip(pairs, axis=-1), shape)
 
 
 def apply_rotary(x, cos, sin):
-    """Rotate adjacent pairs (2i, 2i+1) of the last axis; x is [batch, length, ..., d].
+    """Rotate adjacent pairs (2i, 2i+1) of x [..., length, d] by the `rotary_tables`:
 
-    cos/sin are [length, d/2]; they broadcast over the axes between length and d.
+    (x_2i, x_2i+1) -> (x_2i c_i - x_2i+1 s_i, x_2i+1 c_i + x_2i s_i), bit for bit
+    the products and sums of the textbook form.
     """
-    shape = ops.shape(x)
-    pairs = ops.reshape(x, (*shape[:-1], shape[-1] // 2, 2))
-    even, odd = pairs[..., 0], pairs[..., 1]
-    for _ in range(len(x.shape) - 3):  # align [length, d/2] to [length, ..., d/2]
-        cos, sin = cos[:, None], sin[:, None]
-    rotated = ops.stack([even * cos - odd * sin, odd * cos + even * sin], axis=-1)
-    return ops.reshape(rotated, shape)
+    return x * cos + swap_pairs(x) * sin
 
 
+def transposed(kernel):
+    """kernel^T [out, in] as a new array. Spelled as a 3-D transpose because TF's graph
+    optimizer folds a plain 2-D one back into MatMul(transpose_b=True), which oneDNN
+    runs 10-30% slower than a matmul with the transposed copy (measured on CPU)."""
+    rows, cols = kernel.shape
+    return ops.reshape(ops.transpose(ops.reshape(kernel, (rows, cols, 1)), (1, 0, 2)), (cols, rows))
+
+
+def dense(x, kernel):
+    """x @ kernel for x [..., in] and kernel [in, out] (no bias). Same product and
+    gradients as autodiff; the input gradient multiplies by `transposed(kernel)`."""
+    # ops.cast reads a variable into a tensor (of the compute dtype): the custom gradient
+    # must see an input, not a captured variable (TF rejects those in eager mode)
+    return _dense(x, ops.cast(kernel, x.dtype))
+
+
+@ops.custom_gradient
+def _dense(x, kernel):
+    y = ops.matmul(x, kernel)
+
+    def grad(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        inputs = ops.reshape(x, (-1, kernel.shape[0]))
+        outputs = ops.reshape(upstream, (-1, kernel.shape[1]))
+        return ops.matmul(upstream, transposed(kernel)), ops.matmul(ops.transpose(inputs), outputs)
+
+    return y, grad
+
+
+@ops.custom_gradient
 def softmax_with_exact_sum(scores):
     """Softmax over the last axis whose denominator is summed in float64.
 
     A float32 sum's rounding depends on how many (masked, zero) terms the
     kernel's vector loop sees, so real-token outputs moved by ~1e-6 when only
     the padding changed (TF switches reduction paths at 64 keys); a float64
-    sum rounds back to the same float32 whatever the padding.
+    sum rounds back to the same float32 whatever the padding. The gradient is
+    the usual y * (g - sum(g * y)) in float32 (one fused formula instead of
+    differentiating through the casts: padding exactness is a forward property).
     """
     exp = ops.exp(scores - ops.max(scores, axis=-1, keepdims=True))
     total = ops.sum(ops.cast(exp, "float64"), axis=-1, keepdims=True)
-    return exp / ops.cast(total, exp.dtype)
+    weights = exp / ops.cast(total, exp.dtype)
+
+    def grad(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        return weights * (upstream - ops.sum(upstream * weights, axis=-1, keepdims=True))
+
+    return weights, grad
 
 
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention with rotary q/k, no biases, padded keys masked.
 
     q, k and v come from one fused kernel [hidden, 3 * heads * head_size]
-    (one matmul instead of three); checkpoints store them apart.
+    (one matmul instead of three); checkpoints store them apart. One transpose
+    puts them head-major ([3, batch, heads, length, d]) and a split separates
+    them; 1/sqrt(d) is folded into q's rotary tables instead of the scores.
     """
 
     def __init__(self, num_heads, head_size, kernel_initializer="glorot_uniform",
@@ -94,18 +163,23 @@ class SelfAttention(keras.layers.Layer):
             name="output_kernel", shape=(inner, hidden_size), initializer=self.kernel_initializer
         )
 
-    def call(self, x, attention_bias, cos, sin, training=False):
+    def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
+        """x [batch, length, hidden]; attention_bias [batch, 1, 1, length] (0 or -inf);
+        cos, sin [length, head_size] from `rotary_tables`; output_scale multiplies the
+        output (applied to the [inner, hidden] output kernel, not to the activations)."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        qkv = ops.reshape(ops.matmul(x, self.qkv_kernel),
+        qkv = ops.reshape(dense(x, self.qkv_kernel),
                           (batch, length, 3, self.num_heads, self.head_size))
-        qk = apply_rotary(qkv[:, :, :2], cos, sin)  # rotate q and k in one op
-        q, k, v = qk[:, :, 0], qk[:, :, 1], qkv[:, :, 2]
-        scores = ops.einsum("bjhd,bkhd->bhjk", q, k) / math.sqrt(self.head_size)
+        q, k, v = (ops.squeeze(t, 0) for t in ops.split(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3))
+        scale = 1.0 / math.sqrt(self.head_size)
+        q = apply_rotary(q, cos * scale, sin * scale)  # scores come out scaled
+        k = apply_rotary(k, cos, sin)
+        scores = ops.einsum("bhjd,bhkd->bhjk", q, k)
         weights = softmax_with_exact_sum(scores + attention_bias)
         weights = self.dropout(weights, training=training)
-        context = ops.einsum("bhjk,bkhd->bjhd", weights, v)
+        context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
-        return ops.matmul(context, self.output_kernel)
+        return dense(context, scaled(self.output_kernel, output_scale))
 
     def get_config(self):
         return {
@@ -136,8 +210,10 @@ class FeedForward(keras.layers.Layer):
             initializer=self.kernel_initializer,
         )
 
-    def call(self, x):
-        return ops.matmul(ops.relu(ops.matmul(x, self.inner_kernel)), self.output_kernel)
+    def call(self, x, output_scale=None):
+        """output_scale multiplies the output (applied to the output kernel)."""
+        hidden = ops.relu(dense(x, self.inner_kernel))
+        return dense(hidden, scaled(self.output_kernel, output_scale))
 
     def get_config(self):
         return {
@@ -147,11 +223,17 @@ class FeedForward(keras.layers.Layer):
         }
 
 
+def scaled(kernel, scale):
+    return kernel if scale is None else kernel * scale
+
+
 class TransformerLayer(keras.layers.Layer):
     """Post-norm block: x = norm(x + a * Attention(x)); x = norm(x + a * FFN(x)).
 
     `a` is the residual scale (RoFormerV2 paper); the backbone owns it so that
-    one variable drives every layer and checkpoints carry it.
+    one variable drives every layer and checkpoints carry it. Both branches end
+    in a bias-free matmul, so `a` scales their output kernels ([inner, hidden])
+    rather than their [batch, length, hidden] outputs: same product, less work.
     """
 
     def __init__(self, num_heads, head_size, intermediate_size, dropout=0.0,
@@ -172,10 +254,11 @@ class TransformerLayer(keras.layers.Layer):
         self.feed_forward.build(input_shape)
 
     def call(self, x, attention_bias, cos, sin, alpha, training=False):
-        residual = self.attention(x, attention_bias, cos, sin, training=training)
-        x = self.attention_norm(x + alpha * self.dropout(residual, training=training))
-        residual = self.feed_forward(x)
-        return self.feed_forward_norm(x + alpha * self.dropout(residual, training=training))
+        residual = self.attention(x, attention_bias, cos, sin, output_scale=alpha,
+                                  training=training)
+        x = self.attention_norm(x + self.dropout(residual, training=training))
+        residual = self.feed_forward(x, output_scale=alpha)
+        return self.feed_forward_norm(x + self.dropout(residual, training=training))
 
     def get_config(self):
         return {**super().get_config(), **self.config}

@@ -14,7 +14,7 @@ import re
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import ChoiceExample
-from data_adapters.reading import MISSING, json_array_records, lookup, read_text, records
+from data_adapters.reading import MISSING, json_array_records, json_document, lookup, read_text, records
 
 OTHER_BLANK = "#"
 CHID_BLANK = "#idiom#"
@@ -148,10 +148,8 @@ class Cmrc2019Adapter(Adapter):
 
     def read(self, paths, options, fields, task_type, labels, report):
         for path in paths:
-            try:
-                data = json.loads(read_text(path))
-            except json.JSONDecodeError as error:
-                report.skip(f"bad JSON ({error.msg}); the file cannot be read", path, error.lineno)
+            data = json_document(path, report)
+            if data is None:
                 continue
             entries = data.get("data") if isinstance(data, dict) else data
             if not isinstance(entries, list):

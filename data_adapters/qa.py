@@ -14,11 +14,10 @@ instead, as TextExample(question, context, label): "span", "YES", "NO" or
 example; its answer spans are every occurrence of the answer in the passage
 (the answer has no offset), and an empty answer means "not in this passage".
 """
-import json
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Span, SpanQAExample, TextExample
-from data_adapters.reading import LabelRule, read_text, records
+from data_adapters.reading import LabelRule, json_document, records
 
 YES_NO = ("YES", "NO")
 
@@ -43,10 +42,8 @@ class SquadAdapter(Adapter):
 
     def read(self, paths, options, fields, task_type, labels, report):
         for path in paths:
-            try:
-                data = json.loads(read_text(path))
-            except json.JSONDecodeError as error:
-                report.skip(f"bad JSON ({error.msg}); the file cannot be read", path, error.lineno)
+            data = json_document(path, report)
+            if data is None:
                 continue
             articles = data.get("data") if isinstance(data, dict) else None
             if not isinstance(articles, list):
@@ -61,18 +58,24 @@ class SquadAdapter(Adapter):
                         yield from self.paragraph(paragraph, path, report)
 
     @staticmethod
-    def paragraph(paragraph, path, report):
+    def questions(paragraph, path, report):
+        """(qa, context, question) for each usable question; bad ones counted as skipped."""
         context = paragraph.get("context")
         if not isinstance(context, str):
             report.skip("paragraph without a context string", path, f"paragraph {paragraph.get('id')}")
             return
         for qa in paragraph.get("qas", []):
             report.count("questions")
-            id_ = qa.get("id")
             question = qa.get("question")
             if not isinstance(question, str) or not question.strip():
-                report.skip("question missing or empty", path, f"id {id_}")
+                report.skip("question missing or empty", path, f"id {qa.get('id')}")
                 continue
+            yield qa, context, question
+
+    @staticmethod
+    def paragraph(paragraph, path, report):
+        for qa, context, question in SquadAdapter.questions(paragraph, path, report):
+            id_ = qa.get("id")
             # v2 files may list plausible answers on impossible questions: not answers.
             given = [] if impossible(qa) else qa.get("answers") or []
             answers = []
@@ -94,16 +97,7 @@ class SquadAdapter(Adapter):
 
     @staticmethod
     def answer_kinds(paragraph, rule, path, report):
-        context = paragraph.get("context")
-        if not isinstance(context, str):
-            report.skip("paragraph without a context string", path, f"paragraph {paragraph.get('id')}")
-            return
-        for qa in paragraph.get("qas", []):
-            report.count("questions")
-            question = qa.get("question")
-            if not isinstance(question, str) or not question.strip():
-                report.skip("question missing or empty", path, f"id {qa.get('id')}")
-                continue
+        for qa, context, question in SquadAdapter.questions(paragraph, path, report):
             given = [] if impossible(qa) else qa.get("answers") or []
             label, reason = rule.check(answer_kind(given))
             if reason:

@@ -67,6 +67,15 @@ def read_text(path, encoding="utf-8"):
                          "save it as UTF-8") from None
 
 
+def json_document(path, report):
+    """A whole-file JSON document, or None after counting the file as skipped (bad JSON)."""
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        report.skip(f"bad JSON ({error.msg}); the file cannot be read", path, error.lineno)
+        return None
+
+
 def json_records(path, report):
     """(line, value) for each JSON value of a JSON-lines file, also when objects
     are pretty-printed over several lines (CLUENER) or written back to back on

@@ -6,6 +6,7 @@ no absolute positions. Output: [batch, length, hidden].
 """
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -186,9 +187,7 @@ class RoFormerV2Backbone(keras.Model):
                        **(extra or {})}, f, indent=2, ensure_ascii=False)
         self.save_weights(os.path.join(directory, "model.weights.h5"))
         if vocab_path is not None:
-            with open(vocab_path, encoding="utf-8") as src, \
-                    open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as dst:
-                dst.write(src.read())
+            shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
 
     def count_params_exact(self):
         """Trainable parameters (residual alpha excluded)."""

@@ -5,6 +5,7 @@ LayerNorm and position tables are absent in RoFormerV2). Kernels are (in, out).
 """
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -162,6 +163,4 @@ def save_bert4keras(backbone, directory, vocab_path=None):
         json.dump(bert_config_from_config(backbone.config), f, indent=2)
     write_checkpoint(backbone_to_checkpoint_weights(backbone), os.path.join(directory, "bert_model.ckpt"))
     if vocab_path is not None:
-        with open(vocab_path, encoding="utf-8") as src, \
-                open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as dst:
-            dst.write(src.read())
+        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))

@@ -1,6 +1,7 @@
 """Export a run's trained backbone: our keras preset, bert4keras checkpoint, keras-hub preset."""
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -9,14 +10,21 @@ from mtl_framework.backbone import RoFormerV2Backbone
 FORMATS = ("keras", "bert4keras", "keras-hub")
 
 
-def latest_checkpoint(run_dir):
+def checkpoint_dirs(run_dir):
+    """The run's checkpoints/step-N folder names, oldest first."""
     root = os.path.join(run_dir, "checkpoints")
-    steps = sorted((d for d in os.listdir(root) if d.startswith("step-")) if os.path.isdir(root) else [],
-                   key=lambda d: int(d.split("-")[1]))
+    if not os.path.isdir(root):
+        return []
+    return sorted((d for d in os.listdir(root) if d.startswith("step-")),
+                  key=lambda d: int(d.split("-")[1]))
+
+
+def latest_checkpoint(run_dir):
+    steps = checkpoint_dirs(run_dir)
     if not steps:
         raise FileNotFoundError(f"{run_dir}: no checkpoints/step-* folder; is this a run directory "
                                 "written by `mtl train`?")
-    return os.path.join(root, steps[-1])
+    return os.path.join(run_dir, "checkpoints", steps[-1])
 
 
 def load_run_backbone(run_dir):
@@ -58,7 +66,5 @@ def export(run_dir, fmt, output):
         from mtl_framework.interop.hub import to_keras_hub
 
         to_keras_hub(backbone).save_to_preset(output)
-        with open(vocab, encoding="utf-8") as src, \
-                open(os.path.join(output, "vocab.txt"), "w", encoding="utf-8") as dst:
-            dst.write(src.read())
+        shutil.copyfile(vocab, os.path.join(output, "vocab.txt"))
     return output

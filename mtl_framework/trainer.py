@@ -22,6 +22,7 @@ import yaml
 from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
 from mtl_framework.cache import TaskStream, cached_features
 from mtl_framework.experiment import load_experiment
+from mtl_framework.export import checkpoint_dirs
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.registry import load_registry
@@ -201,11 +202,7 @@ class Run:
     # --- checkpoints ----------------------------------------------------------
 
     def checkpoint_dirs(self):
-        root = os.path.join(self.run_dir, "checkpoints")
-        if not os.path.isdir(root):
-            return []
-        return sorted((d for d in os.listdir(root) if d.startswith("step-")),
-                      key=lambda d: int(d.split("-")[1]))
+        return checkpoint_dirs(self.run_dir)
 
     def save_checkpoint(self, step, keep):
         root = os.path.join(self.run_dir, "checkpoints")

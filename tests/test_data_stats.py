@@ -67,3 +67,65 @@ def test_stats_on_real_data(shared_data, capsys):
     assert code == 0
     assert (rows["cmrc2018"]["questions"], rows["cmrc2018"]["examples"]) == (3219, 3216)
     assert rows["ocnli"]["skipped"]["label '-' is in skip_labels"]["count"] == 50
+
+
+def read_json_stream(path):
+    """Every JSON object in a file of concatenated (pretty-printed) objects."""
+    decoder, text, objects, index = json.JSONDecoder(), Path(path).read_text("utf-8"), [], 0
+    while True:
+        while index < len(text) and text[index].isspace():
+            index += 1
+        if index >= len(text):
+            return objects
+        obj, index = decoder.raw_decode(text, index)
+        objects.append(obj)
+
+
+def test_stats_counts_truncation_and_cut_spans_on_real_ner(shared_data, tmp_path, capsys):
+    """At max_length 24 on cluener dev, `truncated` and `cut` equal counts made
+    directly: a text is truncated when [CLS] text [SEP] is over 24 tokens, an
+    entity is cut when [CLS] + the tokens of the text up to its end pass 23."""
+    from mtl_framework.tokenizer import Tokenizer
+    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+
+    records = read_json_stream(shared_data / "cluener" / "dev.json")
+    texts = [record["text"] for record in records]
+    vocab = tmp_path / "vocab.txt"
+    write_vocab(build_vocab(count_units(texts), max_size=3000), vocab)
+    tokenizer, limit = Tokenizer(str(vocab)), 24
+    truncated = sum(len(tokenizer.encode(text)[0]) > limit for text in texts)
+    ends = [(record["text"], end) for record in records
+            for mentions in record["label"].values() for spans in mentions.values()
+            for _, end in spans]
+    cut = sum(len(tokenizer.encode(text[:end + 1])[0]) - 1 > limit - 1 for text, end in ends)
+    assert (len(ends), truncated, cut) == (3072, 1163, 1156)
+
+    code = mtl("stats", "cluener", "--data-root", str(shared_data), "--split", "dev", "--json",
+               "--vocab", str(vocab), "--max-length", str(limit), "--cache-dir", str(tmp_path / "cache"))
+    (row,) = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert row["features"]["max_length"] == 24 and row["features"]["rows"] == 1343
+    assert row["features"]["truncated"] == {"text over max_length": truncated}
+    assert row["features"]["spans_lost"] == {"entity truncated (past max_length)": cut}
+
+    code = mtl("stats", "cluener", "--data-root", str(shared_data), "--split", "dev",
+               "--vocab", str(vocab), "--max-length", str(limit), "--cache-dir", str(tmp_path / "cache"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[6:8] == ["truncated", "cut"]
+    assert lines[1].split()[:8] == ["cluener", "dev", "1343", "0", "3072", "0", "1163", "1156"]
+    assert "    cut 1156: entity truncated (past max_length)" in lines
+
+
+def test_stats_max_length_needs_a_vocab(capsys):
+    code = mtl("stats", "fixture_squad", "--specs", str(SPECS), "--data-root", str(FIXTURES),
+               "--max-length", "64")
+    assert code == 1 and "--max-length needs --vocab" in capsys.readouterr().err
+
+
+def test_stats_bad_vocab_names_the_file(tmp_path, capsys):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("a\nb\n", encoding="utf-8")
+    code = mtl("stats", "fixture_squad", "--specs", str(SPECS), "--data-root", str(FIXTURES),
+               "--vocab", str(vocab))
+    err = capsys.readouterr().err
+    assert code == 1 and str(vocab) in err and "[PAD]" in err

@@ -2,6 +2,11 @@
 
     mtl data stats cmrc2018 cluener --data-root ../shared/data
     mtl data stats --split dev --json
+    mtl data stats cmrc2018 --vocab runs/demo/vocab.txt --max-length 256
+
+With --vocab, every split is also turned into features (through the feature
+cache) and each row says how many examples truncation cut and how many
+answer/entity spans it cost, at the spec's max_length or --max-length.
 
 Exit status 0 when every split was read (skips are reported, not failures),
 1 when a split could not be read at all (missing file, bad option), 2 for an
@@ -29,6 +34,14 @@ def register(subparsers):
                             f"(default: $MTL_DATA_ROOT, else ./{data_stats.DEFAULT_DATA_ROOT})")
     stats.add_argument("--split", action="append", metavar="S",
                        help="only this split (repeat for several; default: every split a spec lists)")
+    stats.add_argument("--vocab", metavar="VOCAB_TXT", default=None,
+                       help="also featurize with this vocab and count truncated examples and "
+                            "the spans truncation cuts off")
+    stats.add_argument("--max-length", type=int, metavar="N", default=None,
+                       help="with --vocab: this max_length instead of each spec's")
+    stats.add_argument("--cache-dir", metavar="DIR", default=None,
+                       help="with --vocab: feature cache folder (default: $MTL_CACHE_DIR, "
+                            "else ./.cache/features)")
     stats.add_argument("--json", action="store_true", help="a JSON list of rows instead of a table")
     stats.set_defaults(func=run_stats)
 
@@ -47,13 +60,29 @@ def run_stats(args):
     except reg.UnknownTaskError as error:
         print(f"mtl data stats: {error}", file=sys.stderr)
         return 2
-    rows = data_stats.collect(tasks, data_root, args.split)
+    tokenizer = None
+    if args.max_length is not None and not args.vocab:
+        print("mtl data stats: --max-length needs --vocab (truncation depends on the tokens)",
+              file=sys.stderr)
+        return 1
+    if args.vocab:
+        from mtl_framework.tokenizer import Tokenizer
+
+        try:
+            tokenizer = Tokenizer(args.vocab)
+        except (OSError, ValueError) as error:
+            print(f"mtl data stats: --vocab {args.vocab}: {error}", file=sys.stderr)
+            return 1
+    rows = data_stats.collect(tasks, data_root, args.split, tokenizer, args.max_length,
+                              args.cache_dir)
     if args.json:
         json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
         print()
     else:
         print(data_stats.format_table(rows) if rows else "no task has such a split")
-    failed = [row for row in rows if "error" in row]
+    if not args.vocab and not args.json:
+        print("(truncation not counted: add --vocab VOCAB_TXT to featurize and count it)")
+    failed = [row for row in rows if "error" in row or "error" in row.get("features", {})]
     if failed:
         print(f"{len(failed)} split(s) could not be read; see `error` above", file=sys.stderr)
     return 1 if failed else 0

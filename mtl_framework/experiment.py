@@ -14,7 +14,7 @@ KEYS = {
     "balancing": str, "tasks_per_update": int, "batch_size": int, "max_length": int,
     "optimizer": dict, "steps": int, "seed": int, "output_dir": str, "checkpoint_every": int,
     "keep_checkpoints": int, "eval_every": int, "vocab": str, "cache_dir": str,
-    "eval_batches": int, "name": str,
+    "eval_batches": int, "name": str, "distribution": str, "precision": str,
 }
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
@@ -22,9 +22,12 @@ BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads",
 SAMPLING = ("proportional", "temperature", "uniform", "fixed")
 BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
 OPTIMIZERS = ("adamw", "lamb", "adam", "sgd")
+DISTRIBUTION = ("none", "mirrored", "multi_worker")
+PRECISION = ("float32", "mixed_bfloat16", "mixed_float16")
 DEFAULTS = dict(sampling="proportional", balancing="gradient_norm", tasks_per_update=8,
                 batch_size=16, max_length=128, steps=100, seed=0, checkpoint_every=50,
-                keep_checkpoints=3, eval_every=0, eval_batches=20, task_specs=[])
+                keep_checkpoints=3, eval_every=0, eval_batches=20, task_specs=[],
+                distribution="none", precision="float32")
 
 
 class ExperimentError(ValueError):
@@ -103,7 +106,8 @@ def load_experiment(path):
                 hint = difflib.get_close_matches(key, BACKBONE_KEYS, n=1)
                 error(f"backbone.{key}", f"unknown backbone key {key!r}"
                       + (f" (did you mean {hint[0]!r}?)" if hint else ""))
-    for key, choices in (("balancing", BALANCING),):
+    for key, choices in (("balancing", BALANCING), ("distribution", DISTRIBUTION),
+                         ("precision", PRECISION)):
         if key in raw and raw[key] not in choices:
             error(key, f"{key} must be one of {choices}, got {raw[key]!r}")
     sampling = raw.get("sampling", DEFAULTS["sampling"])

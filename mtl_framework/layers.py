@@ -29,6 +29,7 @@ class RMSNorm(keras.layers.Layer):
     def __init__(self, epsilon=1e-7, **kwargs):
         super().__init__(**kwargs)
         self.epsilon = epsilon
+        self.built = True  # no weights: fit under a tf.distribute strategy checks every layer is built
 
     def call(self, x):
         epsilon = self.epsilon

@@ -7,10 +7,17 @@ run_dir/
                         (step, sampler and per-task stream positions), written atomically
   metrics.jsonl         one line per update: per-task loss, gradient norm, rates
   logs/                 TensorBoard scalars
+
+Distributed runs (`distribution: mirrored | multi_worker`): every process builds the
+same streams and model in the strategy's scope; only the chief (task `chief`, else
+worker 0) writes the run directory; the other workers keep their vocab, metrics and
+logs in a temporary folder, removed at the end, and resume from the chief's checkpoints.
 """
+import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 
@@ -21,6 +28,7 @@ import yaml
 
 from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
 from mtl_framework.cache import TaskStream, cached_features
+from mtl_framework.distributed import is_chief, make_strategy, precision_policy
 from mtl_framework.experiment import load_experiment
 from mtl_framework.export import checkpoint_dirs
 from mtl_framework.heads import build_head
@@ -92,8 +100,8 @@ class RunLogger(keras.callbacks.Callback):
     def __init__(self, run, every, keep, start_step):
         super().__init__()
         self.run, self.every, self.keep, self.step = run, every, keep, start_step
-        self.metrics = open(os.path.join(run.run_dir, "metrics.jsonl"), "a", encoding="utf-8")
-        self.writer = tf.summary.create_file_writer(os.path.join(run.run_dir, "logs"))
+        self.metrics = open(os.path.join(run.work_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -127,12 +135,23 @@ class RunLogger(keras.callbacks.Callback):
 
 
 class Run:
-    def __init__(self, experiment_path, output=None, log=print):
+    def __init__(self, experiment_path, output=None, log=print, distribution=None):
         self.log = log
         self.experiment = experiment = load_experiment(experiment_path)
+        if distribution is not None:
+            experiment.raw["distribution"] = distribution
+        # First of all: MultiWorkerMirroredStrategy must exist before any TensorFlow op runs.
+        self.strategy = make_strategy(experiment.distribution)
+        self.is_chief = is_chief(self.strategy)
         self.run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
             os.path.join("runs", os.path.splitext(os.path.basename(experiment_path))[0])
         os.makedirs(self.run_dir, exist_ok=True)
+        # Where this process writes: the run directory (chief) or a scratch folder.
+        self.work_dir = self.run_dir if self.is_chief else tempfile.mkdtemp(prefix="mtl-worker-")
+        if self.strategy is not None:
+            log(f"distribution: {experiment.distribution}, "
+                f"{self.strategy.num_replicas_in_sync} replica(s), "
+                f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
         spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs]
         self.registry = load_registry(spec_dirs or None)
         self.data_root = experiment.resolve_path(experiment.raw.get("data_root")) or \
@@ -141,18 +160,20 @@ class Run:
         names = [n for n in entries if n != MLM_TASK]
         self.tasks = self.registry.select(names)
         self.tokenizer = prepare_vocab(experiment, self.registry, self.tasks, self.data_root,
-                                       self.run_dir, log)
-        with open(os.path.join(self.run_dir, "experiment.yaml"), "w", encoding="utf-8") as f:
+                                       self.work_dir, log)
+        with open(os.path.join(self.work_dir, "experiment.yaml"), "w", encoding="utf-8") as f:
             yaml.safe_dump({**experiment.raw, "data_root": os.path.abspath(self.data_root)}, f,
                            allow_unicode=True, sort_keys=False)
-        self.build(entries)
+        with self.strategy.scope() if self.strategy else contextlib.nullcontext():
+            self.build(entries)
 
     def build(self, entries):
         exp = self.experiment
         keras.utils.set_random_seed(exp.seed)
         cache_dir = exp.resolve_path(exp.raw.get("cache_dir"))
         streams, sizes, heads, loss_weights, fixed = {}, {}, {}, {}, {}
-        self.backbone = build_backbone(exp, self.tokenizer)
+        with precision_policy(exp.precision):
+            self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()
         hidden = self.backbone.config["hidden_size"]
         for i, task in enumerate(self.tasks):
@@ -164,16 +185,18 @@ class Run:
             sizes[task.name] = len(features)
             labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
             kwargs = {"multi_label": True} if task.multi_label else {}
-            heads[task.name] = build_head(task.type, len(labels) if labels else None, hidden,
-                                          name=task.name, **kwargs)
+            with precision_policy(exp.precision):
+                heads[task.name] = build_head(task.type, len(labels) if labels else None, hidden,
+                                              name=task.name, **kwargs)
             loss_weights[task.name] = entry.get("loss_weight", task.loss_weight)
             rate = entry.get("rate", task.rate)
             if rate is not None:
                 fixed[task.name] = rate
         if MLM_TASK in entries:
             streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir)
-            heads[MLM_TASK] = build_head("mlm", self.tokenizer.vocab_size, hidden, name=MLM_TASK,
-                                         embeddings=self.backbone.token_embedding)
+            with precision_policy(exp.precision):
+                heads[MLM_TASK] = build_head("mlm", self.tokenizer.vocab_size, hidden,
+                                             name=MLM_TASK, embeddings=self.backbone.token_embedding)
             loss_weights[MLM_TASK] = entries[MLM_TASK].get("loss_weight", 1.0)
             if "rate" in entries[MLM_TASK]:
                 fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
@@ -184,7 +207,8 @@ class Run:
         sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed)
         self.mixture = Mixture(streams, sampler)
         self.model = MultiTaskModel(self.backbone, heads, exp.tasks_per_update, exp.balancing,
-                                    loss_weights)
+                                    loss_weights, loss_scale="dynamic"
+                                    if exp.precision == "mixed_float16" else None)
         self.model.compile(optimizer=build_optimizer(exp.raw.get("optimizer"), exp.steps))
         self.model.build_all()
         self.model.mixture = self.mixture
@@ -205,6 +229,8 @@ class Run:
         return checkpoint_dirs(self.run_dir)
 
     def save_checkpoint(self, step, keep):
+        if not self.is_chief:  # every worker holds the same values; one writes them
+            return
         root = os.path.join(self.run_dir, "checkpoints")
         final = os.path.join(root, f"step-{step:08d}")
         if os.path.exists(final):
@@ -251,6 +277,12 @@ class Run:
             self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")
             return self
         steps = tf.data.Dataset.range(remaining).repeat()
+        if self.strategy is not None:  # a strategy distributes batches; fit's elements go unread
+            steps = steps.batch(self.strategy.num_replicas_in_sync)
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = \
+                tf.data.experimental.AutoShardPolicy.OFF
+            steps = steps.with_options(options)
         logger = RunLogger(self, self.experiment.checkpoint_every,
                            self.experiment.keep_checkpoints, start)
         self.model.fit(steps, steps_per_epoch=remaining, epochs=1, verbose=1 if self.log else 0,

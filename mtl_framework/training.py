@@ -12,11 +12,20 @@ micro-batches come from `model.mixture` (anything with `next() -> (task, batch)`
 because single-task batches of different families have different structures.
 Tracing: one tf.function per task for the micro-step (traced on the task's
 first batch, reused after; length varies, so shapes are relaxed) and one for the update.
+
+Under a tf.distribute strategy (built in its scope; see distributed.py) every worker
+feeds the same global micro-batch; each replica takes its slice of the rows, and the
+per-task gradient is all-reduced (SUM, i.e. the gradient of the global-batch loss)
+BEFORE its backbone norm is taken, so N workers make the update of one process with
+the combined batch. Mixed precision: losses and norms are float32; with
+`loss_scale="dynamic"` (mixed_float16) the loss is scaled and the gradients unscaled
+before the norm, a non-finite micro-batch halves the scale.
 """
 import keras
 import numpy as np
 import tensorflow as tf
 
+from mtl_framework.distributed import shard_batch
 from mtl_framework.heads import backbone_inputs
 
 BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
@@ -28,7 +37,7 @@ class NonFiniteLossError(RuntimeError):
 
 class MultiTaskModel(keras.Model):
     def __init__(self, backbone, heads, tasks_per_update=8, balancing="gradient_norm",
-                 loss_weights=None, max_consecutive_bad=20, **kwargs):
+                 loss_weights=None, max_consecutive_bad=20, loss_scale=None, **kwargs):
         super().__init__(**kwargs)
         if balancing not in BALANCING:
             raise ValueError(f"balancing {balancing!r} is not one of {BALANCING}")
@@ -41,11 +50,17 @@ class MultiTaskModel(keras.Model):
         self.balancing = balancing
         self.loss_weights = {t: float((loss_weights or {}).get(t, 1.0)) for t in self.task_names}
         self.max_consecutive_bad = max_consecutive_bad
+        if loss_scale not in (None, "dynamic"):
+            raise ValueError(f"loss_scale must be None or 'dynamic', got {loss_scale!r}")
+        self.dynamic_loss_scale = loss_scale == "dynamic"
+        # Made in a strategy's scope: micro-steps then run per replica (see module doc).
+        self.strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
         self.mixture = None
         self.skipped = {t: 0 for t in self.task_names}
         self._consecutive_bad = {t: 0 for t in self.task_names}
         self._micro_steps = {}
         self._apply_update_fn = None
+        self._reset_fn = None
         self.last_micro_logs = []
 
     # --- variables ------------------------------------------------------------
@@ -65,14 +80,20 @@ class MultiTaskModel(keras.Model):
             for t, h in self.heads.items()}
         self.all_variables = self.backbone_variables + [
             v for t in self.task_names for v in self.head_variables[t]]
+        # ON_READ: each replica accumulates its own copy, no communication; the optimizer
+        # sums them across replicas when it applies (identical values here, see micro_step).
         self.accumulators = [
-            tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"accumulated_{i}")
+            tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"accumulated_{i}",
+                        synchronization=tf.VariableSynchronization.ON_READ,
+                        aggregation=tf.VariableAggregation.SUM)
             for i, v in enumerate(self.all_variables)]
         index = {id(v): i for i, v in enumerate(self.all_variables)}
         self._head_slots = {t: [index[id(v)] for v in self.head_variables[t]] for t in self.task_names}
         self.initial_losses = {
-            t: tf.Variable(0.0, trainable=False, name=f"initial_loss_{i}")
-            for i, t in enumerate(self.task_names)}
+            t: _replicated(0.0, f"initial_loss_{i}") for i, t in enumerate(self.task_names)}
+        if self.dynamic_loss_scale:
+            self.loss_scale = _replicated(2.0 ** 15, "loss_scale")
+            self._finite_in_a_row = _replicated(0, "finite_in_a_row")
         if self.optimizer is not None and not self.optimizer.built:
             self.optimizer.build(self.all_variables)
         self.built = True
@@ -84,6 +105,8 @@ class MultiTaskModel(keras.Model):
         for head in self.heads.values():
             variables += [v for v in head.variables if all(v is not b for b in self.backbone.variables)]
         variables += list(self.initial_losses.values())
+        if self.dynamic_loss_scale:
+            variables += [self.loss_scale, self._finite_in_a_row]
         if self.optimizer is not None:
             variables += list(self.optimizer.variables)
         return variables
@@ -99,6 +122,9 @@ class MultiTaskModel(keras.Model):
 
     def task_loss(self, task, batch, training=False):
         outputs = self.task_outputs(task, batch, training=training)
+        # mixed precision: heads compute in 16 bits, losses always in float32
+        outputs = tf.nest.map_structure(
+            lambda t: tf.cast(t, tf.float32) if t.dtype.is_floating else t, outputs)
         return self.heads[task].compute_task_loss(outputs, batch)
 
     # --- the mixed update --------------------------------------------------------
@@ -110,16 +136,33 @@ class MultiTaskModel(keras.Model):
         head_variables = self.head_variables[task]
         weight = self.loss_weights[task]
         initial_loss = self.initial_losses[task]
+        strategy = self.strategy
 
-        def micro_step(batch):
+        def replica_step(batch):
+            variables = self.backbone_variables + head_variables
+            replicas = 1
+            if strategy is not None:  # this replica's rows, weighted by their share
+                context = tf.distribute.get_replica_context()
+                replicas = context.num_replicas_in_sync
+                batch, share = shard_batch(self.heads[task], batch,
+                                           context.replica_id_in_sync_group, replicas)
             with tf.GradientTape() as tape:
                 raw_loss = self.task_loss(task, batch, training=True)
+                if strategy is not None:
+                    raw_loss = raw_loss * share
                 loss = raw_loss * weight
-            gradients = tape.gradient(loss, self.backbone_variables + head_variables)
+                if self.dynamic_loss_scale:
+                    scaled_loss = loss * self.loss_scale
+            gradients = tape.gradient(scaled_loss if self.dynamic_loss_scale else loss, variables)
             # Embedding gradients come as IndexedSlices with repeated ids: densify
             # before taking norms (global_norm on slices ignores duplicates).
-            gradients = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                         for g, v in zip(gradients, self.backbone_variables + head_variables)]
+            gradients = [tf.zeros_like(v) if g is None else tf.cast(tf.convert_to_tensor(g), v.dtype)
+                         for g, v in zip(gradients, variables)]
+            if self.dynamic_loss_scale:
+                gradients = [g / self.loss_scale for g in gradients]
+            if strategy is not None:  # the global gradient, before any norm is taken
+                gradients, raw_loss, loss = context.all_reduce(
+                    tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
             backbone_norm = tf.linalg.global_norm(gradients[: len(self.backbone_variables)])
             finite = tf.math.is_finite(loss) & tf.math.is_finite(backbone_norm) & tf.reduce_all(
                 [tf.reduce_all(tf.math.is_finite(g)) for g in gradients[len(self.backbone_variables):]]
@@ -135,21 +178,49 @@ class MultiTaskModel(keras.Model):
             else:
                 scale = tf.constant(1.0)
             scale = tf.where(finite, scale, 0.0)
+            if replicas > 1:  # every replica holds the reduced gradient; the optimizer sums them
+                scale = scale / replicas
+            if self.dynamic_loss_scale:
+                self._update_loss_scale(finite)
             slots = list(range(len(self.backbone_variables))) + head_slots
             for slot, gradient in zip(slots, gradients):
                 safe = tf.where(tf.math.is_finite(gradient), gradient, tf.zeros_like(gradient))
                 self.accumulators[slot].assign_add(safe * tf.cast(scale, safe.dtype))
             return {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
 
+        def micro_step(batch):
+            if strategy is None:
+                return replica_step(batch)
+            results = strategy.run(replica_step, args=(batch,))  # equal on every replica
+            return {k: strategy.experimental_local_results(v)[0] for k, v in results.items()}
+
         self._micro_steps[task] = tf.function(micro_step, reduce_retracing=True)
         return self._micro_steps[task]
 
+    def _update_loss_scale(self, finite):
+        """Dynamic loss scaling (mixed_float16): halve on a non-finite micro-batch,
+        double after 2000 finite ones in a row (Keras LossScaleOptimizer's schedule)."""
+        count = tf.where(finite, self._finite_in_a_row + 1, 0)
+        grow = count >= 2000
+        factor = tf.where(finite, tf.where(grow, 2.0, 1.0), 0.5)
+        self.loss_scale.assign(tf.clip_by_value(self.loss_scale * factor, 1.0, 2.0 ** 24))
+        self._finite_in_a_row.assign(tf.where(grow, 0, count))
+
+    def _on_replicas(self, fn):
+        return fn() if self.strategy is None else self.strategy.run(fn)
+
+    def _zero_accumulators(self):
+        for a in self.accumulators:
+            a.assign(tf.zeros_like(a))
+
     def _apply_update(self):
         if self._apply_update_fn is None:
-            def apply_update():
+            def apply_local():  # per replica: Keras all-reduces (SUMs) the gradients itself
                 self.optimizer.apply([a.read_value() for a in self.accumulators], self.all_variables)
-                for a in self.accumulators:
-                    a.assign(tf.zeros_like(a))
+                self._zero_accumulators()
+
+            def apply_update():
+                self._on_replicas(apply_local)
                 self.backbone.update_residual_alpha(self.optimizer.iterations)
             self._apply_update_fn = tf.function(apply_update)
         self._apply_update_fn()
@@ -175,8 +246,9 @@ class MultiTaskModel(keras.Model):
         if good:
             self._apply_update()
         else:  # nothing finite to apply: drop the update rather than step on zeros
-            for a in self.accumulators:
-                a.assign(tf.zeros_like(a))
+            if self._reset_fn is None:
+                self._reset_fn = tf.function(lambda: self._on_replicas(self._zero_accumulators))
+            self._reset_fn()
         self.last_micro_logs = logs
         return logs
 
@@ -196,3 +268,11 @@ class MultiTaskModel(keras.Model):
 
         self.train_function = train_function
         return train_function
+
+
+def _replicated(value, name):
+    """A scalar every replica updates to the same value (computed from reduced quantities):
+    kept per replica, read from the first, so updating it needs no communication."""
+    return tf.Variable(value, trainable=False, name=name,
+                       synchronization=tf.VariableSynchronization.ON_READ,
+                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)

@@ -1,0 +1,107 @@
+"""Training on several devices or machines with tf.distribute, and mixed precision.
+
+    strategy = make_strategy("multi_worker")   # before any other TensorFlow op
+    with strategy.scope(), precision_policy("mixed_bfloat16"):
+        ...build backbone and heads...
+
+Experiment key `distribution`:
+  none          one process, no strategy
+  mirrored      tf.distribute.MirroredStrategy over every local device (GPUs, else the CPU)
+  multi_worker  tf.distribute.MultiWorkerMirroredStrategy, cluster from $TF_CONFIG
+
+How a micro-batch is split (MultiTaskModel under a strategy): every worker draws
+the same task and the same global batch (same seed, same streams); each replica
+computes on its own contiguous slice of the rows (`shard_batch`), weighting its
+loss by its share of the global loss denominator (rows, or masked tokens for
+mlm), so the per-replica gradients SUM to the gradient of the global-batch loss.
+"""
+import contextlib
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+from mtl_framework.heads import MLMHead
+
+DISTRIBUTION = ("none", "mirrored", "multi_worker")
+PRECISION = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+def make_strategy(distribution="none"):
+    """None (no strategy) or a tf.distribute strategy. MultiWorkerMirroredStrategy must be
+    made before any other TensorFlow op runs in the process (it configures collectives)."""
+    if distribution in (None, "none"):
+        return None
+    if distribution == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if distribution == "multi_worker":
+        if not os.environ.get("TF_CONFIG"):
+            raise ValueError("distribution: multi_worker needs $TF_CONFIG (the cluster and this "
+                             "worker's task); see README 'Multi-host training'")
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    raise ValueError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
+
+
+def worker_task(strategy=None):
+    """(task_type, task_id) of this process: ('chief'|'worker', i), or (None, 0) alone."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is not None and resolver.task_type:
+        return resolver.task_type, int(resolver.task_id or 0)
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}") if strategy is not None else {}
+    task = config.get("task") or {}
+    return task.get("type"), int(task.get("index", 0))
+
+
+def is_chief(strategy=None):
+    """The process that writes checkpoints and metrics: the `chief` task, else worker 0."""
+    task_type, task_id = worker_task(strategy)
+    if task_type is None or task_type == "chief":
+        return True
+    resolver = getattr(strategy, "cluster_resolver", None)
+    cluster = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    return task_type == "worker" and task_id == 0 and "chief" not in cluster
+
+
+def loss_denominator(head, batch):
+    """What the head's loss averages over: masked tokens for mlm, rows for every other head
+    (their losses are means over the batch of per-example losses)."""
+    if isinstance(head, MLMHead):
+        return tf.reduce_sum(tf.cast(batch["mlm_labels"] > 0, tf.float32))
+    return tf.cast(tf.shape(batch["token_ids"])[0], tf.float32)
+
+
+def shard_batch(head, batch, replica_id, num_replicas):
+    """(this replica's rows of `batch`, its share of the global loss denominator).
+
+    Rows [n*r/R, n*(r+1)/R) of the n rows; padding stays the global batch's (the
+    backbone's output does not depend on it). A replica left without rows (n < R)
+    computes on row 0 with share 0, so its gradient is exactly zero.
+    """
+    n = tf.shape(batch["token_ids"])[0]
+    replica_id = tf.cast(replica_id, tf.int32)
+    start = n * replica_id // num_replicas
+    end = n * (replica_id + 1) // num_replicas
+    empty = tf.equal(start, end)
+    start = tf.where(empty, 0, start)
+    end = tf.where(empty, 1, end)
+    local = {k: v[start:end] for k, v in batch.items()}
+    total = loss_denominator(head, batch)
+    share = loss_denominator(head, local) / tf.maximum(total, 1.0)
+    return local, tf.where(empty, 0.0, share)
+
+
+@contextlib.contextmanager
+def precision_policy(precision="float32"):
+    """Layers made inside take the Keras dtype policy `precision` (mixed_*: float32
+    variables, 16-bit compute); the global policy is restored on exit."""
+    if precision not in PRECISION:
+        raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)

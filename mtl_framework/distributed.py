@@ -22,10 +22,8 @@ import os
 import keras
 import tensorflow as tf
 
+from mtl_framework.experiment import DISTRIBUTION, PRECISION, ExperimentError
 from mtl_framework.heads import MLMHead
-
-DISTRIBUTION = ("none", "mirrored", "multi_worker")
-PRECISION = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def make_strategy(distribution="none"):
@@ -37,12 +35,12 @@ def make_strategy(distribution="none"):
         return tf.distribute.MirroredStrategy()
     if distribution == "multi_worker":
         if not os.environ.get("TF_CONFIG"):
-            raise ValueError("distribution: multi_worker needs $TF_CONFIG (the cluster and this "
+            raise ExperimentError("distribution: multi_worker needs $TF_CONFIG (the cluster and this "
                              "worker's task); see README 'Multi-host training'")
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    raise ValueError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
+    raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
 
 
 def worker_task(strategy=None):

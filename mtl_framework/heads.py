@@ -124,7 +124,7 @@ class GlobalPointer(_Pointer):
         x = ops.reshape(x, (b, n, self.heads, 2 * d))
         qw, kw = x[..., :d], x[..., d:]
         if self.RoPE:
-            pos = sinusoidal_embeddings(n, d, x.dtype)
+            pos = ops.cast(sinusoidal_embeddings(n, d), x.dtype)  # positions exact in float32
             qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
         logits = ops.einsum("bmhd,bnhd->bhmn", qw, kw) / d**0.5
         return pointer_masking(logits, mask, self.tril_mask)
@@ -149,7 +149,7 @@ class EfficientGlobalPointer(_Pointer):
         x = self.p_dense(inputs)
         qw, kw = x[..., ::2], x[..., 1::2]
         if self.RoPE:
-            pos = sinusoidal_embeddings(ops.shape(x)[1], d, x.dtype)
+            pos = ops.cast(sinusoidal_embeddings(ops.shape(x)[1], d), x.dtype)
             qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
         logits = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
         bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]

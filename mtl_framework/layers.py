@@ -32,6 +32,8 @@ class RMSNorm(keras.layers.Layer):
         self.built = True  # no weights: fit under a tf.distribute strategy checks every layer is built
 
     def call(self, x):
+        if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):  # mixed: in float32
+            return ops.cast(self.call(ops.cast(x, "float32")), x.dtype)
         epsilon = self.epsilon
 
         @ops.custom_gradient

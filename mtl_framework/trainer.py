@@ -285,8 +285,12 @@ class Run:
             steps = steps.with_options(options)
         logger = RunLogger(self, self.experiment.checkpoint_every,
                            self.experiment.keep_checkpoints, start)
-        self.model.fit(steps, steps_per_epoch=remaining, epochs=1, verbose=1 if self.log else 0,
-                       callbacks=[logger])
+        try:
+            self.model.fit(steps, steps_per_epoch=remaining, epochs=1,
+                           verbose=1 if self.log and self.is_chief else 0, callbacks=[logger])
+        finally:
+            if self.work_dir != self.run_dir:
+                shutil.rmtree(self.work_dir, ignore_errors=True)
         return self
 
 

@@ -18,8 +18,10 @@ feeds the same global micro-batch; each replica takes its slice of the rows, and
 per-task gradient is all-reduced (SUM, i.e. the gradient of the global-batch loss)
 BEFORE its backbone norm is taken, so N workers make the update of one process with
 the combined batch. Mixed precision: losses and norms are float32; with
-`loss_scale="dynamic"` (mixed_float16) the loss is scaled and the gradients unscaled
-before the norm, a non-finite micro-batch halves the scale.
+`loss_scale="dynamic"` (mixed_float16) each task's loss is multiplied by that task's
+own scale and its gradients divided by it before the norm; a non-finite micro-batch
+is skipped and halves its task's scale (a per-task scale: tasks' losses and loss
+weights differ by orders of magnitude, and each gradient is normalised on its own).
 """
 import keras
 import numpy as np
@@ -92,8 +94,10 @@ class MultiTaskModel(keras.Model):
         self.initial_losses = {
             t: _replicated(0.0, f"initial_loss_{i}") for i, t in enumerate(self.task_names)}
         if self.dynamic_loss_scale:
-            self.loss_scale = _replicated(2.0 ** 15, "loss_scale")
-            self._finite_in_a_row = _replicated(0, "finite_in_a_row")
+            self.loss_scales = {t: _replicated(2.0 ** 15, f"loss_scale_{i}")
+                                for i, t in enumerate(self.task_names)}
+            self._finite_in_a_row = {t: _replicated(0, f"finite_in_a_row_{i}")
+                                     for i, t in enumerate(self.task_names)}
         if self.optimizer is not None and not self.optimizer.built:
             self.optimizer.build(self.all_variables)
         self.built = True
@@ -106,7 +110,7 @@ class MultiTaskModel(keras.Model):
             variables += [v for v in head.variables if all(v is not b for b in self.backbone.variables)]
         variables += list(self.initial_losses.values())
         if self.dynamic_loss_scale:
-            variables += [self.loss_scale, self._finite_in_a_row]
+            variables += list(self.loss_scales.values()) + list(self._finite_in_a_row.values())
         if self.optimizer is not None:
             variables += list(self.optimizer.variables)
         return variables
@@ -152,14 +156,14 @@ class MultiTaskModel(keras.Model):
                     raw_loss = raw_loss * share
                 loss = raw_loss * weight
                 if self.dynamic_loss_scale:
-                    scaled_loss = loss * self.loss_scale
+                    scaled_loss = loss * self.loss_scales[task]
             gradients = tape.gradient(scaled_loss if self.dynamic_loss_scale else loss, variables)
             # Embedding gradients come as IndexedSlices with repeated ids: densify
             # before taking norms (global_norm on slices ignores duplicates).
             gradients = [tf.zeros_like(v) if g is None else tf.cast(tf.convert_to_tensor(g), v.dtype)
                          for g, v in zip(gradients, variables)]
             if self.dynamic_loss_scale:
-                gradients = [g / self.loss_scale for g in gradients]
+                gradients = [g / self.loss_scales[task] for g in gradients]
             if strategy is not None:  # the global gradient, before any norm is taken
                 gradients, raw_loss, loss = context.all_reduce(
                     tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
@@ -181,7 +185,7 @@ class MultiTaskModel(keras.Model):
             if replicas > 1:  # every replica holds the reduced gradient; the optimizer sums them
                 scale = scale / replicas
             if self.dynamic_loss_scale:
-                self._update_loss_scale(finite)
+                self._update_loss_scale(task, finite)
             slots = list(range(len(self.backbone_variables))) + head_slots
             for slot, gradient in zip(slots, gradients):
                 safe = tf.where(tf.math.is_finite(gradient), gradient, tf.zeros_like(gradient))
@@ -197,14 +201,16 @@ class MultiTaskModel(keras.Model):
         self._micro_steps[task] = tf.function(micro_step, reduce_retracing=True)
         return self._micro_steps[task]
 
-    def _update_loss_scale(self, finite):
-        """Dynamic loss scaling (mixed_float16): halve on a non-finite micro-batch,
-        double after 2000 finite ones in a row (Keras LossScaleOptimizer's schedule)."""
-        count = tf.where(finite, self._finite_in_a_row + 1, 0)
+    def _update_loss_scale(self, task, finite):
+        """Dynamic loss scaling (mixed_float16), per task: halve on a non-finite
+        micro-batch, double after 2000 finite ones in a row (Keras LossScaleOptimizer's
+        schedule, counted in this task's micro-batches)."""
+        scale, in_a_row = self.loss_scales[task], self._finite_in_a_row[task]
+        count = tf.where(finite, in_a_row + 1, 0)
         grow = count >= 2000
         factor = tf.where(finite, tf.where(grow, 2.0, 1.0), 0.5)
-        self.loss_scale.assign(tf.clip_by_value(self.loss_scale * factor, 1.0, 2.0 ** 24))
-        self._finite_in_a_row.assign(tf.where(grow, 0, count))
+        scale.assign(tf.clip_by_value(scale * factor, 1.0, 2.0 ** 24))
+        in_a_row.assign(tf.where(grow, 0, count))
 
     def _on_replicas(self, fn):
         return fn() if self.strategy is None else self.strategy.run(fn)

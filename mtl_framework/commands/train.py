@@ -1,4 +1,4 @@
-"""`mtl train EXPERIMENT.yaml [--output DIR] [--resume]`."""
+"""`mtl train EXPERIMENT.yaml [--output DIR] [--resume] [--distribution none|mirrored|multi_worker]`."""
 import sys
 
 
@@ -8,6 +8,9 @@ def register(subparsers):
     parser.add_argument("--output", default=None, help="run directory (default: output_dir or runs/NAME)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run directory's latest checkpoint")
+    parser.add_argument("--distribution", choices=("none", "mirrored", "multi_worker"), default=None,
+                        help="override the experiment's `distribution`: mirrored = all local "
+                             "devices, multi_worker = the cluster in $TF_CONFIG (run it on every host)")
     parser.set_defaults(func=run)
 
 
@@ -17,7 +20,7 @@ def run(args):
     from mtl_framework.trainer import Run
 
     try:
-        Run(args.experiment, args.output).train(resume=args.resume)
+        Run(args.experiment, args.output, distribution=args.distribution).train(resume=args.resume)
     except (ExperimentError, SpecValidationError) as error:
         print(error, file=sys.stderr)
         return 2

@@ -91,6 +91,19 @@ def shard_batch(head, batch, replica_id, num_replicas):
     return local, tf.where(empty, 0.0, share)
 
 
+def check_same_on_every_worker(strategy, value, what):
+    """Raise on every worker alike when workers hold different values of `value` (a number),
+    e.g. the step they resumed from: they would otherwise wait for each other forever."""
+    per_replica = strategy.run(lambda: tf.constant([value, value * value], tf.float64))
+    mean, mean_square = strategy.reduce("SUM", per_replica, axis=None).numpy() / \
+        strategy.num_replicas_in_sync
+    if mean_square - mean * mean > 1e-6 * max(1.0, mean_square):
+        raise RuntimeError(
+            f"the workers disagree on the {what} (this one: {value}, mean over workers: {mean:g}); "
+            "every worker must see the chief's checkpoints: put the run directory on a shared "
+            "filesystem or copy its checkpoints/ to each host before --resume")
+
+
 @contextlib.contextmanager
 def precision_policy(precision="float32"):
     """Layers made inside take the Keras dtype policy `precision` (mixed_*: float32

@@ -28,7 +28,8 @@ import yaml
 
 from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
 from mtl_framework.cache import TaskStream, cached_features
-from mtl_framework.distributed import is_chief, make_strategy, precision_policy
+from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
+                                      precision_policy)
 from mtl_framework.experiment import load_experiment
 from mtl_framework.export import checkpoint_dirs
 from mtl_framework.heads import build_head
@@ -272,6 +273,8 @@ class Run:
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
         start = self.restore_latest() if resume else 0
+        if self.strategy is not None:
+            check_same_on_every_worker(self.strategy, start, "step to start from")
         remaining = self.experiment.steps - start
         if remaining <= 0:
             self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")

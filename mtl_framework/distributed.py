@@ -16,7 +16,6 @@ loss by its share of the global loss denominator (rows, or masked tokens for
 mlm), so the per-replica gradients SUM to the gradient of the global-batch loss.
 """
 import contextlib
-import json
 import os
 
 import keras
@@ -35,8 +34,8 @@ def make_strategy(distribution="none"):
         return tf.distribute.MirroredStrategy()
     if distribution == "multi_worker":
         if not os.environ.get("TF_CONFIG"):
-            raise ExperimentError("distribution: multi_worker needs $TF_CONFIG (the cluster and this "
-                             "worker's task); see README 'Multi-host training'")
+            raise ExperimentError("distribution: multi_worker needs $TF_CONFIG (the cluster and "
+                                  "this worker's task); see README 'Multi-host training'")
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
@@ -44,13 +43,12 @@ def make_strategy(distribution="none"):
 
 
 def worker_task(strategy=None):
-    """(task_type, task_id) of this process: ('chief'|'worker', i), or (None, 0) alone."""
+    """(task_type, task_id) of this process in a multi-worker cluster ('chief' | 'worker', i),
+    else (None, 0): one process (no strategy, or `mirrored`)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is not None and resolver.task_type:
         return resolver.task_type, int(resolver.task_id or 0)
-    config = json.loads(os.environ.get("TF_CONFIG") or "{}") if strategy is not None else {}
-    task = config.get("task") or {}
-    return task.get("type"), int(task.get("index", 0))
+    return None, 0
 
 
 def is_chief(strategy=None):

@@ -5,7 +5,7 @@ run_dir/
   vocab.txt             the vocabulary the run used
   checkpoints/step-N/   state.npz (every model + optimizer variable) + trainer.json
                         (step, sampler and per-task stream positions), written atomically
-  metrics.jsonl         one line per update: per-task loss, gradient norm, rates
+  metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
   logs/                 TensorBoard scalars
 """
 import json
@@ -107,6 +107,7 @@ class RunLogger(keras.callbacks.Callback):
             task["loss"].append(entry["loss"])
             task["gradient_norm"].append(entry["gradient_norm"])
         for stats in record["tasks"].values():
+            stats["count"] = len(stats["loss"])  # micro-batches drawn: `mtl report` plots the mixture
             for key in ("loss", "gradient_norm"):
                 stats[key] = float(np.mean(stats[key]))
         record["skipped"] = dict(model.skipped)

@@ -342,6 +342,10 @@ class Run:
         # Each task's micro-step traces once on its first batch; TF's generic
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
+        if not resume and self.checkpoint_dirs():
+            raise FileExistsError(
+                f"{self.run_dir} already holds checkpoints ({self.checkpoint_dirs()[-1]}): pass "
+                "--resume to continue that run, or --output a new directory")
         start = self.restore_latest() if resume else 0
         remaining = self.experiment.steps - start
         if remaining <= 0:

@@ -162,3 +162,25 @@ eval_batches: 2
     for name, entry in lines[-1]["tasks"].items():
         assert reloaded["tasks"][name]["result"] == pytest.approx(entry["result"], abs=1e-9), name
     assert len(evaluation.read_evaluations(run_dir)) == 3
+
+
+def test_training_into_a_finished_run_needs_resume(tmp_path, capsys):
+    from mtl_framework.cli import main
+
+    experiment = tmp_path / "tiny.yaml"
+    experiment.write_text(f"""
+data_root: {DEMO_DATA}
+cache_dir: {tmp_path / 'cache'}
+backbone: {{num_layers: 1, hidden_size: 16, num_heads: 2, intermediate_size: 32}}
+tasks: [tnews]
+batch_size: 2
+tasks_per_update: 1
+max_length: 32
+steps: 1
+""", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    assert main(["train", str(experiment), "--output", str(run_dir)]) == 0
+    capsys.readouterr()
+    assert main(["train", str(experiment), "--output", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds checkpoints" in err and "--resume" in err and str(run_dir) in err

@@ -318,3 +318,39 @@ def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
                                backbone={"init": str(tmp_path / "nowhere")})
     with pytest.raises(FileNotFoundError, match="missing.yaml: backbone.init has no vocab.txt"):
         Run(str(missing), output=str(tmp_path / "c"), log=lambda *_: None)
+
+
+# --- mtl finetune EXPORTED_DIR TASK ---------------------------------------------------
+
+def test_finetune_trains_one_task_from_export_and_scores_dev(exported, checkpoint, tmp_path,
+                                                             capsys):
+    import yaml
+
+    cache = str(exported["keras"].parent.parent.parent / "cache")
+    output = tmp_path / "ft"
+    assert mtl(["finetune", str(exported["keras"]), "afqmc", "--data-root", str(DEMO_DATA),
+                "--steps", "3", "--batch-size", "4", "--lr", "1e-3", "--max-length", "48",
+                "--cache-dir", cache, "--eval-max-examples", "40", "--output", str(output),
+                "--json"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["step"] == 3 and line["split"] == "dev"
+    assert line["tasks"]["afqmc"]["metric"] == "accuracy"
+    assert line["tasks"]["afqmc"]["examples"] == 40
+    assert 0.0 <= line["tasks"]["afqmc"]["score"] <= 1.0
+    recorded = [json.loads(x) for x in (output / "evaluations.jsonl").read_text().splitlines()]
+    assert recorded[-1]["tasks"]["afqmc"]["score"] == line["tasks"]["afqmc"]["score"]
+    experiment = yaml.safe_load((output / "finetune.yaml").read_text())
+    assert experiment["backbone"]["init"] == str(exported["keras"].resolve())
+    assert experiment["tasks"] == ["afqmc"] and experiment["tasks_per_update"] == 1
+    # the run started from the export: its first checkpoint moved away from it by 3 updates
+    state = json.loads(next((output / "checkpoints").iterdir()).joinpath("trainer.json")
+                       .read_text())
+    assert state["step"] == 3 and list(state["heads"]) == ["afqmc"]
+
+
+def test_finetune_errors(exported, tmp_path, capsys):
+    assert mtl(["finetune", str(tmp_path / "nowhere"), "afqmc"]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    assert mtl(["finetune", str(exported["keras"]), "no_such_task", "--data-root",
+                str(DEMO_DATA), "--output", str(tmp_path / "x")]) == 2
+    assert "no_such_task" in capsys.readouterr().err

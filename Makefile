@@ -34,7 +34,9 @@ test-slow: install interop
 	$(BIN)/python -m pytest -q -m slow tests
 
 demo: install interop
+	rm -rf runs/demo
 	$(BIN)/mtl train experiments/demo.yaml --output runs/demo
+	$(BIN)/mtl report runs/demo
 	$(BIN)/mtl export runs/demo --format keras --output runs/demo/export/keras
 	$(BIN)/mtl export runs/demo --format bert4keras --output runs/demo/export/bert4keras
 	$(BIN)/mtl export runs/demo --format keras-hub --output runs/demo/export/keras-hub

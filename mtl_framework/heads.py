@@ -427,7 +427,35 @@ class EntityHead(TaskHead):
                 "threshold": self.threshold, "max_spans": self.max_spans}
 
 
-class RelationHead(TaskHead):
+class _GPLinkerHead(TaskHead):
+    """Three EfficientGlobalPointers named by `keys` (spans, head links, tail
+    links), each trained with the sparse multilabel CE on `<key>_labels`."""
+
+    keys = ()
+
+    def add_pointers(self, *pointers):
+        for key, pointer in zip(self.keys, pointers):
+            setattr(self, f"{key}_pointer", pointer)  # in key order: fixes variable order
+
+    def build(self, hidden_shape):
+        for key in self.keys:
+            getattr(self, f"{key}_pointer").build(hidden_shape)
+
+    def call(self, hidden, batch, training=False):
+        mask = _padding_mask(batch)
+        return {key: getattr(self, f"{key}_pointer")(hidden, mask=mask) for key in self.keys}
+
+    def compute_task_loss(self, outputs, batch):
+        return sum(losses.globalpointer_crossentropy(batch[k + "_labels"], outputs[k])
+                   for k in self.keys)
+
+    def targets(self, batch):
+        length = np.asarray(batch["token_ids"]).shape[-1]
+        scores = {k: _label_scores(batch[k + "_labels"], length) for k in self.keys}
+        return self.decode(scores, batch, None)
+
+
+class RelationHead(_GPLinkerHead):
     """GPLinker for (s, p, o), as bert4keras's
     examples/task_relation_extraction_gplinker.py: entity pointer (2 heads:
     subjects, objects), head pointer (subject start, object start) and tail
@@ -442,23 +470,9 @@ class RelationHead(TaskHead):
         super().__init__(num_labels, **kwargs)
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
         link = dict(RoPE=False, tril_mask=False)
-        self.entity_pointer = EfficientGlobalPointer(2, head_size, name="entity")
-        self.head_pointer = EfficientGlobalPointer(num_labels, head_size, name="head", **link)
-        self.tail_pointer = EfficientGlobalPointer(num_labels, head_size, name="tail", **link)
-
-    def build(self, hidden_shape):
-        for layer in (self.entity_pointer, self.head_pointer, self.tail_pointer):
-            layer.build(hidden_shape)
-
-    def call(self, hidden, batch, training=False):
-        mask = _padding_mask(batch)
-        return {"entity": self.entity_pointer(hidden, mask=mask),
-                "head": self.head_pointer(hidden, mask=mask),
-                "tail": self.tail_pointer(hidden, mask=mask)}
-
-    def compute_task_loss(self, outputs, batch):
-        return sum(losses.globalpointer_crossentropy(batch[k + "_labels"], outputs[k])
-                   for k in self.keys)
+        self.add_pointers(EfficientGlobalPointer(2, head_size, name="entity"),
+                          EfficientGlobalPointer(num_labels, head_size, name="head", **link),
+                          EfficientGlobalPointer(num_labels, head_size, name="tail", **link))
 
     def decode(self, outputs, batch, max_spans="default"):
         max_spans = self.max_spans if max_spans == "default" else max_spans
@@ -476,11 +490,6 @@ class RelationHead(TaskHead):
                          int(obj[b, 0]), int(obj[b, 1]))
                         for p, a, b in zip(*np.nonzero(ok))})
         return out
-
-    def targets(self, batch):
-        length = np.asarray(batch["token_ids"]).shape[-1]
-        scores = {k: _label_scores(batch[k + "_labels"], length) for k in self.keys}
-        return self.decode(scores, batch, None)
 
     def get_config(self):
         return {**super().get_config(), "head_size": self.head_size,
@@ -512,7 +521,7 @@ def clique_search(argus, links):
     return sorted(out)
 
 
-class EventHead(TaskHead):
+class EventHead(_GPLinkerHead):
     """GPLinker for events, as bert4keras's DuEE example (bojone/GPLinker
     duee_v1.py): argument pointer over roles (event type + role, the trigger
     being a role), head and tail pointers (1 head, no RoPE, start <= end)
@@ -534,23 +543,9 @@ class EventHead(TaskHead):
                 "roles: give one event type per role, in label order")
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
         self.role_groups = list(role_groups) if role_groups is not None else None
-        self.argument_pointer = EfficientGlobalPointer(num_labels, head_size, name="argument")
-        self.head_pointer = EfficientGlobalPointer(1, head_size, RoPE=False, name="head")
-        self.tail_pointer = EfficientGlobalPointer(1, head_size, RoPE=False, name="tail")
-
-    def build(self, hidden_shape):
-        for layer in (self.argument_pointer, self.head_pointer, self.tail_pointer):
-            layer.build(hidden_shape)
-
-    def call(self, hidden, batch, training=False):
-        mask = _padding_mask(batch)
-        return {"argument": self.argument_pointer(hidden, mask=mask),
-                "head": self.head_pointer(hidden, mask=mask),
-                "tail": self.tail_pointer(hidden, mask=mask)}
-
-    def compute_task_loss(self, outputs, batch):
-        return sum(losses.globalpointer_crossentropy(batch[k + "_labels"], outputs[k])
-                   for k in self.keys)
+        self.add_pointers(EfficientGlobalPointer(num_labels, head_size, name="argument"),
+                          EfficientGlobalPointer(1, head_size, RoPE=False, name="head"),
+                          EfficientGlobalPointer(1, head_size, RoPE=False, name="tail"))
 
     def events(self, argus, head, tail):
         """Events from arguments {(role, start, end)} and link scores
@@ -577,11 +572,6 @@ class EventHead(TaskHead):
         return [self.events(_spans_from_scores(argument[i], n, self.threshold, max_spans),
                             head[i, 0], tail[i, 0])
                 for i, n in enumerate(lengths)]
-
-    def targets(self, batch):
-        length = np.asarray(batch["token_ids"]).shape[-1]
-        scores = {k: _label_scores(batch[k + "_labels"], length) for k in self.keys}
-        return self.decode(scores, batch, None)
 
     def get_config(self):
         return {**super().get_config(), "head_size": self.head_size,

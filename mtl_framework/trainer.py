@@ -5,7 +5,7 @@ run_dir/
   vocab.txt             the vocabulary the run used
   checkpoints/step-N/   state.npz (every model + optimizer variable) + trainer.json
                         (step, sampler and per-task stream positions), written atomically
-  metrics.jsonl         one line per update: per-task loss, gradient norm, rates
+  metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
   logs/                 TensorBoard scalars
 
 Distributed runs (`distribution: mirrored | multi_worker`): every process builds the
@@ -31,7 +31,7 @@ from mtl_framework.cache import TaskStream, cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
 from mtl_framework.experiment import load_experiment
-from mtl_framework.export import checkpoint_dirs
+from mtl_framework.export import checkpoint_dirs, head_metadata
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.registry import load_registry
@@ -41,6 +41,25 @@ from mtl_framework.training import MultiTaskModel
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
 
 MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
+# Experiment keys holding paths relative to the experiment file; the run directory's
+# copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
+PATH_KEYS = ("data_root", "cache_dir", "vocab")
+BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
+
+
+def resolved_experiment(experiment, data_root):
+    raw = {**experiment.raw, "data_root": os.path.abspath(data_root)}
+    for key in PATH_KEYS:
+        if raw.get(key):
+            raw[key] = experiment.resolve_path(raw[key])
+    if raw.get("task_specs"):
+        raw["task_specs"] = [experiment.resolve_path(d) for d in raw["task_specs"]]
+    if isinstance(raw.get("backbone"), dict):
+        raw["backbone"] = dict(raw["backbone"])
+        for key in BACKBONE_PATH_KEYS:
+            if raw["backbone"].get(key):
+                raw["backbone"][key] = experiment.resolve_path(raw["backbone"][key])
+    return raw
 
 
 class Mixture:
@@ -66,9 +85,9 @@ class Mixture:
 
 def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
     """The experiment's vocab, or (from-scratch runs) one built from the tasks' train text."""
-    given = experiment.backbone.get("vocab") or experiment.raw.get("vocab")
+    given = experiment.backbone.get("vocab") or experiment.raw.get("vocab") or init_vocab(experiment)
     target = os.path.join(run_dir, "vocab.txt")
-    if given:
+    if given and os.path.abspath(experiment.resolve_path(given)) != os.path.abspath(target):
         shutil.copyfile(experiment.resolve_path(given), target)
     elif not os.path.exists(target):
         from data_adapters import read_task
@@ -81,8 +100,25 @@ def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
     return Tokenizer(target)
 
 
+def init_vocab(experiment):
+    """backbone.init's vocab.txt (a keras export's), or None without init."""
+    init = experiment.backbone.get("init")
+    if not init:
+        return None
+    path = os.path.join(experiment.resolve_path(init), "vocab.txt")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{experiment.path}: backbone.init has no vocab.txt ({path}): "
+                                "give backbone.vocab, or init from a `mtl export --format keras` folder")
+    return path
+
+
 def build_backbone(experiment, tokenizer):
     spec = dict(experiment.backbone)
+    if spec.get("init"):  # a keras export: dims from its config.json, weights from it
+        from mtl_framework.export import init_backbone
+
+        return init_backbone(experiment.resolve_path(spec["init"]), spec, tokenizer.vocab_size,
+                             source=experiment.path)
     checkpoint = spec.pop("checkpoint", None)
     for key in ("vocab", "init"):
         spec.pop(key, None)
@@ -101,11 +137,13 @@ class RunLogger(keras.callbacks.Callback):
     def __init__(self, run, every, keep, start_step):
         super().__init__()
         self.run, self.every, self.keep, self.step = run, every, keep, start_step
+        self.evaluated = None  # step of the last evaluation
         self.metrics = open(os.path.join(run.work_dir, "metrics.jsonl"), "a", encoding="utf-8")
         self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
+        self.run.step = self.step
         model = self.run.model
         record = {"step": self.step, "time": time.time(), "loss": (logs or {}).get("loss"),
                   "alpha": float(model.backbone.residual_alpha.numpy()),
@@ -116,6 +154,7 @@ class RunLogger(keras.callbacks.Callback):
             task["loss"].append(entry["loss"])
             task["gradient_norm"].append(entry["gradient_norm"])
         for stats in record["tasks"].values():
+            stats["count"] = len(stats["loss"])  # micro-batches drawn: `mtl report` plots the mixture
             for key in ("loss", "gradient_norm"):
                 stats[key] = float(np.mean(stats[key]))
         record["skipped"] = dict(model.skipped)
@@ -128,9 +167,33 @@ class RunLogger(keras.callbacks.Callback):
                 tf.summary.scalar(f"{name}/gradient_norm", stats["gradient_norm"])
         if self.every and self.step % self.every == 0:
             self.run.save_checkpoint(self.step, self.keep)
+        eval_every = self.run.experiment.eval_every
+        if eval_every and self.step % eval_every == 0:
+            self.evaluate()
+
+    def evaluate(self):
+        """Dev scores (first `eval_batches` batches per task) -> evaluations.jsonl + TensorBoard."""
+        from mtl_framework import evaluation
+
+        if not self.run.is_chief:  # the chief evaluates and records; the model is the same
+            return
+        exp = self.run.experiment
+        results = self.run.evaluate("dev", max_examples=exp.eval_batches * exp.batch_size)
+        line = evaluation.record(self.run.run_dir, self.step, "dev", results)
+        with self.writer.as_default(step=self.step):
+            for name, entry in results.items():
+                if entry.get("score") is not None:
+                    tf.summary.scalar(f"{name}/dev_score", entry["score"])
+            if line["aggregate"] is not None:
+                tf.summary.scalar("dev_aggregate", line["aggregate"])
+        self.run.log("\n" + evaluation.format_results(line))
+        self.evaluated = self.step
 
     def on_train_end(self, logs=None):
         self.run.save_checkpoint(self.step, self.keep)
+        eval_every = self.run.experiment.eval_every
+        if eval_every and self.evaluated != self.step:
+            self.evaluate()  # the run always ends with its final dev scores
         self.metrics.close()
         self.writer.close()
 
@@ -139,10 +202,9 @@ class Run:
     def __init__(self, experiment_path, output=None, log=print, distribution=None):
         self.log = log
         self.experiment = experiment = load_experiment(experiment_path)
-        if distribution is not None:
-            experiment.raw["distribution"] = distribution
         # First of all: MultiWorkerMirroredStrategy must exist before any TensorFlow op runs.
-        self.strategy = make_strategy(experiment.distribution)
+        self.distribution = distribution or experiment.distribution
+        self.strategy = make_strategy(self.distribution)
         self.is_chief = is_chief(self.strategy)
         self.run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
             os.path.join("runs", os.path.splitext(os.path.basename(experiment_path))[0])
@@ -150,7 +212,7 @@ class Run:
         # Where this process writes: the run directory (chief) or a scratch folder.
         self.work_dir = self.run_dir if self.is_chief else tempfile.mkdtemp(prefix="mtl-worker-")
         if self.strategy is not None:
-            log(f"distribution: {experiment.distribution}, "
+            log(f"distribution: {self.distribution}, "
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
         spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs]
@@ -163,10 +225,37 @@ class Run:
         self.tokenizer = prepare_vocab(experiment, self.registry, self.tasks, self.data_root,
                                        self.work_dir, log)
         with open(os.path.join(self.work_dir, "experiment.yaml"), "w", encoding="utf-8") as f:
-            yaml.safe_dump({**experiment.raw, "data_root": os.path.abspath(self.data_root)}, f,
+            yaml.safe_dump(resolved_experiment(experiment, self.data_root), f,
                            allow_unicode=True, sort_keys=False)
+        self.step = 0
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
             self.build(entries)
+
+    @classmethod
+    def load(cls, run_dir, log=print):
+        """A finished or interrupted run, rebuilt from its experiment.yaml at its
+        latest checkpoint (for evaluation; `train(resume=True)` goes on from it)."""
+        path = os.path.join(run_dir, "experiment.yaml")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{run_dir}: no experiment.yaml; is this a run directory "
+                                    "written by `mtl train`?")
+        run = cls(path, output=run_dir, log=log, distribution="none")  # one process evaluates
+        if not run.restore_latest():
+            raise FileNotFoundError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
+                                    "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
+        return run
+
+    def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
+        """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
+        from mtl_framework.evaluation import evaluate_tasks
+
+        exp = self.experiment
+        train = {name: stream.features for name, stream in self.mixture.streams.items()
+                 if hasattr(stream, "features")}
+        return evaluate_tasks(self.model, tasks or self.tasks, self.tokenizer, self.data_root,
+                              split, batch_size or 2 * exp.batch_size, max_examples,
+                              exp.resolve_path(exp.raw.get("cache_dir")), exp.max_length,
+                              train, log=self.log)
 
     def build(self, entries):
         exp = self.experiment
@@ -201,6 +290,12 @@ class Run:
             loss_weights[MLM_TASK] = entries[MLM_TASK].get("loss_weight", 1.0)
             if "rate" in entries[MLM_TASK]:
                 fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
+        self.head_types = {**{t.name: t.type for t in self.tasks}, MLM_TASK: "mlm"}
+        if exp.backbone.get("init"):  # heads of same-named tasks from a --with-heads export
+            from mtl_framework.export import init_heads
+
+            init_heads(exp.resolve_path(exp.backbone["init"]), heads, self.head_types,
+                       self.backbone, log=self.log)
         rates = rates_from_config(sizes, exp.sampling, fixed or None)
         self.log(format_rates(rates, sizes, exp.sampling if isinstance(exp.sampling, str)
                               else exp.sampling.get("method")))
@@ -244,7 +339,9 @@ class Run:
         with open(os.path.join(temporary, "trainer.json"), "w", encoding="utf-8") as f:
             json.dump({"step": step, "mixture": self.mixture.state(), "skipped": self.model.skipped,
                        "variables": [v.path if hasattr(v, "path") else v.name for v in variables],
-                       "backbone": self.backbone.config}, f, indent=1)
+                       "backbone": self.backbone.config,
+                       "heads": head_metadata(self.model.heads, self.head_types, self.backbone)},
+                      f, indent=1)
         os.replace(temporary, final)  # atomic: a killed run never leaves a half checkpoint
         for old in self.checkpoint_dirs()[:-keep]:
             shutil.rmtree(os.path.join(root, old), ignore_errors=True)
@@ -266,12 +363,17 @@ class Run:
         self.mixture.restore(state["mixture"])
         self.model.skipped.update(state.get("skipped", {}))
         self.log(f"resumed from {path} (step {state['step']})")
+        self.step = state["step"]
         return state["step"]
 
     def train(self, resume=False):
         # Each task's micro-step traces once on its first batch; TF's generic
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
+        if not resume and self.checkpoint_dirs():
+            raise FileExistsError(
+                f"{self.run_dir} already holds checkpoints ({self.checkpoint_dirs()[-1]}): pass "
+                "--resume to continue that run, or --output a new directory")
         start = self.restore_latest() if resume else 0
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")

@@ -28,7 +28,8 @@ TIMEOUT = 240  # per 2-worker launch; a healthy one takes ~12 s of CPU per worke
 
 # tnews: classification (loss = mean over rows); mlm: mean over masked tokens, so the
 # per-replica shares must follow the masked-token counts. 7 rows per batch: every global
-# batch splits 4 / 3 between the 2 workers. Dropout 0; constant learning rate.
+# batch splits 4 / 3 between the 2 workers. Dropout 0; constant learning rate. The chief
+# also evaluates on dev (tnews) every 2 updates while the other worker waits.
 TINY_EXPERIMENT = {
     "backbone": {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
                  "dropout": 0.0, "vocab_size": 600},
@@ -36,6 +37,7 @@ TINY_EXPERIMENT = {
     "sampling": "uniform", "tasks_per_update": 3, "batch_size": 7, "max_length": 48,
     "optimizer": {"name": "adamw", "lr": 0.01, "final_lr_fraction": 1.0},
     "steps": 4, "seed": 3, "checkpoint_every": 2, "keep_checkpoints": 2,
+    "eval_every": 2, "eval_batches": 1,
 }
 
 
@@ -146,6 +148,8 @@ def test_multi_worker_resume_and_chief_only_writes(two_worker_runs):
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4]
     assert sorted(os.listdir(two_worker_runs["multi"] / "checkpoints")) == \
         ["step-00000002", "step-00000004"]
+    evaluations = (two_worker_runs["multi"] / "evaluations.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in evaluations] == [2, 4]
 
 
 def test_workers_that_see_different_checkpoints_stop_with_a_message(two_worker_runs, tmp_path):
@@ -273,7 +277,7 @@ def test_mixed_float16_loss_scale_unscaled_and_halved_on_overflow():
 def bf16_losses(folder, tasks, steps):
     experiment = write_experiment(
         folder, precision="mixed_bfloat16", tasks=tasks, steps=steps, batch_size=8,
-        max_length=64, tasks_per_update=8, checkpoint_every=0, seed=0,
+        max_length=64, tasks_per_update=8, checkpoint_every=0, eval_every=0, seed=0,
         sampling={"method": "temperature", "temperature": 2.0},
         backbone={"num_layers": 2, "hidden_size": 64, "num_heads": 2, "intermediate_size": 256,
                   "dropout": 0.0, "vocab_size": 3000},

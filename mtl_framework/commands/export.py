@@ -1,4 +1,5 @@
-"""`mtl export RUN_DIR --format keras|bert4keras|keras-hub --output DIR`."""
+"""`mtl export RUN_DIR --format keras|bert4keras|keras-hub --output DIR [--with-heads]`."""
+import sys
 
 
 def register(subparsers):
@@ -6,12 +7,20 @@ def register(subparsers):
     parser.add_argument("run_dir")
     parser.add_argument("--format", required=True, choices=["keras", "bert4keras", "keras-hub"])
     parser.add_argument("--output", required=True)
+    parser.add_argument("--with-heads", action="store_true",
+                        help="keras format: also keep the task heads (for a continued "
+                             "multi-task run: experiment `backbone: {init: DIR}`)")
     parser.set_defaults(func=run)
 
 
 def run(args):
     from mtl_framework.export import export
 
-    path = export(args.run_dir, args.format, args.output)
-    print(f"exported {args.format} backbone to {path}")
+    try:
+        path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads)
+    except (FileNotFoundError, ValueError) as error:
+        print(f"mtl export: {error}", file=sys.stderr)
+        return 2
+    print(f"exported {args.format} backbone{' and task heads' if args.with_heads else ''} "
+          f"to {path}")
     return 0

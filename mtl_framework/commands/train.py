@@ -24,4 +24,7 @@ def run(args):
     except (ExperimentError, SpecValidationError) as error:
         print(error, file=sys.stderr)
         return 2
+    except FileExistsError as error:
+        print(f"mtl train: {error}", file=sys.stderr)
+        return 2
     return 0

@@ -1,0 +1,22 @@
+"""`mtl report RUN_DIR [--output DIR]`: PNG plots of a run's metrics."""
+import sys
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("report", help="plot a run's training metrics and dev scores")
+    parser.add_argument("run_dir", help="run directory written by `mtl train`")
+    parser.add_argument("--output", default=None, help="folder for the PNG files (default: RUN_DIR/plots)")
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    from mtl_framework.report import ReportError, write_report
+
+    try:
+        paths = write_report(args.run_dir, args.output)
+    except ReportError as error:
+        print(error, file=sys.stderr)
+        return 2
+    for path in paths:
+        print(path)
+    return 0

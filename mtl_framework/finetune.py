@@ -1,0 +1,72 @@
+"""Fine-tune one task from an exported backbone, then score it on dev.
+
+    run, line = finetune("runs/demo/export/keras", "chnsenticorp", data_root="../shared/data")
+
+Nothing here trains or scores by itself: it writes a one-task experiment
+(`backbone: {init: EXPORTED_DIR}`, balancing `none`, one micro-batch per
+update) to RUN_DIR/finetune.yaml, trains it with `trainer.Run` and scores
+the result with `Run.evaluate` (recorded in RUN_DIR/evaluations.jsonl).
+"""
+import os
+
+import yaml
+
+DEFAULTS = dict(steps=200, batch_size=16, lr=2e-5, max_length=128, warmup_steps=None,
+                weight_decay=0.01, optimizer="adamw", seed=0, dropout=None)
+
+
+def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_dir=None,
+                        **settings):
+    """The experiment dict `mtl finetune` trains (all paths absolute)."""
+    s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
+    warmup = s["warmup_steps"] if s["warmup_steps"] is not None else max(1, s["steps"] // 10)
+    backbone = {"init": os.path.abspath(export_dir)}
+    if s["dropout"] is not None:
+        backbone["dropout"] = s["dropout"]
+    experiment = {
+        "name": f"finetune-{task}",
+        "backbone": backbone,
+        "tasks": [task],
+        "balancing": "none",  # one task: its raw gradient, not a normalised one
+        "tasks_per_update": 1,
+        "batch_size": s["batch_size"],
+        "max_length": s["max_length"],
+        "optimizer": {"name": s["optimizer"], "lr": s["lr"], "warmup_steps": warmup,
+                      "weight_decay": s["weight_decay"]},
+        "steps": s["steps"],
+        "seed": s["seed"],
+        "checkpoint_every": 0,
+        "keep_checkpoints": 1,
+        "eval_every": 0,
+    }
+    if data_root:
+        experiment["data_root"] = os.path.abspath(data_root)
+    if task_specs:
+        experiment["task_specs"] = [os.path.abspath(d) for d in task_specs]
+    if cache_dir:
+        experiment["cache_dir"] = os.path.abspath(cache_dir)
+    return experiment
+
+
+def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache_dir=None,
+             eval_split="dev", eval_max_examples=None, eval_batch_size=64, log=print, **settings):
+    """Train `task` from the keras export `export_dir`, score it on `eval_split`.
+    Returns (run, evaluation line as recorded in RUN_DIR/evaluations.jsonl)."""
+    from mtl_framework import evaluation
+    from mtl_framework.trainer import Run
+
+    if not os.path.exists(os.path.join(export_dir, "config.json")):
+        raise FileNotFoundError(f"{export_dir}: no config.json; give a folder written by "
+                                "`mtl export RUN_DIR --format keras --output DIR`")
+    output = output or os.path.join("runs", f"finetune-{task}")
+    os.makedirs(output, exist_ok=True)
+    path = os.path.join(output, "finetune.yaml")
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(finetune_experiment(export_dir, task, data_root, task_specs, cache_dir,
+                                           **settings), f, allow_unicode=True, sort_keys=False)
+    run = Run(path, output=output, log=log).train()
+    results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
+    line = evaluation.record(run.run_dir, run.step, eval_split, results)
+    if log:
+        log(evaluation.format_results(line))
+    return run, line

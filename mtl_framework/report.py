@@ -1,0 +1,239 @@
+"""`mtl report`: PNG plots of a run directory's metrics.
+
+Reads RUN_DIR/metrics.jsonl (one line per optimizer update, written by
+trainer.RunLogger) and, when present, RUN_DIR/evaluations.jsonl (one line per
+evaluation) and writes:
+
+  loss.png            per-task training loss, raw and smoothed (one subplot per task)
+  gradient_norm.png   per-task gradient norm over the backbone, raw and smoothed
+  sampling.png        how many micro-batches each task got: totals and over steps
+  schedule.png        learning rate and residual alpha
+  dev_scores.png      per-task dev score over steps (only with evaluations.jsonl)
+
+A resumed run appends to metrics.jsonl again from its checkpoint's step, so a
+step can appear twice: the later line (the run that went on) wins.
+"""
+import json
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display needed, none wanted on servers
+import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
+
+
+class ReportError(ValueError):
+    pass
+
+
+# --- reading ------------------------------------------------------------------
+
+def read_jsonl(path, check, key=lambda record: record["step"]):
+    """The records of a JSON-lines file, sorted by `key`, the last line for a key kept;
+    `check(record)` returns a problem or None."""
+    if not os.path.exists(path):
+        raise ReportError(f"{path}: not found; is this a run directory written by `mtl train`?")
+    records = {}
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ReportError(f"{path}:{number}: not valid JSON ({error.msg}); a run killed "
+                                  "while writing can leave a cut line: delete that line") from None
+            problem = check(record)
+            if problem:
+                raise ReportError(f"{path}:{number}: {problem}")
+            records[key(record)] = record
+    return [records[k] for k in sorted(records)]
+
+
+def _is_number(value):
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def check_update(record):
+    """A metrics.jsonl line: {step, loss, alpha, lr, tasks: {task: {loss, gradient_norm}}}."""
+    if not isinstance(record, dict):
+        return "expected a JSON object per line"
+    if not isinstance(record.get("step"), int):
+        return f"'step' must be an integer, got {record.get('step')!r}"
+    for key in ("loss", "alpha", "lr"):
+        if not _is_number(record.get(key)):
+            return f"{key!r} must be a number, got {record.get(key)!r}"
+    tasks = record.get("tasks")
+    if not isinstance(tasks, dict):
+        return f"'tasks' must be a mapping task -> {{loss, gradient_norm}}, got {tasks!r}"
+    for task, stats in tasks.items():
+        if not isinstance(stats, dict) or not all(
+                key in stats and _is_number(stats[key]) for key in ("loss", "gradient_norm")):
+            return f"tasks.{task} must have numeric 'loss' and 'gradient_norm', got {stats!r}"
+    return None
+
+
+def check_evaluation(record):
+    """An evaluations.jsonl line: {step, split, tasks: {task: {metric, score}}, aggregate}."""
+    if not isinstance(record, dict):
+        return "expected a JSON object per line"
+    if not isinstance(record.get("step"), int):
+        return f"'step' must be an integer, got {record.get('step')!r}"
+    tasks = record.get("tasks")
+    if not isinstance(tasks, dict):
+        return f"'tasks' must be a mapping task -> {{metric, score}}, got {tasks!r}"
+    for task, result in tasks.items():
+        if not isinstance(result, dict) or "score" not in result or not _is_number(result["score"]):
+            return f"tasks.{task} must have a numeric 'score', got {result!r}"
+    if not _is_number(record.get("aggregate")):
+        return f"'aggregate' must be a number, got {record.get('aggregate')!r}"
+    return None
+
+
+# --- series -------------------------------------------------------------------
+
+def smooth(values, weight=0.9):
+    """TensorBoard's debiased exponential moving average; NaN points are carried over."""
+    out, average, total = [], 0.0, 0.0
+    for value in values:
+        if value is not None and math.isfinite(value):
+            average = weight * average + (1 - weight) * value
+            total = weight * total + (1 - weight)
+        out.append(average / total if total else math.nan)
+    return out
+
+
+def task_names(records):
+    return sorted({task for record in records for task in record["tasks"]})
+
+
+def task_series(records, task, key):
+    """(steps, values) of one task's statistic, over the updates that drew the task."""
+    points = [(r["step"], r["tasks"][task][key]) for r in records if task in r["tasks"]]
+    return [s for s, _ in points], [math.nan if v is None else v for _, v in points]
+
+
+def draw_counts(records, task):
+    """Micro-batches of `task` per update. Lines without a 'count' (older runs) say only
+    that the task was drawn, so count them once: a lower bound."""
+    return [r["tasks"][task].get("count", 1) if task in r["tasks"] else 0 for r in records]
+
+
+# --- plots --------------------------------------------------------------------
+
+def subplot_grid(count, title):
+    columns = min(3, count)
+    rows = math.ceil(count / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows),
+                                squeeze=False, constrained_layout=True)
+    figure.suptitle(title)
+    axes = axes.ravel()
+    for unused in axes[count:]:
+        unused.set_visible(False)
+    return figure, axes
+
+
+def save(figure, path):
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def plot_task_statistic(records, key, title, path, log_scale=False):
+    tasks = task_names(records)
+    figure, axes = subplot_grid(len(tasks), title)
+    for axis, task in zip(axes, tasks):
+        steps, values = task_series(records, task, key)
+        axis.plot(steps, values, color="tab:blue", alpha=0.3, linewidth=1, label="raw")
+        axis.plot(steps, smooth(values), color="tab:blue", linewidth=2, label="smoothed")
+        axis.set_title(task)
+        axis.set_xlabel("step")
+        if log_scale and all(v > 0 for v in values if math.isfinite(v)):
+            axis.set_yscale("log")
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    return save(figure, path)
+
+
+def plot_sampling(records, path):
+    tasks = task_names(records)
+    steps = [r["step"] for r in records]
+    figure, (totals, over_time) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    figure.suptitle("micro-batches drawn per task")
+    counts = {task: draw_counts(records, task) for task in tasks}
+    totals.bar(tasks, [sum(counts[t]) for t in tasks], color="tab:blue")
+    totals.set_ylabel("micro-batches")
+    totals.tick_params(axis="x", labelrotation=45)
+    for task in tasks:
+        cumulative, running = [], 0
+        for count in counts[task]:
+            running += count
+            cumulative.append(running)
+        over_time.plot(steps, cumulative, label=task)
+    over_time.set_xlabel("step")
+    over_time.set_ylabel("cumulative micro-batches")
+    over_time.legend(fontsize="small")
+    over_time.grid(alpha=0.3)
+    return save(figure, path)
+
+
+def plot_schedule(records, path):
+    steps = [r["step"] for r in records]
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.5), constrained_layout=True)
+    for axis, key, label in zip(axes, ("lr", "alpha"), ("learning rate", "residual alpha")):
+        axis.plot(steps, [math.nan if r.get(key) is None else r[key] for r in records])
+        axis.set_title(label)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    return save(figure, path)
+
+
+def plot_dev_scores(evaluations, path):
+    tasks = sorted({task for e in evaluations for task in e["tasks"]})
+    panels = tasks + ["aggregate"]
+    figure, axes = subplot_grid(len(panels), "evaluation scores")
+    splits = sorted({e.get("split", "dev") for e in evaluations})
+    for axis, panel in zip(axes, panels):
+        for split in splits:
+            chosen = [e for e in evaluations if e.get("split", "dev") == split]
+            if panel == "aggregate":
+                points = [(e["step"], e.get("aggregate")) for e in chosen]
+            else:
+                points = [(e["step"], e["tasks"][panel]["score"]) for e in chosen
+                          if panel in e["tasks"]]
+            axis.plot([s for s, _ in points], [math.nan if v is None else v for _, v in points],
+                      marker="o", label=split)
+        metric = next((e["tasks"][panel].get("metric") for e in evaluations
+                       if panel in e["tasks"]), None) if panel != "aggregate" else None
+        axis.set_title(f"{panel} ({metric})" if metric else panel)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    return save(figure, path)
+
+
+def write_report(run_dir, output=None):
+    """Write the plots; returns the paths written."""
+    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    records = read_jsonl(metrics_path, check_update)
+    if not task_names(records):
+        raise ReportError(f"{metrics_path}: no update recorded yet; plot after the run's first update")
+    output = output or os.path.join(run_dir, "plots")
+    os.makedirs(output, exist_ok=True)
+    written = [
+        plot_task_statistic(records, "loss", "training loss per task",
+                            os.path.join(output, "loss.png"), log_scale=True),
+        plot_task_statistic(records, "gradient_norm", "gradient norm (backbone) per task",
+                            os.path.join(output, "gradient_norm.png"), log_scale=True),
+        plot_sampling(records, os.path.join(output, "sampling.png")),
+        plot_schedule(records, os.path.join(output, "schedule.png")),
+    ]
+    evaluations_path = os.path.join(run_dir, "evaluations.jsonl")
+    if os.path.exists(evaluations_path):
+        # One evaluation per (split, step); the file may exist before its first line.
+        evaluations = read_jsonl(evaluations_path, check_evaluation,
+                                 key=lambda record: (str(record.get("split", "dev")), record["step"]))
+        if evaluations:
+            written.append(plot_dev_scores(evaluations, os.path.join(output, "dev_scores.png")))
+    return written

@@ -1,0 +1,186 @@
+"""Evaluation: oracle predictions score 1 where the features hold the gold, and
+what featurizing lost (truncated spans, answers in no window) costs exactly
+what an independent count says."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtl_framework import evaluation
+from mtl_framework import heads as H
+from mtl_framework.cache import cached_features
+from mtl_framework.heads import build_head
+from mtl_framework.registry import load_registry
+from mtl_framework.tokenizer import Tokenizer
+from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_DATA = ROOT / "experiments" / "demo" / "data"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from data_adapters import read_task
+
+    registry = load_registry()
+    tasks = {t.name: t for t in registry.select(["tnews", "cmrc2018", "cluener"])}
+    texts = [text for task in tasks.values() for split in ("train", "dev")
+             for example in read_task(task, split, str(DEMO_DATA)) for text in example_texts(example)]
+    folder = tmp_path_factory.mktemp("evaluation")
+    write_vocab(build_vocab(count_units(texts), max_size=4000), folder / "vocab.txt")
+    return tasks, Tokenizer(str(folder / "vocab.txt")), folder / "cache"
+
+
+class Oracle:
+    """Stands in for MultiTaskModel: heads, and outputs that put the gold on top."""
+
+    def __init__(self, heads, family):
+        self.heads, self.family = heads, family
+
+    def predictor(self, task, batch):
+        if self.family == "classification":
+            return np.eye(15)[batch["label"]] * 10.0
+        if self.family == "extraction_ner":
+            return H._label_scores(batch["entity_labels"], batch["token_ids"].shape[1])
+        if self.family == "mrc_span":
+            length = batch["token_ids"].shape[1]
+            context = batch["context_mask"] > 0
+            allowed = context[:, :, None] & context[:, None, :]  # as SpanHead masks
+            logits = np.where(allowed, -10.0, H.NEG_INF)
+            logits[:, 0, 0] = -10.0
+            logits[np.arange(len(logits)), batch["start"], batch["end"]] = 10.0
+            return logits
+
+
+def test_classification_oracle_scores_one_and_unlabelled_rows_are_left_out(setup):
+    tasks, tokenizer, cache = setup
+    task = tasks["tnews"]
+    features = cached_features(task, "dev", tokenizer, str(DEMO_DATA), cache)
+    oracle = Oracle({"tnews": build_head("classification", 15, 32)}, "classification")
+    entry = evaluation.evaluate_features(oracle, task, features, oracle.predictor, batch_size=16)
+    labels = np.asarray(features["label"])
+    assert entry["examples"] == int((labels >= 0).sum()) == len(features)
+    assert entry["score"] == 1.0 and entry["result"] == {"accuracy": 1.0}
+    # Majority baseline on the same references, computed here directly.
+    counts = np.bincount(labels)
+    assert entry["baseline"] == pytest.approx(counts.max() / len(labels))
+
+
+def test_ner_truncation_lost_spans_count_as_missed_gold(setup):
+    tasks, tokenizer, cache = setup
+    task = tasks["cluener"]
+    features = cached_features(task, "dev", tokenizer, str(DEMO_DATA), cache, max_length=24)
+    report = features.report
+    lost = sum(report.spans_lost.values())
+    assert lost > 0 and report.spans > 0
+    oracle = Oracle({"cluener": build_head("extraction_ner", 10, 32)}, "extraction_ner")
+    entry = evaluation.evaluate_features(oracle, task, features, oracle.predictor, batch_size=16)
+    precision, recall = 1.0, report.spans / (report.spans + lost)
+    assert entry["gold_lost_in_features"] == lost
+    assert entry["result"]["precision"] == 1.0
+    assert entry["result"]["recall"] == pytest.approx(recall)
+    assert entry["score"] == pytest.approx(2 * precision * recall / (precision + recall))
+
+
+def test_mrc_best_window_maps_back_to_the_gold_text(setup):
+    tasks, tokenizer, cache = setup
+    task = tasks["cmrc2018"]
+    features = cached_features(task, "dev", tokenizer, str(DEMO_DATA), cache, max_length=96)
+    oracle = Oracle({"cmrc2018": build_head("mrc_span", None, 32)}, "mrc_span")
+    entry = evaluation.evaluate_features(oracle, task, features, oracle.predictor, batch_size=16)
+    example_index = np.asarray(features["example_index"])
+    questions = len(np.unique(example_index))
+    answered = len(np.unique(example_index[np.asarray(features["start"]) > 0]))
+    assert entry["examples"] == questions and entry["windows"] == len(features) > questions
+    # Every question with its answer inside a window gets it exactly; the rest
+    # (answer in no window) get a wrong span from a -10 window.
+    assert entry["result"]["em"] == pytest.approx(answered / questions)
+    assert answered < questions  # at 96 tokens some answers fall in no single window
+
+
+def test_max_examples_takes_whole_questions(setup):
+    tasks, tokenizer, cache = setup
+    features = cached_features(tasks["cmrc2018"], "dev", tokenizer, str(DEMO_DATA), cache,
+                               max_length=96)
+    rows = evaluation.evaluation_rows(features, 5)
+    assert set(np.asarray(features["example_index"])[rows]) == {0, 1, 2, 3, 4}
+    assert len(rows) == int((np.asarray(features["example_index"]) < 5).sum())
+
+
+def test_record_and_read_evaluations(tmp_path):
+    results = {"a": {"metric": "accuracy", "score": 0.5}, "b": {"metric": "span_f1", "score": 0.25},
+               "c": {"metric": "accuracy", "score": None, "note": "no 'dev' split"}}
+    line = evaluation.record(tmp_path, 7, "dev", results)
+    assert line["aggregate"] == 0.375
+    assert evaluation.read_evaluations(tmp_path) == [json.loads(json.dumps(line))]
+    text = evaluation.format_results(line)
+    assert "aggregate (mean score over 2 tasks): 0.3750" in text and "c: no 'dev' split" in text
+    (tmp_path / "evaluations.jsonl").open("a").write("{broken\n")
+    with pytest.raises(ValueError, match=r"evaluations.jsonl:2: not a JSON line"):
+        evaluation.read_evaluations(tmp_path)
+
+
+def test_evaluate_command_names_a_missing_run(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "mtl_framework.cli", "evaluate", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "no experiment.yaml" in result.stderr and str(tmp_path) in result.stderr
+
+
+def test_eval_every_and_mtl_evaluate_agree_on_the_same_checkpoint(tmp_path, capsys):
+    """Scores logged during training at the last step equal those of
+    `mtl evaluate` on the reloaded checkpoint (same examples)."""
+    from mtl_framework.cli import main
+
+    experiment = tmp_path / "tiny.yaml"
+    experiment.write_text(f"""
+data_root: {DEMO_DATA}
+cache_dir: {tmp_path / 'cache'}
+backbone: {{num_layers: 1, hidden_size: 32, num_heads: 2, intermediate_size: 64, dropout: 0.0}}
+tasks: [tnews, cmrc2018, cluener]
+tasks_per_update: 2
+batch_size: 4
+max_length: 64
+steps: 2
+checkpoint_every: 1
+eval_every: 1
+eval_batches: 2
+""", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    assert main(["train", str(experiment), "--output", str(run_dir)]) == 0
+    lines = evaluation.read_evaluations(run_dir)
+    assert [line["step"] for line in lines] == [1, 2]
+    assert set(lines[-1]["tasks"]) == {"tnews", "cmrc2018", "cluener"}
+    assert all(e["examples"] == 8 for e in lines[-1]["tasks"].values())
+    capsys.readouterr()
+    assert main(["evaluate", str(run_dir), "--max-examples", "8", "--batch-size", "8", "--json"]) == 0
+    reloaded = json.loads(capsys.readouterr().out)
+    assert reloaded["step"] == 2
+    for name, entry in lines[-1]["tasks"].items():
+        assert reloaded["tasks"][name]["result"] == pytest.approx(entry["result"], abs=1e-9), name
+    assert len(evaluation.read_evaluations(run_dir)) == 3
+
+
+def test_training_into_a_finished_run_needs_resume(tmp_path, capsys):
+    from mtl_framework.cli import main
+
+    experiment = tmp_path / "tiny.yaml"
+    experiment.write_text(f"""
+data_root: {DEMO_DATA}
+cache_dir: {tmp_path / 'cache'}
+backbone: {{num_layers: 1, hidden_size: 16, num_heads: 2, intermediate_size: 32}}
+tasks: [tnews]
+batch_size: 2
+tasks_per_update: 1
+max_length: 32
+steps: 1
+""", encoding="utf-8")
+    run_dir = tmp_path / "run"
+    assert main(["train", str(experiment), "--output", str(run_dir)]) == 0
+    capsys.readouterr()
+    assert main(["train", str(experiment), "--output", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds checkpoints" in err and "--resume" in err and str(run_dir) in err

@@ -1,0 +1,71 @@
+"""Loss-weight invariance through `mtl train` (DESIGN.md, "The mixed training step").
+
+Under `balancing: gradient_norm` each micro-batch's gradient is divided by its
+backbone norm, so multiplying one task's loss by 1000 leaves the summed update,
+and so the trained backbone, unchanged; under `balancing: none` the weighted
+task dominates the sum and the backbone comes out different. Dropout is 0, so
+the loss weight is the only difference between two runs.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mtl_framework import cli
+from mtl_framework.export import load_run_backbone
+
+DEMO_DATA = Path(__file__).resolve().parents[1] / "experiments" / "demo" / "data"
+
+EXPERIMENT = """
+data_root: {data}
+cache_dir: {cache}
+backbone:
+  num_layers: 2
+  hidden_size: 32
+  num_heads: 2
+  intermediate_size: 64
+  dropout: 0.0
+  vocab_size: 2000
+tasks:
+  - {{name: tnews, loss_weight: {weight}}}
+  - afqmc
+sampling: uniform
+balancing: {balancing}
+tasks_per_update: 2
+batch_size: 4
+max_length: 16
+optimizer: {{name: adamw, lr: 0.001, weight_decay: 0.01}}
+steps: 4
+seed: 5
+checkpoint_every: 0
+"""
+
+
+def trained_backbone(tmp_path, balancing, weight):
+    name = f"{balancing}-{weight}"
+    experiment = tmp_path / f"{name}.yaml"
+    experiment.write_text(EXPERIMENT.format(data=DEMO_DATA, cache=tmp_path / "cache", weight=weight,
+                                            balancing=balancing), encoding="utf-8")
+    assert cli.main(["train", str(experiment), "--output", str(tmp_path / name)]) == 0
+    backbone, state = load_run_backbone(str(tmp_path / name))
+    assert state["step"] == 4
+    return [np.asarray(v) for v in backbone.trainable_variables]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("scale")
+    return {(balancing, weight): trained_backbone(tmp_path, balancing, weight)
+            for balancing in ("gradient_norm", "none") for weight in (1, 1000)}
+
+
+def test_gradient_norm_backbone_does_not_depend_on_loss_weight(runs):
+    for light, heavy in zip(runs["gradient_norm", 1], runs["gradient_norm", 1000]):
+        np.testing.assert_allclose(heavy, light, rtol=1e-4, atol=1e-6)
+
+
+def test_no_balancing_backbone_follows_the_weighted_task(runs):
+    differences = [np.abs(heavy - light).max()
+                   for light, heavy in zip(runs["none", 1], runs["none", 1000])]
+    # Four AdamW steps of lr 1e-3 move a weight by at most ~4e-3: 1e-4 is a clear change.
+    assert max(differences) > 1e-4, differences

@@ -133,12 +133,14 @@ def model_card(run_dir, state, heads=None):
         lines += [f"From `{EVALUATIONS}`, step {evaluation.get('step')}"
                   + (f", aggregate {evaluation['aggregate']:.4f}"
                      if isinstance(evaluation.get("aggregate"), (int, float)) else "") + ":", "",
-                  "| task | metric | score | examples |", "|---|---|---|---|"]
+                  "| task | metric | score | majority baseline | examples |", "|---|---|---|---|---|"]
+
+        def number(value):
+            return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
         for task, result in evaluation.get("tasks", {}).items():
-            score = result.get("score")
-            score = f"{score:.4f}" if isinstance(score, (int, float)) else str(score)
-            lines.append(f"| {task} | {result.get('metric', '')} | {score} | "
-                         f"{result.get('examples', '')} |")
+            lines.append(f"| {task} | {result.get('metric', '')} | {number(result.get('score'))} | "
+                         f"{number(result.get('baseline'))} | {result.get('examples', '-')} |")
     lines += ["", "## Use", "", "```python",
               "from mtl_framework import RoFormerV2Backbone",
               "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt",

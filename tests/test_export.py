@@ -239,7 +239,8 @@ def test_model_card_lists_last_dev_scores(run_dir, tmp_path):
         {"step": 2, "split": "dev", "tasks": {"tnews": {"metric": "accuracy", "score": 0.1,
                                                         "examples": 40}}, "aggregate": 0.1},
         {"step": 3, "split": "dev", "aggregate": 0.4321,
-         "tasks": {"tnews": {"metric": "accuracy", "score": 0.25, "examples": 100},
+         "tasks": {"tnews": {"metric": "accuracy", "score": 0.25, "baseline": 0.11,
+                             "examples": 100},
                    "cluener": {"metric": "span_f1", "score": 0.6142, "examples": 50}}},
         {"step": 3, "split": "test", "tasks": {"tnews": {"metric": "accuracy", "score": 0.9,
                                                          "examples": 7}}, "aggregate": 0.9},
@@ -248,8 +249,8 @@ def test_model_card_lists_last_dev_scores(run_dir, tmp_path):
     assert mtl(["export", str(copy), "--format", "keras", "--output", str(tmp_path / "k")]) == 0
     card = (tmp_path / "k" / "README.md").read_text(encoding="utf-8")
     assert "step 3, aggregate 0.4321" in card
-    assert "| tnews | accuracy | 0.2500 | 100 |" in card
-    assert "| cluener | span_f1 | 0.6142 | 50 |" in card
+    assert "| tnews | accuracy | 0.2500 | 0.1100 | 100 |" in card
+    assert "| cluener | span_f1 | 0.6142 | - | 50 |" in card
     assert "0.9000" not in card and "0.1000" not in card
     assert "not evaluated" not in card
 

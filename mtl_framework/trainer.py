@@ -153,8 +153,9 @@ class RunLogger(keras.callbacks.Callback):
             task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": []})
             task["loss"].append(entry["loss"])
             task["gradient_norm"].append(entry["gradient_norm"])
-        for stats in record["tasks"].values():
+        for name, stats in record["tasks"].items():
             stats["count"] = len(stats["loss"])  # micro-batches drawn: `mtl report` plots the mixture
+            stats["rate"] = float(self.run.rates[name])  # the sampler's effective rate
             for key in ("loss", "gradient_norm"):
                 stats[key] = float(np.mean(stats[key]))
         record["skipped"] = dict(model.skipped)
@@ -165,6 +166,7 @@ class RunLogger(keras.callbacks.Callback):
             for name, stats in record["tasks"].items():
                 tf.summary.scalar(f"{name}/loss", stats["loss"])
                 tf.summary.scalar(f"{name}/gradient_norm", stats["gradient_norm"])
+                tf.summary.scalar(f"{name}/sampling_rate", stats["rate"])
         if self.every and self.step % self.every == 0:
             self.run.save_checkpoint(self.step, self.keep)
         eval_every = self.run.experiment.eval_every

@@ -42,6 +42,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
 
 import numpy as np  # noqa: E402
+from load import machine_busy_seconds, proc_cpu_seconds  # noqa: E402
 
 CONFIGS = {
     "L4-H256-A4": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
@@ -169,24 +170,8 @@ def backbone_params(model):
                - sum(np.prod(w.shape) for w in head))
 
 
-def proc_cpu_seconds(pid):
-    """utime + stime of a process from /proc (0 where /proc is not there)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
 
 
-def machine_busy_seconds():
-    try:
-        with open("/proc/stat") as f:
-            values = [int(v) for v in f.readline().split()[1:]]
-        idle = values[3] + values[4]
-        return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
 
 
 class LoadMeter:

@@ -44,6 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import cpu_seconds, load_average  # noqa: E402
 import yaml  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
@@ -64,16 +66,8 @@ QUICK = dict(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, s
 QUICK_WORK = REPO / ".cache" / "bench_learning_quick"  # kept: later smoke checks reuse its features
 
 
-def load_average():
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
-def cpu_seconds():
-    times = os.times()
-    return times.user + times.system
 
 
 def experiment_dict(args, mode, work, vocab_path):

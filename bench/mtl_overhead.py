@@ -61,6 +61,8 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import machine_busy_seconds, proc_cpu_seconds  # noqa: E402
 
 CONFIGS = {
     "L4-H256-A4": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
@@ -459,19 +461,8 @@ def worker_main(config_name, num_tasks, extra_one_batch):
 
 # --- parent side ---------------------------------------------------------------
 
-def proc_cpu_seconds(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
 
 
-def machine_busy_seconds():
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
 class Contention:

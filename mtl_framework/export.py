@@ -94,21 +94,10 @@ def fold_residual_alpha(backbone):
 
 def last_dev_evaluation(run_dir):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl, or None."""
-    path = os.path.join(run_dir, EVALUATIONS)
-    if not os.path.exists(path):
-        return None
-    last = None
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number}: not a JSON line ({error})") from None
-            if record.get("split") == "dev":
-                last = record
-    return last
+    from mtl_framework.evaluation import read_evaluations
+
+    dev = [line for line in read_evaluations(run_dir) if line.get("split") == "dev"]
+    return dev[-1] if dev else None
 
 
 def model_card(run_dir, state, heads=None):

@@ -1,0 +1,36 @@
+"""CPU and load readings shared by the benchmarks (the machine is shared: every
+result records how busy it was). Linux /proc; zeros or None elsewhere."""
+import os
+
+
+def proc_cpu_seconds(pid):
+    """utime + stime of a process from /proc (0 where /proc is not there)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def machine_busy_seconds():
+    """CPU seconds all processes have used since boot (idle and iowait left out)."""
+    try:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        return (sum(values[:8]) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def load_average():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def cpu_seconds():
+    """User + system CPU seconds of this process."""
+    times = os.times()
+    return times.user + times.system

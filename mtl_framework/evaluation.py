@@ -36,21 +36,18 @@ EVALUATIONS = "evaluations.jsonl"
 
 
 class TaskPredictor:
-    """One traced forward pass per task (shapes relaxed: batches vary in length)."""
+    """Forward passes of a MultiTaskModel, traced once per trace group (heads of one class
+    and settings; MultiTaskModel.traced_outputs), shapes relaxed as batches vary in length."""
 
     def __init__(self, model):
-        self.model, self.functions = model, {}
+        self.model = model
         # Relation/choice batches vary in two dims; TF's retracing warning
         # counts the first relaxed retrace of each task as a problem.
         tf.get_logger().setLevel("ERROR")
 
     def __call__(self, task, batch):
-        if task not in self.functions:
-            self.functions[task] = tf.function(
-                lambda b, t=task: self.model.task_outputs(t, b, training=False),
-                reduce_retracing=True)
         inputs = {k: tf.convert_to_tensor(v) for k, v in batch.items()}
-        return tf.nest.map_structure(lambda x: x.numpy(), self.functions[task](inputs))
+        return tf.nest.map_structure(lambda x: x.numpy(), self.model.traced_outputs(task, inputs))
 
 
 def evaluation_rows(features, max_examples=None):

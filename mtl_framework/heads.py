@@ -221,6 +221,20 @@ class TaskHead(keras.layers.Layer):
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels}
 
+    # Config keys the training computation (call + compute_task_loss) does not read:
+    # sizes that come with the weights' shapes, and decoding options.
+    untraced_config = ("name", "num_labels", "threshold", "max_spans", "role_groups")
+
+    def trace_key(self):
+        """Heads with equal keys compute alike given their own weights, so training.py
+        traces one micro-step for all of them and passes each task's weights in.
+        A head with state beyond its trainable weights keeps a step of its own."""
+        if self.non_trainable_variables:
+            return ("own", id(self))
+        config = self.get_config()
+        return (type(self).__name__,) + tuple(
+            (k, repr(config[k])) for k in sorted(config) if k not in self.untraced_config)
+
 
 class ClassificationHead(TaskHead):
     """[CLS] -> Dense(n) with bias, as bert4keras's CLUE classifiers. Softmax

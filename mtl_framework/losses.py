@@ -51,20 +51,26 @@ def sparse_multilabel_categorical_crossentropy(y_true, y_pred, mask_zero=True):
     [..., n] raw scores. With mask_zero, index 0 is padding (bert4keras's
     default is False; every batch here pads label lists with index 0, so the
     default is True).
+
+    The same formula as bert4keras, without its three concatenations of a zero
+    or infinite column to the full y_pred: there n = L * L per pointer head,
+    and those copies (and their gradients) were most of a GPLinker head's time.
     """
     y_true = ops.cast(y_true, "int32")
-    zeros = ops.zeros_like(y_pred[..., :1])
-    y_pred = ops.concatenate([y_pred, zeros], axis=-1)
-    if mask_zero:
-        infs = zeros + np.inf
-        y_pred = ops.concatenate([infs, y_pred[..., 1:]], axis=-1)
-    y_pos_2 = ops.take_along_axis(y_pred, y_true, axis=-1)
-    y_pos_1 = ops.concatenate([y_pos_2, zeros], axis=-1)
-    if mask_zero:
-        y_pred = ops.concatenate([-infs, y_pred[..., 1:]], axis=-1)
-        y_pos_2 = ops.take_along_axis(y_pred, y_true, axis=-1)
-    pos_loss = ops.logsumexp(-y_pos_1, axis=-1)
-    all_loss = ops.logsumexp(y_pred, axis=-1)
+    y_pos = ops.take_along_axis(y_pred, y_true, axis=-1)  # positives' scores [..., k]
+    if mask_zero:  # index 0 holds no class: out of both the positives and all classes
+        padding = ops.equal(y_true, 0)
+        y_pos_1 = ops.where(padding, np.inf, y_pos)
+        y_pos_2 = ops.where(padding, -np.inf, y_pos)
+        y_pred = ops.where(ops.equal(ops.arange(ops.shape(y_pred)[-1]), 0), -np.inf, y_pred)
+    else:
+        y_pos_1 = y_pos_2 = y_pos
+    zeros = ops.zeros_like(y_pos[..., :1])
+    pos_loss = ops.logsumexp(ops.concatenate([-y_pos_1, zeros], axis=-1), axis=-1)
+    # log(exp(0) + sum exp(y_pred)), bert4keras's appended 0 class, shifted by the row's
+    # max (at least 0, so an all -inf row gives 0 and a zero gradient, not NaN)
+    top = ops.stop_gradient(ops.maximum(ops.max(y_pred, axis=-1), 0.0))
+    all_loss = top + ops.log(ops.exp(-top) + ops.sum(ops.exp(y_pred - top[..., None]), axis=-1))
     aux_loss = ops.logsumexp(y_pos_2, axis=-1) - all_loss
     aux_loss = ops.clip(1 - ops.exp(aux_loss), 1e-7, 1)  # K.epsilon()
     neg_loss = all_loss + ops.log(aux_loss)

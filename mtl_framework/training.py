@@ -10,8 +10,17 @@ the shared update under gradient_norm; emphasis comes from sampling rates.
 Runs under `model.fit`: the dataset given to fit only counts updates; the
 micro-batches come from `model.mixture` (anything with `next() -> (task, batch)`),
 because single-task batches of different families have different structures.
-Tracing: one tf.function per task for the micro-step (traced on the task's
-first batch, reused after; length varies, so shapes are relaxed) and one for the update.
+Tracing: one tf.function per trace group, not per task. Heads of one class and the
+same settings (TaskHead.trace_key; label counts and decoding options left out) share a
+micro-step: the group's first head computes with the weights of the micro-batch's task,
+read through a tf.switch_case with one small branch per task, and the task's
+accumulators, initial loss and loss scale are updated the same way. The backbone's
+forward and backward passes are therefore traced once per group (92 real tasks: 10
+groups) and a new task of a known family costs a switch branch, not a trace. Lengths
+and label axes vary, so shapes are relaxed after the first traces.
+
+The token embedding's gradient stays sparse (without a strategy): repeated ids' rows are
+summed, so the backbone norm is the dense one, and only the used rows are accumulated.
 
 Under a tf.distribute strategy (built in its scope; see distributed.py) every worker
 feeds the same global micro-batch; each replica takes its slice of the rows, and the
@@ -61,6 +70,7 @@ class MultiTaskModel(keras.Model):
         self.skipped = {t: 0 for t in self.task_names}
         self._consecutive_bad = {t: 0 for t in self.task_names}
         self._micro_steps = {}
+        self._forward_steps = {}
         self._apply_update_fn = None
         self._reset_fn = None
         self.last_micro_logs = []
@@ -100,6 +110,7 @@ class MultiTaskModel(keras.Model):
                                      for i, t in enumerate(self.task_names)}
         if self.optimizer is not None and not self.optimizer.built:
             self.optimizer.build(self.all_variables)
+        self._group_trace_steps()
         self.built = True
 
     @property
@@ -118,94 +129,170 @@ class MultiTaskModel(keras.Model):
     # --- forward ---------------------------------------------------------------
 
     def task_outputs(self, task, batch, training=False):
+        return self._outputs(self.heads[task], batch, training)
+
+    def task_loss(self, task, batch, training=False):
+        return self._loss(self.heads[task], batch, training)
+
+    def _outputs(self, head, batch, training, head_values=None):
+        """The head on the backbone's output; with `head_values`, `head` computes with
+        those weights in place of its own (as Keras's stateless_call)."""
         hidden = self.backbone(backbone_inputs(batch), training=training)
         if len(batch["token_ids"].shape) == 3:  # choices folded into the batch axis
             shape = tf.shape(batch["token_ids"])
             hidden = tf.reshape(hidden, tf.concat([shape, tf.shape(hidden)[-1:]], 0))
-        return self.heads[task](hidden, batch, training=training)
+        if head_values is None:
+            return head(hidden, batch, training=training)
+        with _WeightsScope(zip(head.trainable_variables, head_values)):
+            return head.call(hidden, batch, training=training)
 
-    def task_loss(self, task, batch, training=False):
-        outputs = self.task_outputs(task, batch, training=training)
+    def _loss(self, head, batch, training, head_values=None):
+        outputs = self._outputs(head, batch, training, head_values)
         # mixed precision: heads compute in 16 bits, losses always in float32
         outputs = tf.nest.map_structure(
             lambda t: tf.cast(t, tf.float32) if t.dtype.is_floating else t, outputs)
-        return self.heads[task].compute_task_loss(outputs, batch)
+        return head.compute_task_loss(outputs, batch)
 
     # --- the mixed update --------------------------------------------------------
 
-    def _micro_step_fn(self, task):
-        if task in self._micro_steps:
-            return self._micro_steps[task]
-        head_slots = self._head_slots[task]
-        head_variables = self.head_variables[task]
-        weight = self.loss_weights[task]
-        initial_loss = self.initial_losses[task]
+    def _group_trace_steps(self):
+        """Tasks whose heads have equal trace keys (TaskHead.trace_key: same class and
+        settings, any label count) share one traced micro-step."""
+        self.trace_groups = {}
+        for task in self.task_names:
+            self.trace_groups.setdefault(self.heads[task].trace_key(), []).append(task)
+        self._task_group = {task: (key, index) for key, tasks in self.trace_groups.items()
+                            for index, task in enumerate(tasks)}
+        for tasks in self.trace_groups.values():
+            ranks = {tuple(len(v.shape) for v in self.heads[t].trainable_variables) for t in tasks}
+            if len(ranks) > 1:
+                raise ValueError(f"heads of tasks {tasks} share a trace key but not their weights' "
+                                 "layout; give their head class a finer trace_key")
+
+    def micro_step(self, task, batch):
+        """One micro-batch of `task` (a dict of tensors): its scaled gradient is added to
+        the accumulators; returns {loss, gradient_norm, finite} as tensors."""
+        key, index = self._task_group[task]
+        if key not in self._micro_steps:
+            self._micro_steps[key] = self._trace_micro_step(self.trace_groups[key])
+        return self._micro_steps[key](batch, tf.constant(index, tf.int32))
+
+    def _trace_micro_step(self, tasks):
+        """The micro-step of one trace group: the first task's head computes with the weights
+        of the task at `index`, read (and its accumulators, initial loss and loss scale
+        updated) through switches with one small branch per task; the backbone's forward
+        and backward passes are traced once for the whole group."""
+        template = self.heads[tasks[0]]
+        n_backbone = len(self.backbone_variables)
+        weights = tf.constant([self.loss_weights[t] for t in tasks], tf.float32)
         strategy = self.strategy
 
-        def replica_step(batch):
-            variables = self.backbone_variables + head_variables
+        def for_task(index, fn):
+            return _for_task(tasks, index, fn)
+
+        def replica_step(batch, index):
+            own_values = self._own_head_values(tasks, index)
             replicas = 1
             if strategy is not None:  # this replica's rows, weighted by their share
                 context = tf.distribute.get_replica_context()
                 replicas = context.num_replicas_in_sync
-                batch, share = shard_batch(self.heads[task], batch,
-                                           context.replica_id_in_sync_group, replicas)
+                batch, share = shard_batch(template, batch, context.replica_id_in_sync_group, replicas)
+            if self.dynamic_loss_scale:
+                loss_scale = for_task(index, lambda t: self.loss_scales[t].read_value())
             with tf.GradientTape() as tape:
-                raw_loss = self.task_loss(task, batch, training=True)
+                tape.watch(own_values)
+                raw_loss = self._loss(template, batch, True, self._head_values(template, own_values))
                 if strategy is not None:
                     raw_loss = raw_loss * share
-                loss = raw_loss * weight
-                if self.dynamic_loss_scale:
-                    scaled_loss = loss * self.loss_scales[task]
-            gradients = tape.gradient(scaled_loss if self.dynamic_loss_scale else loss, variables)
-            # Embedding gradients come as IndexedSlices with repeated ids: densify
-            # before taking norms (global_norm on slices ignores duplicates).
-            gradients = [tf.zeros_like(v) if g is None else tf.cast(tf.convert_to_tensor(g), v.dtype)
+                loss = raw_loss * tf.gather(weights, index)
+                scaled_loss = loss * loss_scale if self.dynamic_loss_scale else loss
+            gradients = tape.gradient(scaled_loss, self.backbone_variables + own_values)
+            variables = self.backbone_variables + own_values
+            gradients = [tf.zeros_like(v) if g is None else g for g, v in zip(gradients, variables)]
+            if strategy is None:
+                gradients = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) else g
+                             for g in gradients]
+            else:  # the all-reduce below needs dense gradients
+                gradients = [tf.convert_to_tensor(g) for g in gradients]
+            gradients = [_map_values(lambda x, v=v: tf.cast(x, v.dtype), g)
                          for g, v in zip(gradients, variables)]
             if self.dynamic_loss_scale:
-                gradients = [g / self.loss_scales[task] for g in gradients]
+                gradients = [_map_values(lambda x: x / loss_scale, g) for g in gradients]
             if strategy is not None:  # the global gradient, before any norm is taken
                 gradients, raw_loss, loss = context.all_reduce(
                     tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
-            backbone_norm = tf.linalg.global_norm(gradients[: len(self.backbone_variables)])
+            backbone_norm = tf.linalg.global_norm(gradients[:n_backbone])
             finite = tf.math.is_finite(loss) & tf.math.is_finite(backbone_norm) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g)) for g in gradients[len(self.backbone_variables):]]
+                [tf.reduce_all(tf.math.is_finite(_map_values(tf.identity, g).values
+                                                 if isinstance(g, tf.IndexedSlices) else g))
+                 for g in gradients[n_backbone:]]
                 or [tf.constant(True)])
             if self.balancing == "gradient_norm":
                 scale = 1.0 / tf.maximum(backbone_norm, 1e-12)
             elif self.balancing == "loss_norm":  # d/dθ [L / stop_grad(L)]
                 scale = 1.0 / tf.maximum(tf.abs(loss), 1e-12)
             elif self.balancing == "initial_loss":  # L / L(first batch of this task)
-                first = tf.equal(initial_loss, 0.0) & finite
-                initial_loss.assign(tf.where(first, loss, initial_loss))
-                scale = 1.0 / tf.maximum(tf.abs(initial_loss), 1e-12)
+                initial = for_task(index, lambda t: self.initial_losses[t].read_value())
+                initial = tf.where(tf.equal(initial, 0.0) & finite, loss, initial)
+                for_task(index, lambda t: _done(self.initial_losses[t].assign(initial)))
+                scale = 1.0 / tf.maximum(tf.abs(initial), 1e-12)
             else:
                 scale = tf.constant(1.0)
             if replicas > 1:  # every replica holds the reduced gradient; the optimizer sums them
                 scale = scale / replicas
             if self.dynamic_loss_scale:
-                self._update_loss_scale(task, finite)
-            slots = list(range(len(self.backbone_variables))) + head_slots
+                for_task(index, lambda t: self._update_loss_scale(t, finite))
+            scaled = [_map_values(lambda x: x * tf.cast(scale, x.dtype), g) for g in gradients]
 
             # `finite` covers every gradient (the backbone's through its norm), so a bad
             # micro-batch skips the accumulators and a good one costs one multiply-add
             # per variable (bench/mtl_overhead.py: masking every gradient cost ~8% of an update).
             def accumulate():
-                for slot, gradient in zip(slots, gradients):
-                    self.accumulators[slot].assign_add(gradient * tf.cast(scale, gradient.dtype))
-                return tf.constant(True)
+                updates = [_add(self.accumulators[slot], g) for slot, g in enumerate(scaled[:n_backbone])]
+                if own_values:
+                    updates.append(for_task(index, lambda t: _done(*[
+                        _add(self.accumulators[slot], g)
+                        for slot, g in zip(self._head_slots[t], scaled[n_backbone:])])))
+                return _done(*updates)
 
             tf.cond(finite, accumulate, lambda: tf.constant(False))
             return {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
 
-        def micro_step(batch):
+        def micro_step(batch, index):
             if strategy is None:
-                return replica_step(batch)
-            results = strategy.run(replica_step, args=(batch,))  # equal on every replica
+                return replica_step(batch, index)
+            results = strategy.run(replica_step, args=(batch, index))  # equal on every replica
             return {k: strategy.experimental_local_results(v)[0] for k, v in results.items()}
 
-        self._micro_steps[task] = tf.function(micro_step, reduce_retracing=True)
-        return self._micro_steps[task]
+        return tf.function(micro_step, reduce_retracing=True)
+
+    def _own_head_values(self, tasks, index):
+        """The weights of the group's task at `index` (its head's own, in the head's order)."""
+        if not self.head_variables[tasks[0]]:
+            return []
+        return list(_for_task(tasks, index, lambda t: [v.value for v in self.head_variables[t]]))
+
+    def _head_values(self, template, own_values):
+        """Values for all of `template`'s trainable variables: `own_values` for its own,
+        the backbone's current value for a tied one."""
+        backbone = {id(v): v for v in self.backbone_variables}
+        own = iter(own_values)
+        return [backbone[id(v)].value if id(v) in backbone else next(own)
+                for v in template.trainable_variables]
+
+    def traced_outputs(self, task, batch):
+        """The task's outputs (training=False) from one traced forward pass per trace group
+        (evaluation: 92 tasks trace 10 forward passes, not 92)."""
+        key, index = self._task_group[task]
+        if key not in self._forward_steps:
+            tasks = self.trace_groups[key]
+            template = self.heads[tasks[0]]
+
+            def forward(batch, index):
+                values = self._head_values(template, self._own_head_values(tasks, index))
+                return self._outputs(template, batch, False, values)
+            self._forward_steps[key] = tf.function(forward, reduce_retracing=True)
+        return self._forward_steps[key](batch, tf.constant(index, tf.int32))
 
     def _update_loss_scale(self, task, finite):
         """Dynamic loss scaling (mixed_float16), per task: halve on a non-finite
@@ -215,8 +302,9 @@ class MultiTaskModel(keras.Model):
         count = tf.where(finite, in_a_row + 1, 0)
         grow = count >= 2000
         factor = tf.where(finite, tf.where(grow, 2.0, 1.0), 0.5)
-        scale.assign(tf.clip_by_value(scale * factor, 1.0, 2.0 ** 24))
-        in_a_row.assign(tf.where(grow, 0, count))
+        with tf.control_dependencies([scale.assign(tf.clip_by_value(scale * factor, 1.0, 2.0 ** 24)),
+                                      in_a_row.assign(tf.where(grow, 0, count))]):
+            return tf.constant(True)
 
     def _on_replicas(self, fn):
         return fn() if self.strategy is None else self.strategy.run(fn)
@@ -241,7 +329,7 @@ class MultiTaskModel(keras.Model):
         """One optimizer update from [(task, batch), ...]; returns per-micro-batch logs."""
         logs, good = [], 0
         for task, batch in micro_batches:
-            result = self._micro_step_fn(task)({k: tf.convert_to_tensor(v) for k, v in batch.items()})
+            result = self.micro_step(task, {k: tf.convert_to_tensor(v) for k, v in batch.items()})
             result = {k: v.numpy().item() for k, v in result.items()}
             result["task"] = task
             if result["finite"]:
@@ -280,6 +368,49 @@ class MultiTaskModel(keras.Model):
 
         self.train_function = train_function
         return train_function
+
+
+class _WeightsScope(keras.StatelessScope):
+    """Variables read as the given values inside, as in Layer.stateless_call, except that a
+    value's static shape may be relaxed: one traced micro-step serves heads of every label
+    count, so its head weights come as e.g. [H, None] (StatelessScope demands equal shapes)."""
+
+    def __init__(self, mapping):
+        super().__init__()
+        self.state_mapping = {id(variable): value for variable, value in mapping}
+
+
+def _for_task(tasks, index, fn):
+    """fn(task) for the task at `index` of `tasks`: a switch with one branch per task."""
+    if len(tasks) == 1:
+        return fn(tasks[0])
+    return tf.switch_case(index, [lambda t=t: fn(t) for t in tasks])
+
+
+def _done(*updates):
+    """A switch branch's result, once its variable updates have run."""
+    with tf.control_dependencies([u for u in updates if u is not None]):
+        return tf.constant(True)
+
+
+def _summed_rows(slices):
+    """An embedding gradient with each repeated id's rows summed: its norm is then the
+    dense gradient's, and accumulating it touches only the rows the batch used."""
+    ids, position = tf.unique(slices.indices)
+    values = tf.math.unsorted_segment_sum(slices.values, position, tf.shape(ids)[0])
+    return tf.IndexedSlices(values, ids, slices.dense_shape)
+
+
+def _map_values(fn, gradient):
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(fn(gradient.values), gradient.indices, gradient.dense_shape)
+    return fn(gradient)
+
+
+def _add(accumulator, gradient):
+    if isinstance(gradient, tf.IndexedSlices):
+        return accumulator.scatter_add(gradient)
+    return accumulator.assign_add(gradient)
 
 
 def _replicated(value, name):

@@ -68,6 +68,30 @@ def test_sparse_multilabel_equals_dense(mask_zero):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_sparse_multilabel_gradient_equals_dense_gradient():
+    """The sparse loss skips bert4keras's concatenations: its gradient must still be the
+    dense loss's; a row of only masked scores gives loss 0 and gradient 0, not NaN."""
+    n = 12
+    y_pred = (rng.normal(size=(2, 2, n)) * 3).astype("float32")
+    y_pred[1, 1] = -np.inf
+    y_true = np.array([[[3, 7, 0], [0, 0, 0]], [[5, 11, 2], [0, 0, 0]]])
+    dense = np.zeros_like(y_pred)
+    for idx in np.ndindex(y_true.shape[:2]):
+        dense[idx + (y_true[idx][y_true[idx] > 0],)] = 1.0
+    x = tf.constant(y_pred)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        sparse = losses.sparse_multilabel_categorical_crossentropy(y_true, x, True)
+        full = losses.multilabel_categorical_crossentropy(
+            dense, tf.where(tf.range(n) == 0, -np.inf, x))
+    np.testing.assert_allclose(sparse.numpy(), full.numpy(), rtol=1e-5, atol=1e-6)
+    assert sparse.numpy()[1, 1] == 0.0
+    g_sparse, g_full = tape.gradient(sparse, x).numpy(), tape.gradient(full, x).numpy()
+    assert np.isfinite(g_sparse).all()
+    np.testing.assert_allclose(g_sparse, np.nan_to_num(g_full), rtol=1e-4, atol=1e-5)
+    assert np.abs(g_sparse[1, 1]).max() == 0.0 and np.abs(g_sparse[0, 0]).max() > 0.1
+
+
 def test_globalpointer_crossentropy_and_finite_gradients():
     b, h, n = 2, 3, 5
     scores = rng.normal(size=(b, h, n, n)).astype("float32")

@@ -327,8 +327,9 @@ class Worker:
         (every gradient masked with is_finite/where, then scaled and added; session 1),
         tf.cond(finite) around one multiply-add per variable with the embedding gradient
         densified (session 2), and now (training.py: the same with the embedding's repeated
-        rows summed and only the used rows added); each takes the backbone norm first."""
-        from mtl_framework.training import _add, _map_values, _summed_rows
+        rows summed and only the used rows added, and a fused scale-and-add kernel); each
+        takes the backbone norm first."""
+        from mtl_framework.training import _add, _summed_rows
 
         tf, model, task = self.tf, self.model, self.first_task
         variables = model.backbone_variables + model.head_variables[task]
@@ -368,7 +369,7 @@ class Worker:
             return scale
 
         @tf.function
-        def rows(loss, grads):  # training.py now: embedding rows summed, not densified
+        def rows(loss, grads):  # training.py now: embedding rows summed, not densified; fused add
             grads = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
             norm = tf.linalg.global_norm(grads[:n_backbone])
             finite = tf.math.is_finite(loss) & tf.math.is_finite(norm) & tf.reduce_all(
@@ -377,7 +378,7 @@ class Worker:
 
             def accumulate():
                 for slot, g in zip(slots, grads):
-                    _add(model.accumulators[slot], _map_values(lambda x: x * scale, g))
+                    _add(model.accumulators[slot], g, scale)
                 return tf.constant(True)
 
             tf.cond(finite, accumulate, lambda: tf.constant(False))
@@ -386,7 +387,7 @@ class Worker:
         def prologue_only(loss, grads):
             return prologue(loss, grads)[1]
 
-        functions = {"before (masked)": before, "tf.cond, dense": now, "now (tf.cond, summed rows)": rows,
+        functions = {"before (masked)": before, "tf.cond, dense": now, "now (tf.cond, summed rows, fused add)": rows,
                      "densify + norm only": tf.function(prologue_only)}
         times = {k: [] for k in functions}
         for fn in functions.values():

@@ -242,17 +242,18 @@ class MultiTaskModel(keras.Model):
                 scale = scale / replicas
             if self.dynamic_loss_scale:
                 for_task(index, lambda t: self._update_loss_scale(t, finite))
-            scaled = [_map_values(lambda x: x * tf.cast(scale, x.dtype), g) for g in gradients]
 
             # `finite` covers every gradient (the backbone's through its norm), so a bad
             # micro-batch skips the accumulators and a good one costs one multiply-add
             # per variable (bench/mtl_overhead.py: masking every gradient cost ~8% of an update).
             def accumulate():
-                updates = [_add(self.accumulators[slot], g) for slot, g in enumerate(scaled[:n_backbone])]
+                fused = strategy is None
+                updates = [_add(self.accumulators[slot], g, scale, fused)
+                           for slot, g in enumerate(gradients[:n_backbone])]
                 if own_values:
                     updates.append(for_task(index, lambda t: _done(*[
-                        _add(self.accumulators[slot], g)
-                        for slot, g in zip(self._head_slots[t], scaled[n_backbone:])])))
+                        _add(self.accumulators[slot], g, scale, fused)
+                        for slot, g in zip(self._head_slots[t], gradients[n_backbone:])])))
                 return _done(*updates)
 
             tf.cond(finite, accumulate, lambda: tf.constant(False))
@@ -407,10 +408,17 @@ def _map_values(fn, gradient):
     return fn(gradient)
 
 
-def _add(accumulator, gradient):
+def _add(accumulator, gradient, scale, fused=True):
+    """accumulator += scale * gradient. `fused`: one kernel (SGD's apply op with step
+    -scale) reads the gradient once; a multiply then assign_add writes and rereads it.
+    The op takes a plain variable's handle, so a strategy's per-replica ones use the latter."""
+    scale = tf.cast(scale, accumulator.dtype)
     if isinstance(gradient, tf.IndexedSlices):
-        return accumulator.scatter_add(gradient)
-    return accumulator.assign_add(gradient)
+        return accumulator.scatter_add(_map_values(lambda x: x * scale, gradient))
+    if fused:
+        return tf.raw_ops.ResourceApplyGradientDescent(var=accumulator.handle, alpha=-scale,
+                                                       delta=gradient)
+    return accumulator.assign_add(gradient * scale)
 
 
 def _replicated(value, name):

@@ -13,8 +13,8 @@ because single-task batches of different families have different structures.
 Tracing: one tf.function per trace group, not per task. Heads of one class and the
 same settings (TaskHead.trace_key; label counts and decoding options left out) share a
 micro-step: the group's first head computes with the weights of the micro-batch's task,
-read through a tf.switch_case with one small branch per task, and the task's
-accumulators, initial loss and loss scale are updated the same way. The backbone's
+passed in as arguments, and the task's accumulators, initial loss and loss scale are
+updated through a tf.switch_case with one small branch per task. The backbone's
 forward and backward passes are therefore traced once per group (92 real tasks: 10
 groups) and a new task of a known family costs a switch branch, not a trace. Lengths
 and label axes vary, so shapes are relaxed after the first traces.
@@ -175,13 +175,13 @@ class MultiTaskModel(keras.Model):
         key, index = self._task_group[task]
         if key not in self._micro_steps:
             self._micro_steps[key] = self._trace_micro_step(self.trace_groups[key])
-        return self._micro_steps[key](batch, tf.constant(index, tf.int32))
+        return self._micro_steps[key](batch, tf.constant(index, tf.int32), self._own_head_values(task))
 
     def _trace_micro_step(self, tasks):
         """The micro-step of one trace group: the first task's head computes with the weights
-        of the task at `index`, read (and its accumulators, initial loss and loss scale
-        updated) through switches with one small branch per task; the backbone's forward
-        and backward passes are traced once for the whole group."""
+        passed in (those of the group's task at `index`), whose accumulators, initial loss
+        and loss scale are updated through switches with one small branch per task; the
+        backbone's forward and backward passes are traced once for the whole group."""
         template = self.heads[tasks[0]]
         n_backbone = len(self.backbone_variables)
         weights = tf.constant([self.loss_weights[t] for t in tasks], tf.float32)
@@ -190,8 +190,10 @@ class MultiTaskModel(keras.Model):
         def for_task(index, fn):
             return _for_task(tasks, index, fn)
 
-        def replica_step(batch, index):
-            own_values = self._own_head_values(tasks, index)
+        shapes = self._group_shapes(tasks)
+
+        def replica_step(batch, index, own_values):
+            own_values = _relaxed(own_values, shapes)
             replicas = 1
             if strategy is not None:  # this replica's rows, weighted by their share
                 context = tf.distribute.get_replica_context()
@@ -259,19 +261,24 @@ class MultiTaskModel(keras.Model):
             tf.cond(finite, accumulate, lambda: tf.constant(False))
             return {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
 
-        def micro_step(batch, index):
+        def micro_step(batch, index, own_values):
             if strategy is None:
-                return replica_step(batch, index)
-            results = strategy.run(replica_step, args=(batch, index))  # equal on every replica
+                return replica_step(batch, index, own_values)
+            results = strategy.run(replica_step, args=(batch, index, own_values))  # equal on every replica
             return {k: strategy.experimental_local_results(v)[0] for k, v in results.items()}
 
         return tf.function(micro_step, reduce_retracing=True)
 
-    def _own_head_values(self, tasks, index):
-        """The weights of the group's task at `index` (its head's own, in the head's order)."""
-        if not self.head_variables[tasks[0]]:
-            return []
-        return list(_for_task(tasks, index, lambda t: [v.value for v in self.head_variables[t]]))
+    def _own_head_values(self, task):
+        """The current values of the task's own head weights, read here and passed to the
+        group's traced step as arguments (their label axes relaxed across the group)."""
+        return [tf.convert_to_tensor(v) for v in self.head_variables[task]]
+
+    def _group_shapes(self, tasks):
+        """Per head weight, the shape the group's tasks share (None on the axes where they
+        differ, e.g. the label axis)."""
+        return [[dims[0] if len(set(dims)) == 1 else None for dims in zip(*(v.shape for v in variables))]
+                for variables in zip(*(self.head_variables[t] for t in tasks))]
 
     def _head_values(self, template, own_values):
         """Values for all of `template`'s trainable variables: `own_values` for its own,
@@ -284,16 +291,18 @@ class MultiTaskModel(keras.Model):
     def traced_outputs(self, task, batch):
         """The task's outputs (training=False) from one traced forward pass per trace group
         (evaluation: 92 tasks trace 10 forward passes, not 92)."""
-        key, index = self._task_group[task]
+        key, _ = self._task_group[task]
         if key not in self._forward_steps:
             tasks = self.trace_groups[key]
             template = self.heads[tasks[0]]
 
-            def forward(batch, index):
-                values = self._head_values(template, self._own_head_values(tasks, index))
-                return self._outputs(template, batch, False, values)
+            shapes = self._group_shapes(tasks)
+
+            def forward(batch, own_values):
+                own_values = _relaxed(own_values, shapes)
+                return self._outputs(template, batch, False, self._head_values(template, own_values))
             self._forward_steps[key] = tf.function(forward, reduce_retracing=True)
-        return self._forward_steps[key](batch, tf.constant(index, tf.int32))
+        return self._forward_steps[key](batch, self._own_head_values(task))
 
     def _update_loss_scale(self, task, finite):
         """Dynamic loss scaling (mixed_float16), per task: halve on a non-finite
@@ -379,6 +388,12 @@ class _WeightsScope(keras.StatelessScope):
     def __init__(self, mapping):
         super().__init__()
         self.state_mapping = {id(variable): value for variable, value in mapping}
+
+
+def _relaxed(values, shapes):
+    """`values` with static shapes relaxed to `shapes`: the group's trace then fits (and its
+    switch branches accept) the weights of every task in the group, not only the first."""
+    return [tf.compat.v1.placeholder_with_default(v, s) for v, s in zip(values, shapes)]
 
 
 def _for_task(tasks, index, fn):

@@ -7,9 +7,13 @@ the batch keys of docs/batches.md:
     loss = head.compute_task_loss(outputs, batch)   # scalar, mean over B
     head.decode(outputs, batch)    # NumPy predictions, one entry per row
     head.targets(batch)            # the gold answers in decode's format
+    head.trace_key()               # equal keys: one traced training step serves both heads
 
 Build a head before using it in a tf.function / tf.switch_case (build_head
-does): all variables are created in build(), none at call time.
+does): all variables are created in build(), none at call time. call() and
+compute_task_loss() must read sizes from tensors, not from num_labels (or list
+the attribute out of `untraced_config`): training runs a group's first head with
+another task's weights, whose label axis may differ.
 
 GlobalPointer and EfficientGlobalPointer follow bert4keras 0.11.5
 (layers.py) formula for formula: interleaved q/k, rotary positions on adjacent

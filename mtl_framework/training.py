@@ -15,7 +15,7 @@ same settings (TaskHead.trace_key; label counts and decoding options left out) s
 micro-step: the group's first head computes with the weights of the micro-batch's task,
 passed in as arguments, and the task's accumulators, initial loss and loss scale are
 updated through a tf.switch_case with one small branch per task. The backbone's
-forward and backward passes are therefore traced once per group (92 real tasks: 10
+forward and backward passes are therefore traced once per group (92 catalog tasks + MLM: 10
 groups) and a new task of a known family costs a switch branch, not a trace. Lengths
 and label axes vary, so shapes are relaxed after the first traces.
 

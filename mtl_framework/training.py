@@ -225,8 +225,7 @@ class MultiTaskModel(keras.Model):
                     tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
             backbone_norm = tf.linalg.global_norm(gradients[:n_backbone])
             finite = tf.math.is_finite(loss) & tf.math.is_finite(backbone_norm) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(_map_values(tf.identity, g).values
-                                                 if isinstance(g, tf.IndexedSlices) else g))
+                [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
                  for g in gradients[n_backbone:]]
                 or [tf.constant(True)])
             if self.balancing == "gradient_norm":
@@ -246,7 +245,7 @@ class MultiTaskModel(keras.Model):
                 for_task(index, lambda t: self._update_loss_scale(t, finite))
 
             # `finite` covers every gradient (the backbone's through its norm), so a bad
-            # micro-batch skips the accumulators and a good one costs one multiply-add
+            # micro-batch skips the accumulators and a good one costs one fused multiply-add
             # per variable (bench/mtl_overhead.py: masking every gradient cost ~8% of an update).
             def accumulate():
                 fused = strategy is None

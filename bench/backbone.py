@@ -42,7 +42,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
 
 import numpy as np  # noqa: E402
-from load import machine_busy_seconds, proc_cpu_seconds  # noqa: E402
+from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
 
 CONFIGS = {
     "L4-H256-A4": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
@@ -538,12 +538,8 @@ def environment(worker):
            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads() or "default",
            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads() or "default",
            "oneDNN": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)")}
-    try:
-        with open("/proc/cpuinfo") as f:
-            env["cpu_model"] = next(line.split(":", 1)[1].strip() for line in f
-                                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    if model := cpu_model():
+        env["cpu_model"] = model
     try:
         import keras_hub
         env["keras_hub"] = keras_hub.__version__

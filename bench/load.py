@@ -34,3 +34,12 @@ def cpu_seconds():
     """User + system CPU seconds of this process."""
     times = os.times()
     return times.user + times.system
+
+
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo, or None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return None

@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import machine_busy_seconds, proc_cpu_seconds  # noqa: E402
+from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
 
 CONFIGS = {
     "L4-H256-A4": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
@@ -688,12 +688,8 @@ def environment():
            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30, 1),
            "rss_measure": "resource.getrusage(RUSAGE_SELF).ru_maxrss per worker process "
                           "(psutil not installed)"}
-    try:
-        with open("/proc/cpuinfo") as f:
-            env["cpu_model"] = next(line.split(":", 1)[1].strip() for line in f
-                                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    if model := cpu_model():
+        env["cpu_model"] = model
     return env
 
 

@@ -10,14 +10,15 @@ the shared update under gradient_norm; emphasis comes from sampling rates.
 Runs under `model.fit`: the dataset given to fit only counts updates; the
 micro-batches come from `model.mixture` (anything with `next() -> (task, batch)`),
 because single-task batches of different families have different structures.
-Tracing: one tf.function per trace group, not per task. Heads of one class and the
-same settings (TaskHead.trace_key; label counts and decoding options left out) share a
-micro-step: the group's first head computes with the weights of the micro-batch's task,
-passed in as arguments, and the task's accumulators, initial loss and loss scale are
-updated through a tf.switch_case with one small branch per task. The backbone's
-forward and backward passes are therefore traced once per group (92 catalog tasks + MLM: 10
-groups) and a new task of a known family costs a switch branch, not a trace. Lengths
-and label axes vary, so shapes are relaxed after the first traces.
+Tracing: one tf.function per trace group, not per task, traced once. Heads of one class
+and the same settings (TaskHead.trace_key; label counts and decoding options left out)
+share a micro-step: the group's first head computes with the weights of the micro-batch's
+task, passed in as arguments; the step accumulates the backbone's scaled gradient and
+returns the head's, which is added eagerly to that task's accumulators (as are its
+initial loss and loss scale). No op in any graph belongs to one task, so a new task of a
+known family costs its head's variables and its share of the optimizer update, not a
+trace (92 catalog tasks + MLM: 10 groups). Every axis of the signature is unknown (any
+length, batch size, label count): one trace per group and batch layout.
 
 The token embedding's gradient stays sparse (without a strategy): repeated ids' rows are
 summed, so the backbone norm is the dense one, and only the used rows are accumulated.
@@ -161,112 +162,141 @@ class MultiTaskModel(keras.Model):
         self.trace_groups = {}
         for task in self.task_names:
             self.trace_groups.setdefault(self.heads[task].trace_key(), []).append(task)
-        self._task_group = {task: (key, index) for key, tasks in self.trace_groups.items()
-                            for index, task in enumerate(tasks)}
+        self._task_group = {task: key for key, tasks in self.trace_groups.items() for task in tasks}
         for tasks in self.trace_groups.values():
             ranks = {tuple(len(v.shape) for v in self.heads[t].trainable_variables) for t in tasks}
             if len(ranks) > 1:
                 raise ValueError(f"heads of tasks {tasks} share a trace key but not their weights' "
                                  "layout; give their head class a finer trace_key")
+        self._loss_weight_tensors = {t: tf.constant(w, tf.float32) for t, w in self.loss_weights.items()}
 
     def micro_step(self, task, batch):
         """One micro-batch of `task` (a dict of tensors): its scaled gradient is added to
         the accumulators; returns {loss, gradient_norm, finite} as tensors."""
-        key, index = self._task_group[task]
+        key = (self._task_group[task], _structure(batch))
         if key not in self._micro_steps:
-            self._micro_steps[key] = self._trace_micro_step(self.trace_groups[key])
-        return self._micro_steps[key](batch, tf.constant(index, tf.int32), self._own_head_values(task))
+            self._micro_steps[key] = self._trace_micro_step(key[0], batch)
+        state = {"loss_weight": self._loss_weight_tensors[task]}
+        if self.balancing == "initial_loss":
+            state["initial_loss"] = tf.convert_to_tensor(self.initial_losses[task])
+        if self.dynamic_loss_scale:
+            state["loss_scale"] = tf.convert_to_tensor(self.loss_scales[task])
+            state["finite_in_a_row"] = tf.convert_to_tensor(self._finite_in_a_row[task])
+        results = self._micro_steps[key](batch, self._own_head_values(task), state)
+        self._update_task_state(task, results)
+        return {k: results[k] for k in ("loss", "gradient_norm", "finite")}
 
-    def _trace_micro_step(self, tasks):
-        """The micro-step of one trace group: the first task's head computes with the weights
-        passed in (those of the group's task at `index`), whose accumulators, initial loss
-        and loss scale are updated through switches with one small branch per task; the
-        backbone's forward and backward passes are traced once for the whole group."""
+    def _trace_micro_step(self, group, batch):
+        """The micro-step of one trace group, traced once for any lengths and label counts:
+        the group's first head computes with the weights passed in (those of the task whose
+        micro-batch this is). The backbone's scaled gradient is accumulated here; the
+        head's comes back (zero if not finite), with the task's new state, and is added
+        eagerly to that task's accumulators (`_update_task_state`), so a task costs no
+        graph ops at all (a switch over tasks cost ~3 MiB per task)."""
+        tasks = self.trace_groups[group]
         template = self.heads[tasks[0]]
         n_backbone = len(self.backbone_variables)
-        weights = tf.constant([self.loss_weights[t] for t in tasks], tf.float32)
         strategy = self.strategy
 
-        def for_task(index, fn):
-            return _for_task(tasks, index, fn)
-
-        shapes = self._group_shapes(tasks)
-
-        def replica_step(batch, index, own_values):
-            own_values = _relaxed(own_values, shapes)
+        def replica_step(batch, own_values, state):
             replicas = 1
             if strategy is not None:  # this replica's rows, weighted by their share
                 context = tf.distribute.get_replica_context()
                 replicas = context.num_replicas_in_sync
                 batch, share = shard_batch(template, batch, context.replica_id_in_sync_group, replicas)
-            if self.dynamic_loss_scale:
-                loss_scale = for_task(index, lambda t: self.loss_scales[t].read_value())
             with tf.GradientTape() as tape:
                 tape.watch(own_values)
                 raw_loss = self._loss(template, batch, True, self._head_values(template, own_values))
                 if strategy is not None:
                     raw_loss = raw_loss * share
-                loss = raw_loss * tf.gather(weights, index)
-                scaled_loss = loss * loss_scale if self.dynamic_loss_scale else loss
+                loss = raw_loss * state["loss_weight"]
+                scaled_loss = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
             gradients = tape.gradient(scaled_loss, self.backbone_variables + own_values)
             variables = self.backbone_variables + own_values
             gradients = [tf.zeros_like(v) if g is None else g for g, v in zip(gradients, variables)]
-            if strategy is None:
-                gradients = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) else g
-                             for g in gradients]
+            if strategy is None:  # a head's gradient goes out of the step: dense
+                gradients = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) and i < n_backbone
+                             else tf.convert_to_tensor(g) for i, g in enumerate(gradients)]
             else:  # the all-reduce below needs dense gradients
                 gradients = [tf.convert_to_tensor(g) for g in gradients]
             gradients = [_map_values(lambda x, v=v: tf.cast(x, v.dtype), g)
                          for g, v in zip(gradients, variables)]
             if self.dynamic_loss_scale:
-                gradients = [_map_values(lambda x: x / loss_scale, g) for g in gradients]
+                gradients = [_map_values(lambda x: x / state["loss_scale"], g) for g in gradients]
             if strategy is not None:  # the global gradient, before any norm is taken
                 gradients, raw_loss, loss = context.all_reduce(
                     tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
             backbone_norm = tf.linalg.global_norm(gradients[:n_backbone])
             finite = tf.math.is_finite(loss) & tf.math.is_finite(backbone_norm) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-                 for g in gradients[n_backbone:]]
+                [tf.reduce_all(tf.math.is_finite(g)) for g in gradients[n_backbone:]]
                 or [tf.constant(True)])
+            results = {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
             if self.balancing == "gradient_norm":
                 scale = 1.0 / tf.maximum(backbone_norm, 1e-12)
             elif self.balancing == "loss_norm":  # d/dθ [L / stop_grad(L)]
                 scale = 1.0 / tf.maximum(tf.abs(loss), 1e-12)
             elif self.balancing == "initial_loss":  # L / L(first batch of this task)
-                initial = for_task(index, lambda t: self.initial_losses[t].read_value())
+                initial = state["initial_loss"]
                 initial = tf.where(tf.equal(initial, 0.0) & finite, loss, initial)
-                for_task(index, lambda t: _done(self.initial_losses[t].assign(initial)))
+                results["initial_loss"] = initial
                 scale = 1.0 / tf.maximum(tf.abs(initial), 1e-12)
             else:
                 scale = tf.constant(1.0)
             if replicas > 1:  # every replica holds the reduced gradient; the optimizer sums them
                 scale = scale / replicas
             if self.dynamic_loss_scale:
-                for_task(index, lambda t: self._update_loss_scale(t, finite))
+                results.update(_next_loss_scale(state["loss_scale"], state["finite_in_a_row"], finite))
 
             # `finite` covers every gradient (the backbone's through its norm), so a bad
             # micro-batch skips the accumulators and a good one costs one fused multiply-add
             # per variable (bench/mtl_overhead.py: masking every gradient cost ~8% of an update).
             def accumulate():
                 fused = strategy is None
-                updates = [_add(self.accumulators[slot], g, scale, fused)
-                           for slot, g in enumerate(gradients[:n_backbone])]
-                if own_values:
-                    updates.append(for_task(index, lambda t: _done(*[
-                        _add(self.accumulators[slot], g, scale, fused)
-                        for slot, g in zip(self._head_slots[t], gradients[n_backbone:])])))
-                return _done(*updates)
+                return _done(*[_add(self.accumulators[slot], g, scale, fused)
+                               for slot, g in enumerate(gradients[:n_backbone])])
 
             tf.cond(finite, accumulate, lambda: tf.constant(False))
-            return {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
+            results["head_gradients"] = [
+                tf.where(finite, g * tf.cast(scale, g.dtype), tf.zeros_like(g))
+                for g in gradients[n_backbone:]]
+            return results
 
-        def micro_step(batch, index, own_values):
+        def micro_step(batch, own_values, state):
             if strategy is None:
-                return replica_step(batch, index, own_values)
-            results = strategy.run(replica_step, args=(batch, index, own_values))  # equal on every replica
-            return {k: strategy.experimental_local_results(v)[0] for k, v in results.items()}
+                return replica_step(batch, own_values, state)
+            results = strategy.run(replica_step, args=(batch, own_values, state))
+            # equal on every replica, except the head gradients: each replica adds its own
+            local = {k: strategy.experimental_local_results(v)[0] for k, v in results.items()
+                     if k != "head_gradients"}
+            local["head_gradients"] = results["head_gradients"]
+            return local
 
-        return tf.function(micro_step, reduce_retracing=True)
+        own_spec = [tf.TensorSpec(shape, v.dtype) for shape, v in
+                    zip(self._group_shapes(tasks), self.head_variables[tasks[0]])]
+        state_spec = {"loss_weight": tf.TensorSpec([], tf.float32)}
+        if self.balancing == "initial_loss":
+            state_spec["initial_loss"] = tf.TensorSpec([], tf.float32)
+        if self.dynamic_loss_scale:
+            state_spec["loss_scale"] = tf.TensorSpec([], tf.float32)
+            state_spec["finite_in_a_row"] = tf.TensorSpec([], tf.int32)
+        return tf.function(micro_step, input_signature=[_batch_spec(batch), own_spec, state_spec])
+
+    def _update_task_state(self, task, results):
+        """Eagerly, after the traced step: the task's head gradient into its accumulators
+        (per replica under a strategy), its initial loss and loss scale."""
+        for slot, gradient in zip(self._head_slots[task], results["head_gradients"]):
+            accumulator = self.accumulators[slot]
+            if self.strategy is None:
+                accumulator.assign_add(gradient)
+            else:  # each replica's own copy (ON_READ, summed by the optimizer)
+                for copy, value in zip(self.strategy.experimental_local_results(accumulator),
+                                       self.strategy.experimental_local_results(gradient)):
+                    copy.assign_add(value)
+        if "initial_loss" in results:
+            self.initial_losses[task].assign(results["initial_loss"])
+        if "loss_scale" in results:
+            self.loss_scales[task].assign(results["loss_scale"])
+            self._finite_in_a_row[task].assign(results["finite_in_a_row"])
 
     def _own_head_values(self, task):
         """The current values of the task's own head weights, read here and passed to the
@@ -290,30 +320,17 @@ class MultiTaskModel(keras.Model):
     def traced_outputs(self, task, batch):
         """The task's outputs (training=False) from one traced forward pass per trace group
         (evaluation: 92 tasks trace 10 forward passes, not 92)."""
-        key, _ = self._task_group[task]
+        key = (self._task_group[task], _structure(batch))
         if key not in self._forward_steps:
-            tasks = self.trace_groups[key]
+            tasks = self.trace_groups[key[0]]
             template = self.heads[tasks[0]]
 
-            shapes = self._group_shapes(tasks)
-
             def forward(batch, own_values):
-                own_values = _relaxed(own_values, shapes)
                 return self._outputs(template, batch, False, self._head_values(template, own_values))
-            self._forward_steps[key] = tf.function(forward, reduce_retracing=True)
+            own_spec = [tf.TensorSpec(shape, v.dtype) for shape, v in
+                        zip(self._group_shapes(tasks), self.head_variables[tasks[0]])]
+            self._forward_steps[key] = tf.function(forward, input_signature=[_batch_spec(batch), own_spec])
         return self._forward_steps[key](batch, self._own_head_values(task))
-
-    def _update_loss_scale(self, task, finite):
-        """Dynamic loss scaling (mixed_float16), per task: halve on a non-finite
-        micro-batch, double after 2000 finite ones in a row (Keras LossScaleOptimizer's
-        schedule, counted in this task's micro-batches)."""
-        scale, in_a_row = self.loss_scales[task], self._finite_in_a_row[task]
-        count = tf.where(finite, in_a_row + 1, 0)
-        grow = count >= 2000
-        factor = tf.where(finite, tf.where(grow, 2.0, 1.0), 0.5)
-        with tf.control_dependencies([scale.assign(tf.clip_by_value(scale * factor, 1.0, 2.0 ** 24)),
-                                      in_a_row.assign(tf.where(grow, 0, count))]):
-            return tf.constant(True)
 
     def _on_replicas(self, fn):
         return fn() if self.strategy is None else self.strategy.run(fn)
@@ -389,21 +406,29 @@ class _WeightsScope(keras.StatelessScope):
         self.state_mapping = {id(variable): value for variable, value in mapping}
 
 
-def _relaxed(values, shapes):
-    """`values` with static shapes relaxed to `shapes`: the group's trace then fits (and its
-    switch branches accept) the weights of every task in the group, not only the first."""
-    return [tf.compat.v1.placeholder_with_default(v, s) for v, s in zip(values, shapes)]
+def _structure(batch):
+    """What a traced step's signature depends on: the batch's keys, dtypes and ranks."""
+    return tuple(sorted((k, v.dtype.name, v.shape.rank) for k, v in batch.items()))
 
 
-def _for_task(tasks, index, fn):
-    """fn(task) for the task at `index` of `tasks`: a switch with one branch per task."""
-    if len(tasks) == 1:
-        return fn(tasks[0])
-    return tf.switch_case(index, [lambda t=t: fn(t) for t in tasks])
+def _batch_spec(batch):
+    """Every axis unknown: one trace serves all lengths, batch sizes and label counts."""
+    return {k: tf.TensorSpec([None] * v.shape.rank, v.dtype) for k, v in batch.items()}
+
+
+def _next_loss_scale(scale, finite_in_a_row, finite):
+    """Dynamic loss scaling (mixed_float16), per task: halve on a non-finite micro-batch,
+    double after 2000 finite ones in a row (Keras LossScaleOptimizer's schedule, counted
+    in this task's micro-batches)."""
+    count = tf.where(finite, finite_in_a_row + 1, 0)
+    grow = count >= 2000
+    factor = tf.where(finite, tf.where(grow, 2.0, 1.0), 0.5)
+    return {"loss_scale": tf.clip_by_value(scale * factor, 1.0, 2.0 ** 24),
+            "finite_in_a_row": tf.where(grow, 0, count)}
 
 
 def _done(*updates):
-    """A switch branch's result, once its variable updates have run."""
+    """A cond branch's result, once its variable updates have run."""
     with tf.control_dependencies([u for u in updates if u is not None]):
         return tf.constant(True)
 

@@ -147,8 +147,8 @@ def test_tracing_follows_head_families_not_tasks():
 
     relaxed = traces()
     assert len(relaxed) == FAMILY_GROUPS  # 16 tasks
-    # the first shapes, then relaxed lengths and label axes: a few traces per family
-    assert max(relaxed.values()) <= 3, relaxed
+    # traced once, every axis unknown: any length, batch size and label count
+    assert max(relaxed.values()) == 1, relaxed
     for length, seed in ((11, 4), (12, 5)):  # new lengths, every task again: no tracing
         model.run_update(micro_batches(length, seed))
     assert traces() == relaxed

@@ -27,9 +27,8 @@ or of all workers (b) in rounds, rotating the order, one untimed settle update a
 the start of each turn; medians of all timed updates. The machine is shared:
 the JSON records the CPU time other processes took during the timed rounds,
 per-round medians and the process CPU seconds of each update besides its wall
-time. Shapes: every function is traced on its exact batch shape (one trace per
-task); `--relaxed` warms every task of (a) on a second length first, so the
-length-relaxed traces of real training (length-bucketed batches) are timed.
+time. Shapes: a micro-step is traced once per trace group with every axis
+unknown, so the timed functions are those of real training (any length).
 
 Where the time goes, (a): `profile` times, interleaved, the classification
 task's forward + backward alone (no accumulation), the same plus the
@@ -38,7 +37,10 @@ is_finite/where, then scaled), the current micro-step and run_update, each as
 8 x (4x128) and 1 x (32x128), and the optimizer update alone; `accumulation`
 times the accumulation alone, before and now, on fixed gradients (precise
 where the whole-step profile moves by ~10% between rounds); `families` times
-each task's micro-step alone (the heads' own cost). Writes
+each task's micro-step alone (the heads' own cost). The forward_backward and
+run_update profile is repeated in a worker on one thread (inter- and intra-op):
+there 8 x (4x128) and 1 x (32x128) do the same arithmetic, so the gap on two
+threads is how much worse small ops parallelise. Writes
 bench/results/mtl_overhead.json and .md; `--skip a|b --keep` re-measures one
 part and keeps the other from the existing JSON.
 """
@@ -290,13 +292,14 @@ class Worker:
                 "micro_step (now)": lambda batch: model.micro_step(task, batch)["loss"],
                 "run_update (now)": run_update}
 
-    def profile(self, rounds):
+    def profile(self, rounds, names=None):
         tf = self.tf
         small = self.tf.nest.map_structure(tf.convert_to_tensor, self.pool[self.first_task][0])
         big = {k: tf.convert_to_tensor(v) for k, v in family_batch(
             "classification", FAMILIES[0][1], MICRO_BATCH * TASKS_PER_UPDATE, LENGTH, self.rng,
             self.config["vocab_size"]).items()}
         functions = self.profile_functions()
+        functions = {k: f for k, f in functions.items() if names is None or k in names}
         for fn in functions.values():  # trace both shapes
             fn(small).numpy(), fn(big).numpy()
         self.model._apply_update()  # flush the accumulated warm-up gradients
@@ -437,14 +440,8 @@ class Worker:
                 updates += 1
             return {"first_update_s": first, "all_traced_s": total, "updates_to_trace_all": updates,
                     "rss_after_tracing": rss_bytes(), "peak_rss": peak_rss_bytes(), **self.traces()}
-        if cmd == "relax":  # trace every task again on a second length: length-relaxed functions
-            start = time.perf_counter()
-            for name in self.pool:
-                for length in (LENGTH, LENGTH - 32):
-                    self.model.run_update([(name, self.batch(name, length))])
-            return {"relax_s": time.perf_counter() - start, **self.traces()}
         if cmd == "profile":
-            return self.profile(command["rounds"])
+            return self.profile(command["rounds"], command.get("names"))
         if cmd == "accumulation":
             return self.accumulation(command["repeat"])
         if cmd == "families":
@@ -470,9 +467,13 @@ class Worker:
         raise ValueError(cmd)
 
 
-def worker_main(config_name, num_tasks, extra_one_batch):
+def worker_main(config_name, num_tasks, extra_one_batch, threads=None):
     out = sys.stdout
     sys.stdout = sys.stderr  # keep TF/Keras chatter off the protocol
+    if threads:  # before TF's runtime starts: every op and every op's inner work on `threads`
+        import tensorflow as tf
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
     worker = Worker(config_name, num_tasks, extra_one_batch)
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
@@ -485,9 +486,6 @@ def worker_main(config_name, num_tasks, extra_one_batch):
 
 
 # --- parent side ---------------------------------------------------------------
-
-
-
 
 
 class Contention:
@@ -515,11 +513,13 @@ class Contention:
 
 
 class WorkerProcess:
-    def __init__(self, config_name, num_tasks, extra_one_batch, log_path):
+    def __init__(self, config_name, num_tasks, extra_one_batch, log_path, threads=None):
         self.log = open(log_path, "w")
         command = [sys.executable, __file__, "--worker", config_name, str(num_tasks)]
         if extra_one_batch:
             command.append("--one-batch")
+        if threads:
+            command += ["--threads", str(threads)]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True, bufsize=1,
                                         env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
@@ -589,9 +589,7 @@ def part_a(config_name, args, contention, log, workdir):
     try:
         info = worker.ask(cmd="info")
         first = worker.ask(cmd="first")
-        relax = worker.ask(cmd="relax") if args.relaxed else None
-        log(f"(a) {config_name}: built in {worker.ready_s:.0f}s, first update {first['first_update_s']:.1f}s"
-            + (f", relaxed traces in {relax['relax_s']:.0f}s" if relax else ""))
+        log(f"(a) {config_name}: built in {worker.ready_s:.0f}s, first update {first['first_update_s']:.1f}s")
         variants = {"mixed": (worker, "mixed"), "same_task": (worker, "same_task"),
                     "one_batch": (worker, "one_batch")}
         runs = interleave(variants, args.rounds_a, args.updates, contention, log, f"(a) {config_name}")
@@ -605,6 +603,16 @@ def part_a(config_name, args, contention, log, workdir):
         profile["accumulation_only"] = worker.ask(cmd="accumulation", repeat=10 * args.rounds_profile)
         log(f"(a) {config_name} accumulation alone per micro-batch (CPU ms): " + ", ".join(
             f"{k} {1e3 * v['median_cpu_s']:.1f}" for k, v in profile["accumulation_only"].items()))
+    finally:
+        worker.close()
+    # the same profile on one thread: what splitting the batch costs without parallelism
+    worker = WorkerProcess(config_name, TASKS_PER_UPDATE, True, workdir / f"a_{config_name}_1thread.log",
+                           threads=1)
+    try:
+        one_thread = worker.ask(cmd="profile", rounds=args.rounds_profile,
+                                names=["forward_backward", "run_update (now)"])
+        log(f"(a) {config_name} profile on 1 thread (CPU s): " + ", ".join(
+            f"{k} {v['median_cpu_s']:.3f}" for k, v in one_thread.items()))
     finally:
         worker.close()
     out = {k: summarize(v) for k, v in runs.items()}
@@ -624,8 +632,8 @@ def part_a(config_name, args, contention, log, workdir):
                          "same_task": f"8 micro-batches of {FAMILIES[0][0]} {MICRO_BATCH}x{LENGTH}",
                          "one_batch": f"1 batch of {FAMILIES[0][0]} {MICRO_BATCH * TASKS_PER_UPDATE}x{LENGTH}"},
             "rounds": args.rounds_a, "updates_per_round": args.updates, "info": info,
-            "first": first, "relax": relax, "final": stats, "results": out, "ratios": ratios,
-            "per_task_micro_step": families, "profile": profile,
+            "first": first, "final": stats, "results": out, "ratios": ratios,
+            "per_task_micro_step": families, "profile": profile, "profile_one_thread": one_thread,
             "target_met": {"wall": ratios["mixed/one_batch"]["median"] <= TARGETS["mixed_vs_one_batch"],
                            "cpu": ratios["mixed/one_batch"]["cpu"] <= TARGETS["mixed_vs_one_batch"]}}
 
@@ -668,11 +676,17 @@ def part_b(config_name, args, contention, log, workdir):
         per_task = {"peak_rss_bytes": (hi["final"]["peak_rss"] - lo["final"]["peak_rss"]) / extra,
                     "head_state_bytes": (hi["info"]["head_state_bytes"] - lo["info"]["head_state_bytes"]) / extra,
                     "rss_after_build_bytes": (hi["info"]["rss_after_build"] - lo["info"]["rss_after_build"]) / extra,
+                    "rss_after_tracing_bytes": (hi["first"]["rss_after_tracing"]
+                                                - lo["first"]["rss_after_tracing"]) / extra,
                     "between": [big[0], big[-1]]}
+    # what "memory grows only with the heads" rules out: graphs that grow with the tasks
+    graphs = {n: (rows[n]["final"]["micro_step_functions"], rows[n]["final"]["micro_step_traces"])
+              for n in big}
     return {"config": config_name, "backbone": dict(COMMON, **CONFIGS[config_name]),
             "rounds": args.rounds_b, "updates_per_round": args.updates,
             "rows": [rows[n] for n in sorted(rows)],
             "steady_spread_8_plus": spread, "memory_per_extra_task": per_task,
+            "traced_graphs_constant_8_plus": len(set(graphs.values())) == 1,
             "target_met": {"wall": spread["median_s"] <= TARGETS["steady_flat_within"],
                            "cpu": spread["median_cpu_s"] <= TARGETS["steady_flat_within"]}}
 
@@ -731,10 +745,11 @@ def markdown(report):
                       "forward_backward = forward + backward alone, no accumulation; these whole-step "
                       "medians move by ~10% between runs):", "",
                       "| step | 8 x (4x128) | 1 x (32x128) | ratio |", "|---|---|---|---|"]
-            for name in ("forward_backward", "run_update (now)"):  # the rest: in the JSON
-                small = prof[f"{name} 8x(4x128)"]["median_cpu_s"]
-                big = prof[f"{name} 1x(32x128)"]["median_cpu_s"]
-                lines.append(f"| {name} | {small:.3f} | {big:.3f} | {small / big:.2f}x |")
+            for threads, p in (("", prof), (", 1 thread", a.get("profile_one_thread"))):
+                for name in ("forward_backward", "run_update (now)") if p else ():  # the rest: JSON
+                    small = p[f"{name} 8x(4x128)"]["median_cpu_s"]
+                    big = p[f"{name} 1x(32x128)"]["median_cpu_s"]
+                    lines.append(f"| {name}{threads} | {small:.3f} | {big:.3f} | {small / big:.2f}x |")
             lines += [f"| optimizer update (once per update, in run_update) | "
                       f"{prof['optimizer update']['median_cpu_s']:.3f} | | |",
 
@@ -782,9 +797,16 @@ def markdown(report):
         per = b.get("memory_per_extra_task")
         if per:
             lines.append(f"Memory per extra task ({per['between'][0]} -> {per['between'][1]} tasks): peak RSS "
-                         f"{mib(per['peak_rss_bytes']):.1f} MiB, of which head state "
-                         f"{mib(per['head_state_bytes']):.2f} MiB (RSS after building the heads, before "
-                         f"tracing: {mib(per['rss_after_build_bytes']):.2f} MiB).")
+                         f"{mib(per['peak_rss_bytes']):.1f} MiB, against head state "
+                         f"{mib(per['head_state_bytes']):.2f} MiB. RSS per extra task after building "
+                         f"the model (heads, accumulators, optimizer slots; no graph): "
+                         f"{mib(per['rss_after_build_bytes']):.2f} MiB; after every task's first "
+                         f"micro-step: {mib(per.get('rss_after_tracing_bytes', float('nan'))):.2f} MiB; "
+                         f"the rest of the peak: the optimizer update's graph (its ops per variable) "
+                         f"and steady-state buffers.")
+        if "traced_graphs_constant_8_plus" in b:
+            lines.append("Traced micro-step functions and traces equal for every mixture of 8+ tasks: "
+                         f"{'yes' if b['traced_graphs_constant_8_plus'] else 'NO'}.")
         lines.append("")
     lines.append(f"Run: `python bench/mtl_overhead.py{' --quick' if report['settings']['quick'] else ''}`; "
                  "measured: " + "; ".join(
@@ -807,17 +829,16 @@ def main(argv=None):
     parser.add_argument("--rounds-b", type=int)
     parser.add_argument("--rounds-profile", type=int)
     parser.add_argument("--updates", type=int, default=2, help="timed updates per turn")
-    parser.add_argument("--relaxed", action="store_true",
-                        help="(a): time the length-relaxed traces (each task warmed on 2 lengths)")
     parser.add_argument("--skip", choices=["a", "b"], action="append", default=[])
     parser.add_argument("--keep", action="store_true",
                         help="with --skip: keep the skipped part's results from the existing JSON")
     parser.add_argument("--output-dir", default=str(BENCH / "results"))
     parser.add_argument("--worker", nargs=2, metavar=("CONFIG", "TASKS"), help=argparse.SUPPRESS)
     parser.add_argument("--one-batch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        return worker_main(args.worker[0], int(args.worker[1]), args.one_batch)
+        return worker_main(args.worker[0], int(args.worker[1]), args.one_batch, args.threads)
     args.configs = args.configs or (["L4-H256-A4"] if args.quick else list(CONFIGS))
     args.mixtures = sorted(args.mixtures or ([1, 8, 32] if args.quick else [1, 8, 32, 92]))
     args.rounds_a = args.rounds_a or (2 if args.quick else 8)
@@ -836,7 +857,6 @@ def main(argv=None):
                            "tasks_per_update": TASKS_PER_UPDATE, "optimizer": OPTIMIZER,
                            "families": FAMILIES, "multiple_choice_choices": CHOICES,
                            "balancing": "gradient_norm", "mixtures": args.mixtures,
-                           "relaxed_traces_in_a": args.relaxed,
                            "worker_logs": str(workdir)},
               "targets": TARGETS, "a": [], "b": []}
     jobs = ([("a", c, part_a) for c in args.configs] if "a" not in args.skip else []) + (

@@ -9,11 +9,12 @@ the batch keys of docs/batches.md:
     head.targets(batch)            # the gold answers in decode's format
     head.trace_key()               # equal keys: one traced training step serves both heads
 
-Build a head before using it in a tf.function / tf.switch_case (build_head
-does): all variables are created in build(), none at call time. call() and
-compute_task_loss() must read sizes from tensors, not from num_labels (or list
-the attribute out of `untraced_config`): training runs a group's first head with
-another task's weights, whose label axis may differ.
+Build a head before using it in a tf.function (build_head does): all variables
+are created in build(), none at call time. call() and compute_task_loss() must
+read sizes from tensors, not from num_labels or static batch shapes (or list the
+attribute out of `untraced_config`): training runs a group's first head with
+another task's weights, whose label axis may differ, in a step traced with every
+batch axis unknown.
 
 GlobalPointer and EfficientGlobalPointer follow bert4keras 0.11.5
 (layers.py) formula for formula: interleaved q/k, rotary positions on adjacent

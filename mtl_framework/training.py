@@ -33,6 +33,10 @@ own scale and its gradients divided by it before the norm; a non-finite micro-ba
 is skipped and halves its task's scale (a per-task scale: tasks' losses and loss
 weights differ by orders of magnitude, and each gradient is normalised on its own).
 """
+import contextlib
+import concurrent.futures
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -49,7 +53,8 @@ class NonFiniteLossError(RuntimeError):
 
 class MultiTaskModel(keras.Model):
     def __init__(self, backbone, heads, tasks_per_update=8, balancing="gradient_norm",
-                 loss_weights=None, max_consecutive_bad=20, loss_scale=None, **kwargs):
+                 loss_weights=None, max_consecutive_bad=20, loss_scale=None,
+                 parallel_micro_batches=None, **kwargs):
         super().__init__(**kwargs)
         if balancing not in BALANCING:
             raise ValueError(f"balancing {balancing!r} is not one of {BALANCING}")
@@ -65,6 +70,7 @@ class MultiTaskModel(keras.Model):
         if loss_scale not in (None, "dynamic"):
             raise ValueError(f"loss_scale must be None or 'dynamic', got {loss_scale!r}")
         self.dynamic_loss_scale = loss_scale == "dynamic"
+        self.parallel_micro_batches = parallel_micro_batches
         # Made in a strategy's scope: micro-steps then run per replica (see module doc).
         self.strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
         self.mixture = None
@@ -73,7 +79,9 @@ class MultiTaskModel(keras.Model):
         self._micro_steps = {}
         self._forward_steps = {}
         self._apply_update_fn = None
+        self._accumulate_fn = None
         self._reset_fn = None
+        self._threads = None
         self.last_micro_logs = []
 
     # --- variables ------------------------------------------------------------
@@ -109,9 +117,17 @@ class MultiTaskModel(keras.Model):
                                 for i, t in enumerate(self.task_names)}
             self._finite_in_a_row = {t: _replicated(0, f"finite_in_a_row_{i}")
                                      for i, t in enumerate(self.task_names)}
+        # Dropout seeds come from this count (see _dropout_seeds): a micro-step's masks do
+        # not depend on which micro-steps ran before it, or at the same time.
+        self.micro_batches_seen = _replicated(tf.constant(0, tf.int64), "micro_batches_seen")
+        layers = list(self.backbone._flatten_layers()) + [
+            layer for head in self.heads.values() for layer in head._flatten_layers()]
+        self._seed_states = list({id(g.state): g.state for layer in layers
+                                  for g in layer._seed_generators}.values())
         if self.optimizer is not None and not self.optimizer.built:
             self.optimizer.build(self.all_variables)
         self._group_trace_steps()
+        self.lanes = self._lanes()
         self.built = True
 
     @property
@@ -120,7 +136,7 @@ class MultiTaskModel(keras.Model):
         variables = list(self.backbone.variables)
         for head in self.heads.values():
             variables += [v for v in head.variables if all(v is not b for b in self.backbone.variables)]
-        variables += list(self.initial_losses.values())
+        variables += list(self.initial_losses.values()) + [self.micro_batches_seen]
         if self.dynamic_loss_scale:
             variables += list(self.loss_scales.values()) + list(self._finite_in_a_row.values())
         if self.optimizer is not None:
@@ -135,20 +151,25 @@ class MultiTaskModel(keras.Model):
     def task_loss(self, task, batch, training=False):
         return self._loss(self.heads[task], batch, training)
 
-    def _outputs(self, head, batch, training, head_values=None):
+    def _outputs(self, head, batch, training, head_values=None, seeds=None):
         """The head on the backbone's output; with `head_values`, `head` computes with
-        those weights in place of its own (as Keras's stateless_call)."""
-        hidden = self.backbone(backbone_inputs(batch), training=training)
-        if len(batch["token_ids"].shape) == 3:  # choices folded into the batch axis
-            shape = tf.shape(batch["token_ids"])
-            hidden = tf.reshape(hidden, tf.concat([shape, tf.shape(hidden)[-1:]], 0))
-        if head_values is None:
-            return head(hidden, batch, training=training)
-        with _WeightsScope(zip(head.trainable_variables, head_values)):
-            return head.call(hidden, batch, training=training)
+        those weights in place of its own (as Keras's stateless_call); with `seeds`
+        ([(seed state variable, value)]), dropout draws from those values and the seed
+        states' own updates stay in the scope."""
+        seeds = list(seeds or [])
+        with _WeightsScope(seeds) if seeds else contextlib.nullcontext():
+            hidden = self.backbone(backbone_inputs(batch), training=training)
+            if len(batch["token_ids"].shape) == 3:  # choices folded into the batch axis
+                shape = tf.shape(batch["token_ids"])
+                hidden = tf.reshape(hidden, tf.concat([shape, tf.shape(hidden)[-1:]], 0))
+            if head_values is None:
+                return head(hidden, batch, training=training)
+            # the innermost scope is the one read: it holds the seeds too
+            with _WeightsScope(list(zip(head.trainable_variables, head_values)) + seeds):
+                return head.call(hidden, batch, training=training)
 
-    def _loss(self, head, batch, training, head_values=None):
-        outputs = self._outputs(head, batch, training, head_values)
+    def _loss(self, head, batch, training, head_values=None, seeds=None):
+        outputs = self._outputs(head, batch, training, head_values, seeds)
         # mixed precision: heads compute in 16 bits, losses always in float32
         outputs = tf.nest.map_structure(
             lambda t: tf.cast(t, tf.float32) if t.dtype.is_floating else t, outputs)
@@ -170,10 +191,42 @@ class MultiTaskModel(keras.Model):
                                  "layout; give their head class a finer trace_key")
         self._loss_weight_tensors = {t: tf.constant(w, tf.float32) for t, w in self.loss_weights.items()}
 
+    def _lanes(self):
+        """How many micro-steps run at once. Default: 2 on a CPU with 2+ cores, where 8
+        small forward/backward passes use the cores less fully than one large pass
+        (bench/mtl_overhead.py); 1 where a micro-step reads state that an earlier one of
+        the same update writes (initial_loss, dynamic loss scale) or runs per replica."""
+        ordered = self.strategy is not None or self.balancing == "initial_loss" or self.dynamic_loss_scale
+        if self.parallel_micro_batches is None:
+            on_gpu = bool(tf.config.list_logical_devices("GPU"))
+            return 1 if ordered or on_gpu else min(2, os.cpu_count() or 1)
+        lanes = int(self.parallel_micro_batches)
+        if lanes < 1:
+            raise ValueError(f"parallel_micro_batches must be >= 1, got {lanes}")
+        if lanes > 1 and ordered:
+            raise ValueError("parallel_micro_batches > 1 needs no tf.distribute strategy, no dynamic "
+                             "loss scale and a balancing other than initial_loss (those micro-steps "
+                             "read what the previous one wrote); set it to 1")
+        return lanes
+
     def micro_step(self, task, batch):
         """One micro-batch of `task` (a dict of tensors): its scaled gradient is added to
         the accumulators; returns {loss, gradient_norm, finite} as tensors."""
-        key = (self._task_group[task], _structure(batch))
+        return self._finish(task, self._launch(task, batch, self._take_counts(1)[0]))
+
+    def _take_counts(self, n):
+        """The numbers of the next n micro-batches (their dropout seeds), in order."""
+        first = int(self.micro_batches_seen.numpy())
+        self.micro_batches_seen.assign(first + n)
+        return [tf.constant(first + i, tf.int64) for i in range(n)]
+
+    def _step_key(self, task, batch):
+        return self._task_group[task], _structure(batch)
+
+    def _launch(self, task, batch, count):
+        """The task's traced step on `batch`. Without a strategy it changes no variable, so
+        two can run at once (their results then go through _finish in order)."""
+        key = self._step_key(task, batch)
         if key not in self._micro_steps:
             self._micro_steps[key] = self._trace_micro_step(key[0], batch)
         state = {"loss_weight": self._loss_weight_tensors[task]}
@@ -182,23 +235,35 @@ class MultiTaskModel(keras.Model):
         if self.dynamic_loss_scale:
             state["loss_scale"] = tf.convert_to_tensor(self.loss_scales[task])
             state["finite_in_a_row"] = tf.convert_to_tensor(self._finite_in_a_row[task])
-        results = self._micro_steps[key](batch, self._own_head_values(task), state)
+        return self._micro_steps[key](batch, self._own_head_values(task), state, count)
+
+    def _finish(self, task, results):
+        """A launched step's gradients into the accumulators (the backbone's through one
+        traced function, in micro-batch order; under a strategy the step added them) and
+        the task's state; returns {loss, gradient_norm, finite}."""
+        if "backbone_gradients" in results:
+            if self._accumulate_fn is None:
+                def accumulate(gradients, scale, finite):
+                    tf.cond(finite, lambda: _done(*[_add(a, g, scale) for a, g in zip(
+                        self.accumulators, gradients)]), lambda: tf.constant(False))
+                self._accumulate_fn = tf.function(accumulate, reduce_retracing=True)
+            self._accumulate_fn(results["backbone_gradients"], results["scale"], results["finite"])
         self._update_task_state(task, results)
         return {k: results[k] for k in ("loss", "gradient_norm", "finite")}
 
     def _trace_micro_step(self, group, batch):
         """The micro-step of one trace group, traced once for any lengths and label counts:
         the group's first head computes with the weights passed in (those of the task whose
-        micro-batch this is). The backbone's scaled gradient is accumulated here; the
-        head's comes back (zero if not finite), with the task's new state, and is added
-        eagerly to that task's accumulators (`_update_task_state`), so a task costs no
-        graph ops at all (a switch over tasks cost ~3 MiB per task)."""
+        micro-batch this is). The gradients come back with their scale (the head's scaled,
+        zero if not finite) and the task's new state; _finish accumulates them, so a task
+        costs no graph ops at all (a switch over tasks cost ~3 MiB per task). Under a
+        strategy the backbone's are accumulated here, per replica."""
         tasks = self.trace_groups[group]
         template = self.heads[tasks[0]]
         n_backbone = len(self.backbone_variables)
         strategy = self.strategy
 
-        def replica_step(batch, own_values, state):
+        def replica_step(batch, own_values, state, count):
             replicas = 1
             if strategy is not None:  # this replica's rows, weighted by their share
                 context = tf.distribute.get_replica_context()
@@ -206,7 +271,8 @@ class MultiTaskModel(keras.Model):
                 batch, share = shard_batch(template, batch, context.replica_id_in_sync_group, replicas)
             with tf.GradientTape() as tape:
                 tape.watch(own_values)
-                raw_loss = self._loss(template, batch, True, self._head_values(template, own_values))
+                raw_loss = self._loss(template, batch, True, self._head_values(template, own_values),
+                                      self._dropout_seeds(count))
                 if strategy is not None:
                     raw_loss = raw_loss * share
                 loss = raw_loss * state["loss_weight"]
@@ -248,23 +314,23 @@ class MultiTaskModel(keras.Model):
                 results.update(_next_loss_scale(state["loss_scale"], state["finite_in_a_row"], finite))
 
             # `finite` covers every gradient (the backbone's through its norm), so a bad
-            # micro-batch skips the accumulators and a good one costs one fused multiply-add
-            # per variable (bench/mtl_overhead.py: masking every gradient cost ~8% of an update).
-            def accumulate():
-                fused = strategy is None
-                return _done(*[_add(self.accumulators[slot], g, scale, fused)
-                               for slot, g in enumerate(gradients[:n_backbone])])
-
-            tf.cond(finite, accumulate, lambda: tf.constant(False))
+            # micro-batch skips the accumulators and a good one costs one multiply-add per
+            # variable (bench/mtl_overhead.py: masking every gradient cost ~8% of an update).
+            if strategy is None:
+                results["backbone_gradients"], results["scale"] = gradients[:n_backbone], scale
+            else:
+                tf.cond(finite, lambda: _done(*[
+                    _add(self.accumulators[slot], g, scale, fused=False)
+                    for slot, g in enumerate(gradients[:n_backbone])]), lambda: tf.constant(False))
             results["head_gradients"] = [
                 tf.where(finite, g * tf.cast(scale, g.dtype), tf.zeros_like(g))
                 for g in gradients[n_backbone:]]
             return results
 
-        def micro_step(batch, own_values, state):
+        def micro_step(batch, own_values, state, count):
             if strategy is None:
-                return replica_step(batch, own_values, state)
-            results = strategy.run(replica_step, args=(batch, own_values, state))
+                return replica_step(batch, own_values, state, count)
+            results = strategy.run(replica_step, args=(batch, own_values, state, count))
             # equal on every replica, except the head gradients: each replica adds its own
             local = {k: strategy.experimental_local_results(v)[0] for k, v in results.items()
                      if k != "head_gradients"}
@@ -279,7 +345,15 @@ class MultiTaskModel(keras.Model):
         if self.dynamic_loss_scale:
             state_spec["loss_scale"] = tf.TensorSpec([], tf.float32)
             state_spec["finite_in_a_row"] = tf.TensorSpec([], tf.int32)
-        return tf.function(micro_step, input_signature=[_batch_spec(batch), own_spec, state_spec])
+        return tf.function(micro_step, input_signature=[
+            _batch_spec(batch), own_spec, state_spec, tf.TensorSpec([], tf.int64)])
+
+    def _dropout_seeds(self, count):
+        """Each dropout seed state mapped to its own value + [0, count * 1024]: micro-batch
+        `count` draws its masks from its own seeds (1024 draws per layer each), whichever
+        micro-steps ran before it or beside it."""
+        return [(state, tf.convert_to_tensor(state) + tf.stack([tf.zeros_like(count), count * 1024]))
+                for state in self._seed_states]
 
     def _update_task_state(self, task, results):
         """Eagerly, after the traced step: the task's head gradient into its accumulators
@@ -352,24 +426,35 @@ class MultiTaskModel(keras.Model):
         self._apply_update_fn()
 
     def run_update(self, micro_batches):
-        """One optimizer update from [(task, batch), ...]; returns per-micro-batch logs."""
-        logs, good = [], 0
-        for task, batch in micro_batches:
-            result = self.micro_step(task, {k: tf.convert_to_tensor(v) for k, v in batch.items()})
-            result = {k: v.numpy().item() for k, v in result.items()}
-            result["task"] = task
-            if result["finite"]:
-                good += 1
-                self._consecutive_bad[task] = 0
-            else:
-                self.skipped[task] += 1
-                self._consecutive_bad[task] += 1
-                if self._consecutive_bad[task] >= self.max_consecutive_bad:
-                    raise NonFiniteLossError(
-                        f"task {task!r}: {self._consecutive_bad[task]} micro-batches in a row had a "
-                        "non-finite loss or gradient; check its data/labels or lower the learning rate")
-            logs.append(result)
-        if good:
+        """One optimizer update from [(task, batch), ...]; returns per-micro-batch logs.
+        With lanes > 1, up to that many traced micro-steps compute at once in threads; their
+        gradients are accumulated in micro-batch order, so the update is the same."""
+        micro_batches = [(task, {k: tf.convert_to_tensor(v) for k, v in batch.items()})
+                         for task, batch in micro_batches]
+        counts = self._take_counts(len(micro_batches))
+        logs, pending = [], []
+        if self.lanes > 1 and self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(self.lanes, "micro_step")
+
+        def finish_oldest():
+            task, future = pending.pop(0)
+            logs.append(self._check(task, self._finish(task, future.result())))
+        try:
+            for (task, batch), count in zip(micro_batches, counts):
+                key = self._step_key(task, batch)
+                if self.lanes > 1 and key in self._micro_steps:
+                    if len(pending) == self.lanes:
+                        finish_oldest()
+                    pending.append((task, self._threads.submit(self._launch, task, batch, count)))
+                else:  # one at a time; a first call traces, in this thread
+                    while pending:
+                        finish_oldest()
+                    logs.append(self._check(task, self._finish(task, self._launch(task, batch, count))))
+            while pending:
+                finish_oldest()
+        finally:
+            concurrent.futures.wait([future for _, future in pending])
+        if any(log["finite"] for log in logs):
             self._apply_update()
         else:  # nothing finite to apply: drop the update rather than step on zeros
             if self._reset_fn is None:
@@ -377,6 +462,21 @@ class MultiTaskModel(keras.Model):
             self._reset_fn()
         self.last_micro_logs = logs
         return logs
+
+    def _check(self, task, result):
+        """A micro-batch's log; counts a non-finite one, stops after too many in a row."""
+        result = {k: v.numpy().item() for k, v in result.items()}
+        result["task"] = task
+        if result["finite"]:
+            self._consecutive_bad[task] = 0
+        else:
+            self.skipped[task] += 1
+            self._consecutive_bad[task] += 1
+            if self._consecutive_bad[task] >= self.max_consecutive_bad:
+                raise NonFiniteLossError(
+                    f"task {task!r}: {self._consecutive_bad[task]} micro-batches in a row had a "
+                    "non-finite loss or gradient; check its data/labels or lower the learning rate")
+        return result
 
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:

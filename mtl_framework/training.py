@@ -23,6 +23,15 @@ length, batch size, label count): one trace per group and batch layout.
 The token embedding's gradient stays sparse (without a strategy): repeated ids' rows are
 summed, so the backbone norm is the dense one, and only the used rows are accumulated.
 
+Lanes (`parallel_micro_batches`, default 2 on a CPU with 2+ cores): without a strategy a
+traced step changes no variable; it returns its gradients, and `_finish` accumulates them
+in micro-batch order. So two steps can compute at once in threads, which uses 2 cores
+better than one small micro-batch at a time (bench/mtl_overhead.py), and the update is
+the one of one lane. Dropout draws from seeds numbered by micro-batch
+(`micro_batches_seen`, checkpointed), not from Keras's shared seed state, so masks do not
+depend on which step ran first. initial_loss balancing and dynamic loss scaling read what
+the previous micro-step wrote: one lane.
+
 Under a tf.distribute strategy (built in its scope; see distributed.py) every worker
 feeds the same global micro-batch; each replica takes its slice of the rows, and the
 per-task gradient is all-reduced (SUM, i.e. the gradient of the global-batch loss)

@@ -13,9 +13,9 @@ because single-task batches of different families have different structures.
 Tracing: one tf.function per trace group, not per task, traced once. Heads of one class
 and the same settings (TaskHead.trace_key; label counts and decoding options left out)
 share a micro-step: the group's first head computes with the weights of the micro-batch's
-task, passed in as arguments; the step accumulates the backbone's scaled gradient and
-returns the head's, which is added eagerly to that task's accumulators (as are its
-initial loss and loss scale). No op in any graph belongs to one task, so a new task of a
+task, passed in as arguments; the step returns the scaled gradients and the task's new
+initial loss and loss scale, and `_finish` adds them to the accumulators and the task's
+state (see Lanes). No op in any graph belongs to one task, so a new task of a
 known family costs its head's variables and its share of the optimizer update, not a
 trace (92 catalog tasks + MLM: 10 groups). Every axis of the signature is unknown (any
 length, batch size, label count): one trace per group and batch layout.
@@ -238,13 +238,17 @@ class MultiTaskModel(keras.Model):
         key = self._step_key(task, batch)
         if key not in self._micro_steps:
             self._micro_steps[key] = self._trace_micro_step(key[0], batch)
+        return self._micro_steps[key](batch, self._own_head_values(task), self._task_state(task), count)
+
+    def _task_state(self, task):
+        """What the traced step reads of the task besides its weights (scalars)."""
         state = {"loss_weight": self._loss_weight_tensors[task]}
         if self.balancing == "initial_loss":
             state["initial_loss"] = tf.convert_to_tensor(self.initial_losses[task])
         if self.dynamic_loss_scale:
             state["loss_scale"] = tf.convert_to_tensor(self.loss_scales[task])
             state["finite_in_a_row"] = tf.convert_to_tensor(self._finite_in_a_row[task])
-        return self._micro_steps[key](batch, self._own_head_values(task), state, count)
+        return state
 
     def _finish(self, task, results):
         """A launched step's gradients into the accumulators (the backbone's through one
@@ -346,16 +350,9 @@ class MultiTaskModel(keras.Model):
             local["head_gradients"] = results["head_gradients"]
             return local
 
-        own_spec = [tf.TensorSpec(shape, v.dtype) for shape, v in
-                    zip(self._group_shapes(tasks), self.head_variables[tasks[0]])]
-        state_spec = {"loss_weight": tf.TensorSpec([], tf.float32)}
-        if self.balancing == "initial_loss":
-            state_spec["initial_loss"] = tf.TensorSpec([], tf.float32)
-        if self.dynamic_loss_scale:
-            state_spec["loss_scale"] = tf.TensorSpec([], tf.float32)
-            state_spec["finite_in_a_row"] = tf.TensorSpec([], tf.int32)
+        state_spec = tf.nest.map_structure(tf.TensorSpec.from_tensor, self._task_state(tasks[0]))
         return tf.function(micro_step, input_signature=[
-            _batch_spec(batch), own_spec, state_spec, tf.TensorSpec([], tf.int64)])
+            _batch_spec(batch), self._own_spec(tasks), state_spec, tf.TensorSpec([], tf.int64)])
 
     def _dropout_seeds(self, count):
         """Each dropout seed state mapped to its own value + [0, count * 1024]: micro-batch
@@ -386,10 +383,11 @@ class MultiTaskModel(keras.Model):
         group's traced step as arguments (their label axes relaxed across the group)."""
         return [tf.convert_to_tensor(v) for v in self.head_variables[task]]
 
-    def _group_shapes(self, tasks):
-        """Per head weight, the shape the group's tasks share (None on the axes where they
+    def _own_spec(self, tasks):
+        """Per head weight, the spec the group's tasks share (None on the axes where they
         differ, e.g. the label axis)."""
-        return [[dims[0] if len(set(dims)) == 1 else None for dims in zip(*(v.shape for v in variables))]
+        return [tf.TensorSpec([dims[0] if len(set(dims)) == 1 else None
+                               for dims in zip(*(v.shape for v in variables))], variables[0].dtype)
                 for variables in zip(*(self.head_variables[t] for t in tasks))]
 
     def _head_values(self, template, own_values):
@@ -403,16 +401,15 @@ class MultiTaskModel(keras.Model):
     def traced_outputs(self, task, batch):
         """The task's outputs (training=False) from one traced forward pass per trace group
         (evaluation: 92 tasks trace 10 forward passes, not 92)."""
-        key = (self._task_group[task], _structure(batch))
+        key = self._step_key(task, batch)
         if key not in self._forward_steps:
             tasks = self.trace_groups[key[0]]
             template = self.heads[tasks[0]]
 
             def forward(batch, own_values):
                 return self._outputs(template, batch, False, self._head_values(template, own_values))
-            own_spec = [tf.TensorSpec(shape, v.dtype) for shape, v in
-                        zip(self._group_shapes(tasks), self.head_variables[tasks[0]])]
-            self._forward_steps[key] = tf.function(forward, input_signature=[_batch_spec(batch), own_spec])
+            self._forward_steps[key] = tf.function(
+                forward, input_signature=[_batch_spec(batch), self._own_spec(tasks)])
         return self._forward_steps[key](batch, self._own_head_values(task))
 
     def _on_replicas(self, fn):

@@ -8,6 +8,8 @@ import importlib
 import os
 import sys
 
+from mtl_framework.errors import UserError
+
 # Command groups in the order `mtl --help` lists them.
 COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "export", "finetune", "report"]
 
@@ -36,7 +38,11 @@ def main(argv=None):
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2
-    return args.func(args) or 0
+    try:
+        return args.func(args) or 0
+    except UserError as error:  # the user's mistake: one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

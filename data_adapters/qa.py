@@ -4,10 +4,12 @@
 is kept only if `context[answer_start:answer_start + len(text)] == text`; a
 wrong offset is a lost span, never a guess. A question whose every answer is
 lost is skipped (it is not "unanswerable"); v2 questions marked
-`is_impossible` come out with no answers. CJRC's YES/NO answers are not spans
-(skipped for mrc_span); a `classification` task reads the kind of answer
-instead, as TextExample(question, context, label): "span", "YES", "NO" or
-"unknown" (no answer).
+`is_impossible` come out with no answers. Test files whose answers are all
+placeholders (CLUE's cmrc2018 test: `FAKE_ANSWER_n` at answer_start -1) come
+out with no answers too, counted as filtered: they are for prediction. CJRC's
+YES/NO answers are not spans (skipped for mrc_span); a `classification` task
+reads the kind of answer instead, as TextExample(question, context, label):
+"span", "YES", "NO" or "unknown" (no answer).
 
 `multi_passage_qa`: Su's WebQA/SogouQA layout, `[{id, question, passages:
 [{passage, answer}]}]` (a JSON array or JSON lines). Each passage is one
@@ -26,6 +28,13 @@ def impossible(qa):
     # CJRC writes is_impossible as the strings "true"/"false".
     flag = qa.get("is_impossible")
     return flag is True or isinstance(flag, str) and flag.strip().lower() == "true"
+
+
+def placeholders(answers):
+    """CLUE test files' stand-ins for hidden gold: FAKE_ANSWER_n at answer_start -1."""
+    return bool(answers) and all(
+        isinstance(a, dict) and a.get("answer_start") == -1
+        and str(a.get("text", "")).startswith("FAKE_ANSWER") for a in answers)
 
 
 def answer_kind(answers):
@@ -78,6 +87,9 @@ class SquadAdapter(Adapter):
             id_ = qa.get("id")
             # v2 files may list plausible answers on impossible questions: not answers.
             given = [] if impossible(qa) else qa.get("answers") or []
+            if placeholders(given):
+                report.filter("placeholder answers (FAKE_ANSWER, test file): read without gold")
+                given = []
             answers = []
             for answer in given:
                 span = SquadAdapter.place(answer, context)

@@ -79,22 +79,29 @@ def predict(predictor, task_name, head, features, rows, batch_size):
     return predictions, references, windows
 
 
+def best_windows(features, windows):
+    """{example index: (its best-scoring window, its lowest null score)}, examples in order:
+    a question's answer is the best real span over all its windows (shared with predict)."""
+    best, null = {}, {}
+    for window in windows:
+        example = int(features["example_index"][window["window_id"]])
+        null[example] = min(null.get(example, np.inf), window["null_score"])
+        # `not in best`: a question whose windows hold no context token (score -inf) still
+        # gets its (empty) answer rather than vanishing from the results
+        if example not in best or window["score"] > best[example]["score"]:
+            best[example] = window
+    return {example: (best[example], null[example]) for example in sorted(best)}
+
+
 def mrc_predictions(features, windows):
     """Per question (example index) the answer text of its best window, and the
     gold answers: a window's real span wins over "no answer" when it scores higher
     than the question's lowest null score (SQuAD 2.0 practice; CMRC2018 always
     has an answer, so the best span there is the best real one)."""
-    best, null = {}, {}
-    for window in windows:
-        example = int(features["example_index"][window["window_id"]])
-        null[example] = min(null.get(example, np.inf), window["null_score"])
-        if window["score"] > best.get(example, {"score": -np.inf})["score"]:
-            best[example] = window
     predictions, references = [], []
-    for example in sorted(best):
+    for example, (window, null) in best_windows(features, windows).items():
         gold = F.mrc_gold(features, example)
-        window = best[example]
-        if not gold and window["score"] <= null[example]:
+        if not gold and window["score"] <= null:
             text = ""
         else:
             text = F.mrc_answer(features, window["window_id"], window["start"], window["end"])["text"]

@@ -58,7 +58,11 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print):
     if os.path.isfile(os.path.join(path, "experiment.yaml")):
         return _load_run(path, data_root, specs, max_length, log)
     if os.path.isfile(os.path.join(path, "config.json")):
-        metadata, weights = export.load_heads(path)
+        try:
+            metadata, weights = export.load_heads(path)
+        except (OSError, ValueError) as error:  # heads.json without readable weights beside it
+            raise UserError(f"{path}: its heads cannot be read ({error}); export again with "
+                            "`mtl export RUN_DIR --format keras --with-heads`") from None
         if metadata is None:
             raise UserError(f"{path}: no {export.HEADS_CONFIG}: this export holds the backbone "
                             "only; export with `mtl export RUN_DIR --format keras --with-heads`, "
@@ -181,15 +185,17 @@ class PredictModel:
 
     def read(self, task, paths, report=None):
         """The examples of `paths` in the task's format, in file order. Gold filters
-        (skip_labels) are off and labels unchecked: every row is predicted."""
-        from data_adapters import ReadReport, read_files
+        (skip_labels) are off, labels unchecked and the adapter's predict_options on
+        (e.g. CLUE test placeholders read as no gold): every row is predicted."""
+        from data_adapters import ReadReport, get_adapter, read_files
 
         report = report if report is not None else ReadReport()
         for path in paths:
             if not os.path.isfile(path):
                 raise UserError(f"{path}: no such file (task {task.name!r} reads "
                                 f"format {task.format!r})")
-        options = {k: v for k, v in task.options.items() if k != "skip_labels"}
+        options = {**{k: v for k, v in task.options.items() if k != "skip_labels"},
+                   **get_adapter(task.format).predict_options}
         where = f"{', '.join(map(str, paths))} (task {task.name!r}, format {task.format!r})"
         try:
             examples = list(read_files(task.format, paths, options, task.fields, task.type, None,

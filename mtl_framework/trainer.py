@@ -30,6 +30,7 @@ from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
 from mtl_framework.cache import TaskStream, cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
+from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
 from mtl_framework.export import checkpoint_dirs, head_metadata
 from mtl_framework.heads import build_head
@@ -158,6 +159,7 @@ class RunLogger(keras.callbacks.Callback):
             stats["rate"] = float(self.run.rates[name])  # the sampler's effective rate
             for key in ("loss", "gradient_norm"):
                 stats[key] = float(np.mean(stats[key]))
+        record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
         record["skipped"] = dict(model.skipped)
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
@@ -274,7 +276,7 @@ class Run:
             features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
                                        max_length=length, log=self.log)
             streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
-            sizes[task.name] = len(features)
+            sizes[task.name] = example_count(features)
             labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
             kwargs = {"multi_label": True} if task.multi_label else {}
             with precision_policy(exp.precision):
@@ -298,9 +300,13 @@ class Run:
 
             init_heads(exp.resolve_path(exp.backbone["init"]), heads, self.head_types,
                        self.backbone, log=self.log)
-        rates = rates_from_config(sizes, exp.sampling, fixed or None)
-        self.log(format_rates(rates, sizes, exp.sampling if isinstance(exp.sampling, str)
-                              else exp.sampling.get("method")))
+        try:
+            rates = rates_from_config(sizes, exp.sampling, fixed or None)
+        except ValueError as error:  # pins over 1, a bad rate, cap or temperature
+            raise UserError(f"{exp.path}: {error}") from None
+        method = exp.sampling if isinstance(exp.sampling, str) else exp.sampling.get("method")
+        self.log(format_rates(rates, sizes, method, pinned=set(fixed),
+                              counted="examples (questions, documents; not windows or rows)"))
         self.rates = rates
         sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed)
         self.mixture = Mixture(streams, sampler)
@@ -319,7 +325,7 @@ class Run:
                                     log=self.log) for t in self.tasks]
         streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
                    for i, f in enumerate(features) if len(f)]
-        return _RoundRobin(streams), sum(len(f) for f in features)
+        return _RoundRobin(streams), sum(example_count(f) for f in features)
 
     # --- checkpoints ----------------------------------------------------------
 
@@ -399,6 +405,13 @@ class Run:
             if self.work_dir != self.run_dir:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
         return self
+
+
+def example_count(features):
+    """A task's size for the sampling rates: its examples (questions, documents, texts
+    for mlm) that made it into the features, not its rows (mrc windows, mlm rows)."""
+    report = features.report
+    return max(0, report.examples - sum(report.dropped.values()))
 
 
 class _RoundRobin:

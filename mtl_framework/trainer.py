@@ -32,6 +32,7 @@ from mtl_framework.distributed import (check_same_on_every_worker, is_chief, mak
                                       precision_policy)
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
+from mtl_framework.features import event_role_groups
 from mtl_framework.export import checkpoint_dirs, head_metadata
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
@@ -279,6 +280,8 @@ class Run:
             sizes[task.name] = example_count(features)
             labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
             kwargs = {"multi_label": True} if task.multi_label else {}
+            if task.type == "extraction_event":
+                kwargs["role_groups"] = event_role_groups(labels)
             with precision_policy(exp.precision):
                 heads[task.name] = build_head(task.type, len(labels) if labels else None, hidden,
                                               name=task.name, **kwargs)

@@ -43,6 +43,7 @@ from mtl_framework.training import MultiTaskModel
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
 
 MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
+MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer
 # Experiment keys holding paths relative to the experiment file; the run directory's
 # copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
 PATH_KEYS = ("data_root", "cache_dir", "vocab")
@@ -94,12 +95,25 @@ def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
     elif not os.path.exists(target):
         from data_adapters import read_task
 
-        texts = (t for task in tasks for ex in read_task(task, "train", data_root)
+        mlm = next((t for t in experiment.tasks if t["name"] == MLM_TASK), {})
+        sources = list(tasks) + ([mlm_corpus_task(experiment, mlm)] if mlm.get("corpus") else [])
+        texts = (t for task in sources for ex in read_task(task, "train", data_root)
                  for t in example_texts(ex))
         size = experiment.backbone.get("vocab_size", 12000)
         write_vocab(build_vocab(count_units(texts), max_size=size), target)
         log(f"built a character vocab from the tasks' train text: {target}")
     return Tokenizer(target)
+
+
+def mlm_corpus_task(experiment, entry):
+    """The TaskSpec of an mlm entry's `corpus`: a text file or a folder of them (one
+    document per line), relative to data_root like the specs' files."""
+    from mtl_framework.registry import TaskSpec
+
+    return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type="mlm", format="text_lines",
+                    files={"train": entry["corpus"]}, options={}, fields={}, labels=None,
+                    label_file=None, multi_label=False, max_length=experiment.max_length,
+                    metric="none", spec_path=experiment.path)
 
 
 def init_vocab(experiment):
@@ -290,7 +304,7 @@ class Run:
             if rate is not None:
                 fixed[task.name] = rate
         if MLM_TASK in entries:
-            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir)
+            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK])
             with precision_policy(exp.precision):
                 heads[MLM_TASK] = build_head("mlm", self.tokenizer.vocab_size, hidden,
                                              name=MLM_TASK, embeddings=self.backbone.token_embedding)
@@ -320,14 +334,21 @@ class Run:
         self.model.build_all()
         self.model.mixture = self.mixture
 
-    def mlm_stream(self, cache_dir):
-        """MLM rows from the first task's train texts (all tasks' texts joined), masked per batch."""
+    def mlm_stream(self, cache_dir, entry):
+        """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
+        from every task's train texts in turn. Size for the rates: documents / examples."""
         exp = self.experiment
+        settings = {key: entry[key] for key in MLM_SETTINGS if key in entry}
+        sources = [mlm_corpus_task(exp, entry)] if entry.get("corpus") else self.tasks
         features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
                                     max_length=min(exp.max_length, t.max_length), family="mlm",
-                                    log=self.log) for t in self.tasks]
+                                    log=self.log, **settings) for t in sources]
         streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
                    for i, f in enumerate(features) if len(f)]
+        if not streams:
+            raise UserError(f"{exp.path}: mlm has no text to learn from "
+                            + ("(its corpus has no non-blank line)" if entry.get("corpus")
+                               else "(the tasks' train splits have none)"))
         return _RoundRobin(streams), sum(example_count(f) for f in features)
 
     # --- checkpoints ----------------------------------------------------------

@@ -166,14 +166,17 @@ class RunLogger(keras.callbacks.Callback):
                   "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
                   "tasks": {}}
         for entry in model.last_micro_logs:
-            task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": []})
+            task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": [],
+                                                              "tokens": 0})
             task["loss"].append(entry["loss"])
             task["gradient_norm"].append(entry["gradient_norm"])
+            task["tokens"] += entry.get("tokens", 0)
         for name, stats in record["tasks"].items():
             stats["count"] = len(stats["loss"])  # micro-batches drawn: `mtl report` plots the mixture
             stats["rate"] = float(self.run.rates[name])  # the sampler's effective rate
             for key in ("loss", "gradient_norm"):
                 stats[key] = float(np.mean(stats[key]))
+        record["tokens"] = sum(stats["tokens"] for stats in record["tasks"].values())
         record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
         record["skipped"] = dict(model.skipped)
         self.metrics.write(json.dumps(record) + "\n")

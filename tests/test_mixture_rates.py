@@ -54,3 +54,8 @@ def test_pinned_mlm_rate_and_sizes_in_examples(tmp_path):
     assert len(records) == 2
     for record in records:
         assert record["rates"] == pytest.approx(run.rates)
+        assert record["tokens"] == sum(t["tokens"] for t in record["tasks"].values()) > 0
+    # the tokens of the first update, recounted from the same batches drawn again
+    replay = Run(str(experiment), output=str(tmp_path / "replay"), log=lambda *_: None)
+    drawn = [replay.mixture.next() for _ in range(2)]
+    assert records[0]["tokens"] == sum(int((b["token_ids"] != 0).sum()) for _, b in drawn)

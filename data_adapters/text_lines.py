@@ -1,7 +1,8 @@
 """`text_lines`: plain text, one document per line, for masked-LM corpora.
 
     tasks:
-      - {name: mlm, rate: 0.2, corpus: wiki_zh}     # a file, or a folder of them
+      - {name: mlm, rate: 0.2, corpus: wiki_zh}     # a file or a folder of them,
+                                                    # relative to the experiment file
 
 A folder is read file by file in sorted path order (sub-folders included), so
 runs repeat; files whose name does not end with `extension` are skipped and

@@ -28,7 +28,7 @@ TASK_ENTRY_KEYS = {"name", "rate", "loss_weight"}
 MLM_ENTRY_KEYS = TASK_ENTRY_KEYS | {"corpus", "whole_word", "mask_rate"}  # the mlm entry's own
 MLM_CHECKS = {
     "corpus": (lambda v: isinstance(v, str) and bool(v),
-               "a path: a text file or a folder of them, one document per line, relative to data_root"),
+               "a path: a text file or a folder of them, one document per line, relative to this file"),
     "whole_word": (lambda v: isinstance(v, bool), "true or false"),
     "mask_rate": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1,
                   "a number between 0 and 1"),

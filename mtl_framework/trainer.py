@@ -55,6 +55,8 @@ def resolved_experiment(experiment, data_root):
     for key in PATH_KEYS:
         if raw.get(key):
             raw[key] = experiment.resolve_path(raw[key])
+    raw["tasks"] = [{**t, "corpus": experiment.resolve_path(t["corpus"])}
+                    if isinstance(t, dict) and t.get("corpus") else t for t in raw["tasks"]]
     if raw.get("task_specs"):
         raw["task_specs"] = [experiment.resolve_path(d) for d in raw["task_specs"]]
     if isinstance(raw.get("backbone"), dict):
@@ -107,11 +109,11 @@ def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
 
 def mlm_corpus_task(experiment, entry):
     """The TaskSpec of an mlm entry's `corpus`: a text file or a folder of them (one
-    document per line), relative to data_root like the specs' files."""
+    document per line), relative to the experiment file like its other paths."""
     from mtl_framework.registry import TaskSpec
 
     return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type="mlm", format="text_lines",
-                    files={"train": entry["corpus"]}, options={}, fields={}, labels=None,
+                    files={"train": experiment.resolve_path(entry["corpus"])}, options={}, fields={}, labels=None,
                     label_file=None, multi_label=False, max_length=experiment.max_length,
                     metric="none", spec_path=experiment.path)
 

@@ -62,7 +62,7 @@ EXPERIMENT = """
 data_root: {root}
 cache_dir: {root}/cache
 backbone: {{num_layers: 1, hidden_size: 32, num_heads: 2, intermediate_size: 64, vocab_size: 500}}
-tasks: [{{name: mlm, corpus: corpus, whole_word: {whole_word}, mask_rate: 0.3}}]
+tasks: [{{name: mlm, corpus: ../corpus, whole_word: {whole_word}, mask_rate: 0.3}}]
 batch_size: 4
 tasks_per_update: 1
 max_length: 16
@@ -78,10 +78,13 @@ def test_run_mlm_reads_its_own_corpus(tmp_path, whole_word):
     lines = [DOCS[i % len(DOCS)] for i in range(40)]
     (corpus / "part1.txt").write_text("\n".join(lines[:25]) + "\n\n", encoding="utf-8")
     (corpus / "part2.txt").write_text("\n".join(lines[25:]) + "\n", encoding="utf-8")
-    experiment = tmp_path / "mlm.yaml"
+    (tmp_path / "experiments").mkdir()
+    experiment = tmp_path / "experiments" / "mlm.yaml"  # the corpus path is relative to it
     experiment.write_text(EXPERIMENT.format(root=tmp_path, whole_word=str(whole_word).lower(),
                                             seed=1))
     run = Run(str(experiment), output=str(tmp_path / "run"), log=lambda *_: None)
+    saved = (tmp_path / "run" / "experiment.yaml").read_text(encoding="utf-8")
+    assert f"corpus: {corpus}" in saved  # stored absolute: the run rebuilds from anywhere
     # the vocab comes from the corpus: every character of it is known
     ids = run.tokenizer.encode("".join(DOCS))[0]
     assert run.tokenizer.unk_id not in ids

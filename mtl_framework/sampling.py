@@ -161,15 +161,17 @@ class TaskSampler:
         return self
 
 
-def format_rates(rates, sizes=None, method=None, pinned=(), counted="examples"):
+def format_rates(rates, sizes=None, method=None, pinned=(), counted=None):
     """The effective mixture as a text table for the run log; pinned tasks are
-    marked, and the size column says what was counted."""
+    marked, and `counted` says what the size column counts."""
     names = list(rates)
     width = max(len("task"), *(len(str(t)) for t in names))
-    title = f"sampling: {method}" if method else "sampling"
+    lines = [f"sampling: {method}" if method else "sampling"]
+    if counted:
+        lines.append(f"sizes count {counted}")
     if pinned:
-        title += " (* = rate pinned by the spec or experiment; the others share the rest)"
-    lines = [title, f"{'task':<{width}}  {counted:>10}  {'rate':>8}"]
+        lines.append("* = rate pinned by the spec or the experiment; the other tasks share the rest")
+    lines.append(f"{'task':<{width}}  {'size':>10}  {'rate':>8}")
     for t in names:
         n = "" if sizes is None or t not in sizes else f"{sizes[t]:,}"
         mark = " *" if t in pinned else ""

@@ -328,7 +328,7 @@ class Run:
             raise UserError(f"{exp.path}: {error}") from None
         method = exp.sampling if isinstance(exp.sampling, str) else exp.sampling.get("method")
         self.log(format_rates(rates, sizes, method, pinned=set(fixed),
-                              counted="examples (questions, documents; not windows or rows)"))
+                              counted="examples (questions, documents), not windows or rows"))
         self.rates = rates
         sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed)
         self.mixture = Mixture(streams, sampler)

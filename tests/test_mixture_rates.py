@@ -41,7 +41,8 @@ def test_pinned_mlm_rate_and_sizes_in_examples(tmp_path):
     windows = len(run.mixture.streams["cmrc2018"].features)
     assert windows > questions  # max_length 64 cuts contexts into several windows
     table = next(line for line in lines if line.startswith("sampling: temperature"))
-    rows = {row.split()[0]: row.split()[1:] for row in table.splitlines()[2:]}
+    assert "sizes count examples" in table
+    rows = {row.split()[0]: row.split()[1:] for row in table.splitlines()[4:]}
     assert rows["cmrc2018"][0] == f"{questions:,}"  # counted in questions
     assert rows["mlm"][-1] == "*" and rows["tnews"][-1] != "*"  # mlm marked as pinned
     tnews = len(run.mixture.streams["tnews"].features)  # one row per tnews example

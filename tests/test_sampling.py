@@ -71,7 +71,7 @@ def test_format_rates_table():
     table = format_rates(rates, SIZES, "uniform")
     assert table.splitlines()[0] == "sampling: uniform"
     assert "1,000,000" in table and "33.333%" in table
-    assert len(table.splitlines()) == 2 + len(SIZES)
+    assert len(table.splitlines()) == 2 + len(SIZES) and "size" in table.splitlines()[1]
 
 
 def test_pinned_rate_holds_under_every_method():
@@ -105,5 +105,5 @@ def test_format_rates_marks_pinned_and_what_was_counted():
     rates = task_rates(SIZES, "uniform", rates={"small": 0.5})
     table = format_rates(rates, SIZES, "uniform", pinned={"small"}, counted="questions")
     lines = table.splitlines()
-    assert "pinned" in lines[0] and lines[1].split()[1] == "questions"
-    assert lines[-1].endswith("50.000% *") and not lines[2].endswith("*")
+    assert lines[1] == "sizes count questions" and "pinned" in lines[2]
+    assert lines[-1].endswith("50.000% *") and not lines[4].endswith("*")

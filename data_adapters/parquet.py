@@ -33,6 +33,7 @@ from data_adapters.coref import WscAdapter
 from data_adapters.jsonl import TEXT_TASKS, text_example
 from data_adapters.qa import SquadAdapter
 from data_adapters.reading import MISSING, LabelRule, lookup
+from mtl_framework.errors import UserError
 
 INSTALL_HINT = "pip install mtl_framework[parquet] (or pip install pyarrow)"
 BATCH_ROWS = 4096  # rows decoded at a time
@@ -236,10 +237,15 @@ def parquet_rows(path, fields):
             number += 1
 
 
+class PyarrowMissing(UserError, ValueError):
+    """A UserError, so `mtl train` prints it as one line, and a ValueError, which the
+    data tools (`mtl data stats`) report per task like any other unreadable split."""
+
+
 def _pyarrow_parquet():
     try:
         import pyarrow.parquet
     except ImportError:
-        raise ValueError(f"format 'parquet' needs pyarrow, which is not installed: "
-                         f"{INSTALL_HINT}") from None
+        raise PyarrowMissing(f"format 'parquet' needs pyarrow, which is not installed: "
+                             f"{INSTALL_HINT}") from None
     return pyarrow.parquet

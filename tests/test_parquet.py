@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from data_adapters import ReadReport, read_files, read_task
+from mtl_framework.errors import UserError
 from mtl_framework.registry import BUILTIN_SPECS, load_paths, load_registry
 
 pa = pytest.importorskip("pyarrow")
@@ -325,8 +326,9 @@ def test_user_errors_name_the_file_and_the_fix(tmp_path, monkeypatch):
         list(read_files("parquet", tmp_path / "bad.parquet", None, {"text": "s", "label": "l"}, "classification"))
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
-    with pytest.raises(ValueError, match=r"needs pyarrow.*pip install mtl_framework\[parquet\]"):
+    with pytest.raises(ValueError, match=r"needs pyarrow.*pip install mtl_framework\[parquet\]") as error:
         list(read_files("parquet", path, None, {"text": "s", "label": "label"}, "classification", ["1"]))
+    assert isinstance(error.value, UserError)  # `mtl train` prints it as one line, exit 2
 
 
 def test_missing_pyarrow_is_one_line_from_the_cli(tmp_path, monkeypatch, capsys):
@@ -381,3 +383,23 @@ def test_hub_specs_stay_out_of_the_builtin_list():
         ["afqmc", "tnews", "iflytek", "cmnli", "ocnli", "cluewsc2020", "csl", "cmrc2018", "c3", "chid"])
     assert re.fullmatch(r"clue/\w+/(train|validation|test)-00000-of-00001\.parquet",
                         load_paths([HUB_SPECS]).tasks["hub_clue_c3"].files["dev"])
+
+
+def test_c3_test_rows_unlabelled_and_ids_numbered_per_document(tmp_path, hub_registry):
+    rows = [{"id": 5, "context": ["男：甲", "女：乙"], "question": "问", "choice": ["甲", "乙"], "answer": ""},
+            {"id": 5, "context": ["男：甲", "女：乙"], "question": "再问", "choice": ["甲", "乙"], "answer": "乙"},
+            {"id": 6, "context": ["丙"], "question": "问", "choice": ["丙", "丁"], "answer": "戊"}]
+    task = hub_registry.tasks["hub_clue_c3"]
+    report = ReadReport()
+    got = list(read_files("parquet", write(tmp_path / "c3.parquet", rows, C3), task.options, task.fields,
+                          "multiple_choice", None, report))
+    assert [(e.context, e.label, e.id) for e in got] == [("男：甲\n女：乙", None, "5-0"), ("男：甲\n女：乙", 1, "5-1")]
+    assert dict(report.skipped) == {"label is not one of the choices": 1}
+
+
+def test_spec_sets_by_name_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert len(load_registry(["hub_clue"]).tasks) == len(load_registry(["task_specs/hub_clue"]).tasks) == 102
+    (tmp_path / "hub_clue").mkdir()  # a folder of that name here wins
+    with pytest.raises(Exception, match="no \\*.yaml spec files"):
+        load_registry(["hub_clue"])

@@ -38,7 +38,7 @@ from mtl_framework.errors import UserError
 INSTALL_HINT = "pip install mtl_framework[parquet] (or pip install pyarrow)"
 BATCH_ROWS = 4096  # rows decoded at a time
 
-REQUIRED = {  # fields each family needs, beyond what the format requires of all
+REQUIRED = {  # the fields each family needs (checked when a task is read)
     **{task_type: ("text", "label") for task_type in TEXT_TASKS},
     "multiple_choice": ("context", "choices"),
     "cloze": ("context", "choices"),
@@ -64,7 +64,8 @@ class ParquetAdapter(Adapter):
     task_types = tuple(REQUIRED)
 
     def read(self, paths, options, fields, task_type, labels, report):
-        missing = [key for key in REQUIRED[task_type] if fields.get(key) is None]
+        needed = REQUIRED[task_type] + (("id",) if options["group_ids"] else ())
+        missing = [key for key in needed if fields.get(key) is None]
         if missing:
             raise ValueError(f"format 'parquet' needs `fields:` for {', '.join(missing)} in a "
                              f"{task_type} task (a column, or a dotted key into a struct column)")
@@ -76,7 +77,7 @@ class ParquetAdapter(Adapter):
                 report.count("rows")
                 where = f"row {row_number}"
                 if options["group_ids"]:
-                    key = lookup(row, fields["id"]) if fields.get("id") else MISSING
+                    key = lookup(row, fields["id"])
                     number = number + 1 if key == group else 0
                     group = key
                 for example in build(row, fields, options, rule, (path, where), report):

@@ -14,6 +14,7 @@ setup(
         "numpy",
         "PyYAML",
         "tokenizers",
+        "safetensors",  # the roformer-pytorch export and reader (numpy API, no torch)
     ],
     extras_require={"plots": ["matplotlib"], "wwm": ["jieba"]},
     entry_points={"console_scripts": ["mtl=mtl_framework.cli:main"]},

@@ -19,6 +19,7 @@ qkv kernel: one table (`torch_names`) is the whole mapping, both ways.
 """
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -103,7 +104,8 @@ def trained_length(run_dir):
 
 
 def check_expressible(config, source="backbone"):
-    """The format's model fixes head size = hidden / heads and has no residual scale."""
+    """What roformer's model cannot hold: a head size other than hidden / heads, no token
+    type embedding. (The residual scale `a` it lacks is folded by the export.)"""
     if config["head_size"] * config["num_heads"] != config["hidden_size"]:
         raise UserError(
             f"{source}: head_size {config['head_size']} x num_heads {config['num_heads']} != "
@@ -172,8 +174,6 @@ def save_roformer_pytorch(backbone, directory, vocab_path=None, max_positions=MI
     save_file(to_torch_weights(backbone, config["max_position_embeddings"]),
               os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
     if vocab_path is not None:
-        import shutil
-
         shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
         # Our tokenizer gives BertTokenizer's ids (lower-cased, one token per CJK char)
         with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:

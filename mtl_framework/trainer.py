@@ -119,31 +119,30 @@ def mlm_corpus_task(experiment, entry):
 
 
 def init_vocab(experiment):
-    """backbone.init's vocab.txt (a keras export's), or None without init."""
-    init = experiment.backbone.get("init")
-    if not init:
+    """The vocab.txt of backbone.init's (or backbone.checkpoint's) folder, or None without
+    either: the token ids must be the ones its embedding was trained with."""
+    key = "init" if experiment.backbone.get("init") else "checkpoint"
+    folder = experiment.backbone.get(key)
+    if not folder:
         return None
-    path = os.path.join(experiment.resolve_path(init), "vocab.txt")
+    path = os.path.join(experiment.resolve_path(folder), "vocab.txt")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{experiment.path}: backbone.init has no vocab.txt ({path}): "
-                                "give backbone.vocab, or init from a `mtl export --format keras` folder")
+        raise FileNotFoundError(f"{experiment.path}: backbone.{key} has no vocab.txt ({path}): "
+                                "give backbone.vocab, or a folder that has one (as exported or "
+                                "released)")
     return path
 
 
 def build_backbone(experiment, tokenizer):
     spec = dict(experiment.backbone)
-    if spec.get("init"):  # a keras export: dims from its config.json, weights from it
+    folder = spec.get("init") or spec.get("checkpoint")
+    if folder:  # keras export, bert4keras or roformer-pytorch: dims and weights from it
         from mtl_framework.export import init_backbone
 
-        return init_backbone(experiment.resolve_path(spec["init"]), spec, tokenizer.vocab_size,
+        return init_backbone(experiment.resolve_path(folder), spec, tokenizer.vocab_size,
                              source=experiment.path)
-    checkpoint = spec.pop("checkpoint", None)
-    for key in ("vocab", "init"):
+    for key in ("vocab", "init", "checkpoint"):
         spec.pop(key, None)
-    if checkpoint:
-        base = experiment.resolve_path(checkpoint)
-        return RoFormerV2Backbone.from_bert4keras(os.path.join(base, "bert_config.json"),
-                                                  os.path.join(base, "bert_model.ckpt"))
     size = spec.pop("size", None)
     spec["vocab_size"] = tokenizer.vocab_size
     return RoFormerV2Backbone(**backbone_config(size, **spec))

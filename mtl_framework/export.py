@@ -1,4 +1,5 @@
-"""Export a run's trained backbone: our keras preset, bert4keras checkpoint, keras-hub preset.
+"""Export a run's trained backbone: our keras preset, bert4keras checkpoint, keras-hub preset,
+PyTorch `roformer` folder.
 
 keras       config.json + model.weights.h5 + vocab.txt + README.md (model card), what
             `RoFormerV2Backbone.from_preset` loads; `with_heads` adds heads.json +
@@ -8,8 +9,10 @@ bert4keras  bert_config.json + bert_model.ckpt.* + vocab.txt for
 keras-hub   keras-hub's preset layout (config.json, model.weights.h5, metadata.json,
             tokenizer.json + assets/tokenizer/vocabulary.txt) for
             `keras_hub.models.RoformerV2Backbone.from_preset`.
+roformer-pytorch  config.json + model.safetensors + vocab.txt + README.md for JunnYu's
+            `roformer` 0.4.x (`RoFormerModel.from_pretrained`); see roformer_pytorch.py.
 
-bert4keras and keras-hub have no residual scale `a`: a run exported before its
+bert4keras, keras-hub and roformer have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
 which is exact because both blocks end in a bias-free linear map.
 """
@@ -21,7 +24,7 @@ import numpy as np
 
 from mtl_framework.backbone import RoFormerV2Backbone
 
-FORMATS = ("keras", "bert4keras", "keras-hub")
+FORMATS = ("keras", "bert4keras", "keras-hub", "roformer-pytorch")
 HEADS_CONFIG = "heads.json"
 HEADS_WEIGHTS = "heads.weights.npz"
 EVALUATIONS = "evaluations.jsonl"
@@ -100,8 +103,9 @@ def last_dev_evaluation(run_dir):
     return dev[-1] if dev else None
 
 
-def model_card(run_dir, state, heads=None):
-    """README.md of a keras export: tasks, steps and the run's last dev scores."""
+def model_card(run_dir, state, heads=None, use=None):
+    """README.md of an export: tasks, steps, the run's last dev scores and `use` (lines
+    on loading it; default: the keras export's)."""
     tasks = list(state["mixture"]["streams"])
     config = state["backbone"]
     lines = [
@@ -130,17 +134,16 @@ def model_card(run_dir, state, heads=None):
         for task, result in evaluation.get("tasks", {}).items():
             lines.append(f"| {task} | {result.get('metric', '')} | {number(result.get('score'))} | "
                          f"{number(result.get('baseline'))} | {result.get('examples', '-')} |")
-    lines += ["", "## Use", "", "```python",
-              "from mtl_framework import RoFormerV2Backbone",
-              "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt",
-              "```", "",
-              "Fine-tune one task from it: `mtl finetune DIR TASK`, or an experiment with "
-              "`backbone: {init: DIR}`."]
+    lines += ["", "## Use", ""] + (use or [
+        "```python", "from mtl_framework import RoFormerV2Backbone",
+        "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt", "```", "",
+        "Fine-tune one task from it: `mtl finetune DIR TASK`, or an experiment with "
+        "`backbone: {init: DIR}`."])
     if heads:
         lines += ["", f"Task heads included ({HEADS_WEIGHTS}): {', '.join(heads)}; an "
                       "experiment with `backbone: {init: DIR}` starts the heads of tasks with "
                       "the same name from them."]
-    else:
+    elif not use:  # a keras export without heads (other formats never hold heads)
         lines += ["", "Task heads are not included (export with `--with-heads` to keep them)."]
     return "\n".join(lines) + "\n"
 
@@ -194,6 +197,10 @@ def export(run_dir, fmt, output, with_heads=False, log=print):
                          "keras-hub exports hold the backbone only")
     backbone, state = load_run_backbone(run_dir)
     vocab = os.path.join(run_dir, "vocab.txt")
+    if fmt == "roformer-pytorch":  # refuse before anything is written
+        from mtl_framework.roformer_pytorch import check_expressible
+
+        check_expressible(backbone.config, source=os.path.join(state["checkpoint"], "trainer.json"))
     os.makedirs(output, exist_ok=True)
     if fmt == "keras":
         heads = None
@@ -215,6 +222,13 @@ def export(run_dir, fmt, output, with_heads=False, log=print):
         from mtl_framework.bert4keras_io import save_bert4keras
 
         save_bert4keras(backbone, output, vocab)
+    elif fmt == "roformer-pytorch":
+        from mtl_framework import roformer_pytorch
+
+        roformer_pytorch.save_roformer_pytorch(backbone, output, vocab,
+                                               roformer_pytorch.trained_length(run_dir))
+        with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
+            f.write(model_card(run_dir, state, use=roformer_pytorch.MODEL_CARD_USE))
     else:
         from mtl_framework.interop.hub import to_keras_hub
 
@@ -224,7 +238,7 @@ def export(run_dir, fmt, output, with_heads=False, log=print):
     return output
 
 
-# --- starting a run from a keras export (experiment `backbone: {init: DIR}`) -----------
+# --- starting a run from a backbone folder (experiment `backbone: {init: DIR}`) ---------
 
 # Experiment backbone keys that may differ from the export's config.json (not shapes).
 INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps")
@@ -253,21 +267,21 @@ def head_metadata(heads, types, backbone):
 
 
 def init_backbone(directory, spec, vocab_size, source="experiment"):
-    """The backbone of a keras export (config.json + model.weights.h5) for a new run.
+    """The backbone of a folder `pretrained.layout` knows (keras export, bert4keras,
+    roformer-pytorch) for a new run.
 
-    `spec`: the experiment's backbone mapping; dims in it must equal the export's;
+    `spec`: the experiment's backbone mapping; dims in it must equal the folder's;
     dropout/attention_dropout may differ; alpha_warmup_steps defaults to 0 (the
     export's residual scale is kept, not warmed up again)."""
+    from mtl_framework import pretrained
     from mtl_framework.backbone import backbone_config
 
-    config_path = os.path.join(directory, "config.json")
-    if not os.path.exists(config_path):
-        raise FileNotFoundError(f"{source}: backbone.init {directory!r} has no config.json: "
-                                "give a folder written by `mtl export RUN_DIR --format keras`")
-    with open(config_path, encoding="utf-8") as f:
-        config = dict(json.load(f)["backbone"])
-    if spec.get("checkpoint"):
+    if spec.get("checkpoint") and spec.get("init"):
         raise ValueError(f"{source}: backbone has both init and checkpoint: keep one")
+    kind = pretrained.layout(directory, source)
+    config_path = os.path.join(directory, "bert_config.json" if kind == "bert4keras"
+                               else "config.json")
+    config = backbone_config(**pretrained.read_config(directory, kind))
     asked = {k: spec[k] for k in SHAPE_KEYS if spec.get(k) is not None}
     if spec.get("size"):
         asked = {**{k: v for k, v in backbone_config(spec["size"]).items() if k in
@@ -281,12 +295,9 @@ def init_backbone(directory, spec, vocab_size, source="experiment"):
         raise ValueError(f"{source}: the vocab has {vocab_size} tokens but {config_path} has "
                          f"vocab_size {config['vocab_size']}: use the export's vocab.txt "
                          "(drop backbone.vocab)")
-    config.update({k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None})
-    config["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    backbone = RoFormerV2Backbone(**config)
-    backbone.build()
-    backbone.load_weights(os.path.join(directory, "model.weights.h5"))
-    return backbone
+    overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
+    overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
+    return pretrained.load_backbone(directory, kind, **overrides)
 
 
 def init_heads(directory, heads, types, backbone, log=print):

@@ -351,7 +351,7 @@ def test_finetune_trains_one_task_from_export_and_scores_dev(exported, checkpoin
 
 def test_finetune_errors(exported, tmp_path, capsys):
     assert mtl(["finetune", str(tmp_path / "nowhere"), "afqmc"]) == 2
-    assert "no config.json" in capsys.readouterr().err
+    assert "nowhere: no such folder; give a backbone folder" in capsys.readouterr().err
     assert mtl(["finetune", str(exported["keras"]), "no_such_task", "--data-root",
                 str(DEMO_DATA), "--output", str(tmp_path / "x")]) == 2
     assert "no_such_task" in capsys.readouterr().err

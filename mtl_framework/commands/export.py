@@ -1,11 +1,13 @@
-"""`mtl export RUN_DIR --format keras|bert4keras|keras-hub --output DIR [--with-heads]`."""
+"""`mtl export RUN_DIR --format keras|bert4keras|keras-hub|roformer-pytorch --output DIR
+[--with-heads]`."""
 import sys
 
 
 def register(subparsers):
     parser = subparsers.add_parser("export", help="export a run's trained backbone")
     parser.add_argument("run_dir")
-    parser.add_argument("--format", required=True, choices=["keras", "bert4keras", "keras-hub"])
+    parser.add_argument("--format", required=True, choices=["keras", "bert4keras", "keras-hub",
+                                                              "roformer-pytorch"])
     parser.add_argument("--output", required=True)
     parser.add_argument("--with-heads", action="store_true",
                         help="keras format: also keep the task heads (for a continued "

@@ -367,8 +367,10 @@ def _triples(prediction, example, labels, features, row):
 
 
 def event_role(label):
-    """(event type, role) of an event label: `type:role`, or a bare type (its trigger)."""
-    return tuple(label.rsplit(":", 1)) if ":" in label else (label, "trigger")
+    """(event type, role) of an event label: `type:role`, or a bare type (its trigger);
+    the type as features.event_role_groups reads it (the EventHead's role_groups)."""
+    type_, _, role = label.partition(":")
+    return type_, role or "trigger"
 
 
 def _events(prediction, example, labels, features, row):

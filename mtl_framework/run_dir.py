@@ -1,8 +1,8 @@
 """The run directory: the one module that reads and writes a run's files.
 
 RUN_DIR/
-  train.lock           flock-ed by the one `mtl train` writing here (its PID inside);
-                       the OS drops the lock when that process dies, even by SIGKILL
+  train.lock           flock-ed by the one `mtl train` writing here (empty); the OS
+                       drops the lock when that process dies, even by SIGKILL
   experiment.yaml      the resolved experiment (what ran)
   vocab.txt            the vocabulary the run used
   checkpoints/step-N/  state.npz: every state variable, keyed by its name (below);
@@ -296,24 +296,24 @@ def remove_leftovers(run_dir, log=print):
 class RunLock:
     """An exclusive flock on RUN_DIR/train.lock, held until release() or the process
     ends (the OS drops it then, so a killed run leaves no stale lock). Taken before the
-    first write; a second writer is refused with the holder's PID and writes nothing."""
+    first write; a second writer is refused with the holder's PID and writes nothing
+    (the file stays empty: the PID comes from the kernel's lock table, /proc/locks)."""
 
     def __init__(self, run_dir):
         self.path = os.path.join(run_dir, LOCK)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
-            holder = os.read(self.fd, 64).decode("ascii", "replace").strip() or "unknown"
+            holder = lock_holder(self.fd)
             os.close(self.fd)
             self.fd = None
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise UserError(f"{self.path}: cannot lock the run directory "
                                 f"({error.strerror}): train into another --output") from None
-            raise UserError(f"{run_dir}: another `mtl train` (pid {holder}) is writing this run "
-                            "directory; wait for it to end, or train into another --output") from None
-        os.ftruncate(self.fd, 0)
-        os.write(self.fd, f"{os.getpid()}\n".encode("ascii"))
+            raise UserError(f"{run_dir}: another `mtl train` (pid {holder or 'unknown'}) is "
+                            "writing this run directory; wait for it to end, or train into "
+                            "another --output") from None
 
     def release(self):
         if self.fd is not None:
@@ -322,6 +322,21 @@ class RunLock:
             self.fd = None
 
     __del__ = release
+
+
+def lock_holder(fd):
+    """The PID holding a flock on the open file `fd`, from /proc/locks (Linux), or None."""
+    inode = str(os.fstat(fd).st_ino)
+    try:
+        with open("/proc/locks", encoding="ascii") as f:
+            table = f.read().splitlines()
+    except OSError:
+        return None
+    for line in table:  # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; waiters have "->"
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == inode:
+            return int(fields[4])
+    return None
 
 
 # --- experiment.yaml and evaluations.jsonl ------------------------------------------------

@@ -12,6 +12,11 @@ keras-hub   keras-hub's preset layout (config.json, model.weights.h5, metadata.j
 bert4keras and keras-hub have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
 which is exact because both blocks end in a bias-free linear map.
+
+The run is read through run_dir.py: the newest readable checkpoint (a damaged newer
+one is named in a warning), its backbone and head arrays only. An export is written
+into a temporary folder beside `output` and renamed into place; `output` must be new
+or empty, or (--force) hold an earlier export, which is then replaced entirely.
 """
 import json
 import os

@@ -385,6 +385,12 @@ class Run:
             self.lock = None
 
     def train(self, resume=False):
+        try:
+            return self._train(resume)
+        finally:
+            self.release()  # on every way out: another process may write the run now
+
+    def _train(self, resume):
         # Each task's micro-step traces once on its first batch; TF's generic
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
@@ -416,7 +422,6 @@ class Run:
         finally:
             if self.work_dir != self.run_dir:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
-            self.release()
         return self
 
     def non_finite_stop(self, error, logger):

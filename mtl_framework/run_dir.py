@@ -195,8 +195,9 @@ class Checkpoint:
             if len(names) != len(self.names):
                 return None, f"the checkpoint has {len(self.names)} variables, the model {len(names)}"
             return {name: self.arrays[old] for name, old in zip(names, self.names)}, None
-        missing, extra = [n for n in names if n not in self.arrays], \
-            [n for n in self.names if n not in set(names)]
+        wanted = set(names)
+        missing = [n for n in names if n not in self.arrays]
+        extra = [n for n in self.names if n not in wanted]
         if missing or extra:
             return None, (f"variables the model has but the checkpoint not: {missing[:3]}"
                           f"{'...' if len(missing) > 3 else ''}; the checkpoint has but the "
@@ -207,6 +208,10 @@ class Checkpoint:
         """{backbone variable name: array}: by name, or (format 1) the first variables."""
         if self.positional:
             return {name: self.arrays[old] for name, old in zip(names, self.names)}
+        missing = [name for name in names if name not in self.arrays]
+        if missing:
+            raise UserError(f"{self.path}: the backbone's {missing[0]} is not in the checkpoint "
+                            f"({len(missing)} missing): was it written by another backbone?")
         return {name: self.arrays[name] for name in names}
 
 
@@ -277,16 +282,21 @@ def set_aside(paths, log=print):
 
 
 def remove_leftovers(run_dir, log=print):
-    """Remove checkpoints/.tmp-* folders left by a write that was killed (only the
-    lock's holder calls this: no other process can be writing them)."""
+    """Remove what killed writes left: checkpoints/.tmp-* folders and
+    experiment.yaml.tmp-* files (only the lock's holder calls this: no other process
+    can be writing them). Returns their paths."""
     root = os.path.join(run_dir, CHECKPOINTS)
-    if not os.path.isdir(root):
-        return []
-    leftovers = sorted(d for d in os.listdir(root) if d.startswith(TEMPORARY))
-    for name in leftovers:
-        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    leftovers = [os.path.join(root, d) for d in sorted(os.listdir(root))
+                 if d.startswith(TEMPORARY)] if os.path.isdir(root) else []
+    leftovers += [os.path.join(run_dir, f) for f in sorted(os.listdir(run_dir))
+                  if f.startswith(EXPERIMENT + TEMPORARY)]
+    for path in leftovers:
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
     if leftovers and log:
-        log(f"removed {len(leftovers)} unfinished checkpoint write(s) in {root}: "
+        log(f"removed {len(leftovers)} unfinished write(s) a killed run left: "
             f"{', '.join(leftovers)}")
     return leftovers
 

@@ -149,10 +149,12 @@ def test_leftover_temporary_writes_are_removed_on_the_next_start(trained, tmp_pa
     leftover = run / "checkpoints" / ".tmp-0123abcd"
     leftover.mkdir()
     (leftover / "state.npz").write_bytes(b"PK\x03\x04 half a write")
+    half_yaml = run / f"{files.EXPERIMENT}{files.TEMPORARY}0123abcd"
+    half_yaml.write_text("data_root: /da")
     capsys.readouterr()
     assert mtl(["train", str(trained["experiment"]), "--output", str(run), "--resume"]) == 0
-    assert "removed 1 unfinished checkpoint write(s)" in capsys.readouterr().out
-    assert not leftover.exists()
+    assert "removed 2 unfinished write(s) a killed run left" in capsys.readouterr().out
+    assert not leftover.exists() and not half_yaml.exists()
     assert files.checkpoint_dirs(run) == ["step-00000002", "step-00000004"]
 
 

@@ -247,13 +247,14 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     backbone and heads (built from trainer.json's head metadata), with no optimizer,
     mixture or sampler; train features are read (from the feature cache, built if it
     was deleted) only for the majority baselines."""
-    experiment, checkpoint = load_experiment(files.experiment_file(run_dir)), read_run(run_dir, log)
+    experiment = load_experiment(files.experiment_file(run_dir))
+    checkpoint = read_run(run_dir, log)
     registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)
-    names = [t["name"] for t in experiment.tasks if t["name"] in checkpoint.trainer.get("heads", {})
-             and checkpoint.trainer["heads"][t["name"]]["type"] != "mlm"]
+    names = [task for task, meta in checkpoint_heads(checkpoint).items() if meta["type"] != "mlm"]
     unknown = sorted(set(tasks or []) - set(names))
     if unknown:
-        raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: {', '.join(names)}")
+        raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
+                        f"{', '.join(names)}")
     selected = registry.select([n for n in names if not tasks or n in tasks])
     data_root = experiment.resolve_path(experiment.raw.get("data_root")) or \
         os.environ.get("MTL_DATA_ROOT", "data")
@@ -271,19 +272,25 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
 def checkpoint_model(checkpoint, experiment):
     """A MultiTaskModel for predictions: the checkpoint's backbone and heads (weights by
     name), in the run's precision; not compiled (no optimizer)."""
-    if "heads" not in checkpoint.trainer:
-        raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
-                        "older mtl_framework): continue the run one step with `mtl train --resume`")
     with precision_policy(experiment.precision):
         backbone = checkpoint_backbone(checkpoint)
         heads = {}
-        for task, meta in checkpoint.trainer["heads"].items():
+        for task, meta in checkpoint_heads(checkpoint).items():
             tied = {"embeddings": backbone.token_embedding} if meta["type"] == "mlm" else {}
-            heads[task] = build_head(meta["type"], meta["num_labels"], backbone.config["hidden_size"],
-                                     name=task, **meta["config"], **tied)
+            heads[task] = build_head(meta["type"], meta["num_labels"],
+                                     backbone.config["hidden_size"], name=task, **meta["config"],
+                                     **tied)
             named = files.layer_variable_names(heads[task], task)
             for name in meta["variables"]:
                 named[name].assign(checkpoint.arrays[name])
     model = MultiTaskModel(backbone, heads, experiment.tasks_per_update, experiment.balancing)
     model.build_all()
     return model
+
+
+def checkpoint_heads(checkpoint):
+    """{task: head metadata} of a checkpoint, in the run's task order."""
+    if "heads" not in checkpoint.trainer:
+        raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
+                        "older mtl_framework): continue the run one step with `mtl train --resume`")
+    return checkpoint.trainer["heads"]

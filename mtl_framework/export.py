@@ -73,7 +73,8 @@ def run_heads(checkpoint):
     if heads is None:
         raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
                         "older mtl_framework): continue the run one step with `mtl train "
-                        "--resume` to write a checkpoint that has it, or export without --with-heads")
+                        "--resume` to write a checkpoint that has it, or export without "
+                        "--with-heads")
     weights = {}
     for task, meta in heads.items():
         for name in meta["variables"]:

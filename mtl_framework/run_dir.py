@@ -193,7 +193,8 @@ class Checkpoint:
         for a format-1 checkpoint by position; None names what does not match."""
         if self.positional:
             if len(names) != len(self.names):
-                return None, f"the checkpoint has {len(self.names)} variables, the model {len(names)}"
+                return None, (f"the checkpoint has {len(self.names)} variables, "
+                              f"the model {len(names)}")
             return {name: self.arrays[old] for name, old in zip(names, self.names)}, None
         wanted = set(names)
         missing = [n for n in names if n not in self.arrays]

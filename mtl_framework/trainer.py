@@ -138,7 +138,7 @@ class RunLogger(keras.callbacks.Callback):
         super().__init__()
         self.run, self.every, self.keep, self.step = run, every, keep, start_step
         self.evaluated = None  # step of the last evaluation
-        self.bad_since = {}  # task -> update holding the first of its skipped micro-batches in a row
+        self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
         self.metrics = open(os.path.join(run.work_dir, "metrics.jsonl"), "a", encoding="utf-8")
         self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
 
@@ -366,7 +366,8 @@ class Run:
         values, mismatch = checkpoint.in_order(list(named))
         if mismatch:
             raise UserError(f"{checkpoint.path}: {mismatch}: was the experiment changed since? "
-                            "Resume with the run's own experiment.yaml, or train into a new --output")
+                            "Resume with the run's own experiment.yaml, or train into a new "
+                            "--output")
         if checkpoint.damaged and self.is_chief:
             files.set_aside(checkpoint.damaged, self.log)
         for name, variable in named.items():

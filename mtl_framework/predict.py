@@ -83,8 +83,9 @@ def _load_run(path, data_root, specs, max_length, log):
 
     try:
         experiment = load_experiment(os.path.join(path, "experiment.yaml"))
-        backbone, state = export.load_run_backbone(path)
-        metadata, weights = export.run_heads(path, state)
+        checkpoint = export.read_run(path, log)
+        backbone = export.checkpoint_backbone(checkpoint)
+        metadata, weights = export.run_heads(checkpoint)
     except (FileNotFoundError, ValueError, ExperimentError) as error:
         raise UserError(str(error)) from None
     spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs] + list(specs)

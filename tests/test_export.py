@@ -55,11 +55,12 @@ def exported(run_dir):
 
 @pytest.fixture(scope="module")
 def checkpoint(run_dir):
-    """(trainer.json dict, [arrays in state.npz order]) of the run's latest checkpoint."""
+    """(trainer.json dict, [arrays in the order trainer.json lists them]) of the run's
+    latest checkpoint (state.npz keys its arrays by those names)."""
     step = sorted((run_dir / "checkpoints").iterdir())[-1]
     state = json.loads((step / "trainer.json").read_text())
     with np.load(step / "state.npz") as values:
-        arrays = [values[f"v{i:05d}"] for i in range(len(values.files))]
+        arrays = [values[name] for name in state["variables"]]
     return state, arrays
 
 

@@ -26,41 +26,20 @@ import numpy as np
 import tensorflow as tf
 import yaml
 
-from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
+from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.cache import TaskStream, cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
-from mtl_framework.experiment import load_experiment
+from mtl_framework.errors import UserError
 from mtl_framework.export import checkpoint_dirs, head_metadata
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
-from mtl_framework.registry import load_registry
+from mtl_framework.presets import backbone_config
+from mtl_framework.preflight import MLM_TASK, check_run_dir, plan_run, resolved_experiment  # noqa: F401
 from mtl_framework.sampling import TaskSampler, format_rates, rates_from_config
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
-
-MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
-# Experiment keys holding paths relative to the experiment file; the run directory's
-# copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
-PATH_KEYS = ("data_root", "cache_dir", "vocab")
-BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
-
-
-def resolved_experiment(experiment, data_root):
-    raw = {**experiment.raw, "data_root": os.path.abspath(data_root)}
-    for key in PATH_KEYS:
-        if raw.get(key):
-            raw[key] = experiment.resolve_path(raw[key])
-    if raw.get("task_specs"):
-        raw["task_specs"] = [experiment.resolve_path(d) for d in raw["task_specs"]]
-    if isinstance(raw.get("backbone"), dict):
-        raw["backbone"] = dict(raw["backbone"])
-        for key in BACKBONE_PATH_KEYS:
-            if raw["backbone"].get(key):
-                raw["backbone"][key] = experiment.resolve_path(raw["backbone"][key])
-    return raw
-
 
 class Mixture:
     """Task sampler + one batch stream per task: next() -> (task, batch)."""
@@ -83,36 +62,30 @@ class Mixture:
             self.streams[task].restore(stream_state)
 
 
-def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
-    """The experiment's vocab, or (from-scratch runs) one built from the tasks' train text."""
-    given = experiment.backbone.get("vocab") or experiment.raw.get("vocab") or init_vocab(experiment)
-    target = os.path.join(run_dir, "vocab.txt")
-    if given and os.path.abspath(experiment.resolve_path(given)) != os.path.abspath(target):
-        shutil.copyfile(experiment.resolve_path(given), target)
-    elif not os.path.exists(target):
-        from data_adapters import read_task
+def prepare_vocab(plan, scratch, log):
+    """(Tokenizer, path of its vocab.txt): the run directory's own vocab once it holds
+    checkpoints, else the vocab the experiment names, else one built from the tasks'
+    train text into the folder `scratch` (`Run.train` copies it into the run directory)."""
+    own = os.path.join(plan.run_dir, "vocab.txt")
+    if plan.checkpoints and os.path.exists(own):
+        return Tokenizer(own), own
+    if plan.vocab:
+        return Tokenizer(plan.vocab), plan.vocab
+    from data_adapters import read_task
 
-        texts = (t for task in tasks for ex in read_task(task, "train", data_root)
-                 for t in example_texts(ex))
-        size = experiment.backbone.get("vocab_size", 12000)
-        write_vocab(build_vocab(count_units(texts), max_size=size), target)
-        log(f"built a character vocab from the tasks' train text: {target}")
-    return Tokenizer(target)
-
-
-def init_vocab(experiment):
-    """backbone.init's vocab.txt (a keras export's), or None without init."""
-    init = experiment.backbone.get("init")
-    if not init:
-        return None
-    path = os.path.join(experiment.resolve_path(init), "vocab.txt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{experiment.path}: backbone.init has no vocab.txt ({path}): "
-                                "give backbone.vocab, or init from a `mtl export --format keras` folder")
-    return path
+    texts = (t for task in plan.tasks for ex in read_task(task, "train", plan.data_root)
+             for t in example_texts(ex))
+    built = os.path.join(scratch, "vocab.txt")
+    write_vocab(build_vocab(count_units(texts), max_size=plan.experiment.backbone.get(
+        "vocab_size", 12000)), built)
+    log("built a character vocab from the tasks' train text")
+    return Tokenizer(built), built
 
 
 def build_backbone(experiment, tokenizer):
+    """The experiment's backbone: from a keras export (init), a bert4keras checkpoint
+    (dropout settings from the experiment, dims and weights from the checkpoint), or new.
+    preflight has checked that the vocab fits the checkpoint's embedding table."""
     spec = dict(experiment.backbone)
     if spec.get("init"):  # a keras export: dims from its config.json, weights from it
         from mtl_framework.export import init_backbone
@@ -124,8 +97,11 @@ def build_backbone(experiment, tokenizer):
         spec.pop(key, None)
     if checkpoint:
         base = experiment.resolve_path(checkpoint)
+        overrides = {k: spec[k] for k in ("dropout", "attention_dropout", "alpha_warmup_steps")
+                     if k in spec}
         return RoFormerV2Backbone.from_bert4keras(os.path.join(base, "bert_config.json"),
-                                                  os.path.join(base, "bert_model.ckpt"))
+                                                  os.path.join(base, "bert_model.ckpt"),
+                                                  **overrides)
     size = spec.pop("size", None)
     spec["vocab_size"] = tokenizer.vocab_size
     return RoFormerV2Backbone(**backbone_config(size, **spec))
@@ -201,37 +177,35 @@ class RunLogger(keras.callbacks.Callback):
 
 
 class Run:
-    def __init__(self, experiment_path, output=None, log=print, distribution=None):
+    """A training run: `Run(EXPERIMENT, output).train(resume=...)`.
+
+    Everything checkable is checked first (preflight.plan_run: the experiment, tasks,
+    data and label files, vocab; with `resume` True/False also the run directory), then
+    the model is built; nothing is written to the run directory until `train` starts
+    (`Run.load`, which evaluates, writes nothing at all)."""
+
+    def __init__(self, experiment_path, output=None, log=print, distribution=None, data_root=None,
+                 resume=None, plan=None):
         self.log = log
-        self.experiment = experiment = load_experiment(experiment_path)
-        # First of all: MultiWorkerMirroredStrategy must exist before any TensorFlow op runs.
+        plan = plan or plan_run(experiment_path, output, data_root, resume)
+        self.plan, self.experiment, experiment = plan, plan.experiment, plan.experiment
+        self.run_dir, self.data_root, self.registry, self.tasks = \
+            plan.run_dir, plan.data_root, plan.registry, plan.tasks
+        # First TensorFlow work: MultiWorkerMirroredStrategy must exist before any op runs.
         self.distribution = distribution or experiment.distribution
         self.strategy = make_strategy(self.distribution)
         self.is_chief = is_chief(self.strategy)
-        self.run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
-            os.path.join("runs", os.path.splitext(os.path.basename(experiment_path))[0])
-        os.makedirs(self.run_dir, exist_ok=True)
         # Where this process writes: the run directory (chief) or a scratch folder.
         self.work_dir = self.run_dir if self.is_chief else tempfile.mkdtemp(prefix="mtl-worker-")
         if self.strategy is not None:
             log(f"distribution: {self.distribution}, "
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
-        spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs]
-        self.registry = load_registry(spec_dirs or None)
-        self.data_root = experiment.resolve_path(experiment.raw.get("data_root")) or \
-            os.environ.get("MTL_DATA_ROOT", "data")
-        entries = {t["name"]: t for t in experiment.tasks}
-        names = [n for n in entries if n != MLM_TASK]
-        self.tasks = self.registry.select(names)
-        self.tokenizer = prepare_vocab(experiment, self.registry, self.tasks, self.data_root,
-                                       self.work_dir, log)
-        with open(os.path.join(self.work_dir, "experiment.yaml"), "w", encoding="utf-8") as f:
-            yaml.safe_dump(resolved_experiment(experiment, self.data_root), f,
-                           allow_unicode=True, sort_keys=False)
+        self._scratch = tempfile.TemporaryDirectory(prefix="mtl-vocab-")  # removed with the Run
+        self.tokenizer, self.vocab_path = prepare_vocab(plan, self._scratch.name, log)
         self.step = 0
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
-            self.build(entries)
+            self.build(plan.entries)
 
     @classmethod
     def load(cls, run_dir, log=print):
@@ -239,13 +213,24 @@ class Run:
         latest checkpoint (for evaluation; `train(resume=True)` goes on from it)."""
         path = os.path.join(run_dir, "experiment.yaml")
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{run_dir}: no experiment.yaml; is this a run directory "
-                                    "written by `mtl train`?")
+            raise UserError(f"{run_dir}: no experiment.yaml; is this a run directory "
+                            "written by `mtl train`?")
+        if not checkpoint_dirs(run_dir):
+            raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
+                            "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
         run = cls(path, output=run_dir, log=log, distribution="none")  # one process evaluates
-        if not run.restore_latest():
-            raise FileNotFoundError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
-                                    "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
+        run.restore_latest()
         return run
+
+    def write_run_files(self):
+        """experiment.yaml and vocab.txt into the run directory: called by `train` once
+        every check has passed, so a refused command leaves the directory as it was."""
+        os.makedirs(self.work_dir, exist_ok=True)
+        with open(os.path.join(self.work_dir, "experiment.yaml"), "w", encoding="utf-8") as f:
+            yaml.safe_dump(self.plan.resolved, f, allow_unicode=True, sort_keys=False)
+        target = os.path.join(self.work_dir, "vocab.txt")
+        if os.path.abspath(self.vocab_path) != os.path.abspath(target):
+            shutil.copyfile(self.vocab_path, target)
 
     def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
         """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
@@ -372,11 +357,11 @@ class Run:
         # Each task's micro-step traces once on its first batch; TF's generic
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
-        if not resume and self.checkpoint_dirs():
-            raise FileExistsError(
-                f"{self.run_dir} already holds checkpoints ({self.checkpoint_dirs()[-1]}): pass "
-                "--resume to continue that run, or --output a new directory")
-        start = self.restore_latest() if resume else 0
+        self.plan.checkpoints = self.checkpoint_dirs()
+        check_run_dir(self.plan, resume)  # before writing anything (again: cheap, and the
+        start = self.restore_latest() if resume else 0  # directory may have changed since)
+        if self.is_chief:
+            self.write_run_files()
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")
         remaining = self.experiment.steps - start
@@ -394,7 +379,8 @@ class Run:
                            self.experiment.keep_checkpoints, start)
         try:
             self.model.fit(steps, steps_per_epoch=remaining, epochs=1,
-                           verbose=1 if self.log and self.is_chief else 0, callbacks=[logger])
+                           verbose=1 if self.log and self.is_chief else 0, callbacks=[logger],
+                           shuffle=False)  # the mixture draws the batches; nothing to shuffle
         finally:
             if self.work_dir != self.run_dir:
                 shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -20,6 +20,8 @@ import shutil
 import numpy as np
 
 from mtl_framework.backbone import RoFormerV2Backbone
+from mtl_framework.errors import UserError
+from mtl_framework.experiment import ExperimentError
 
 FORMATS = ("keras", "bert4keras", "keras-hub")
 HEADS_CONFIG = "heads.json"
@@ -39,8 +41,8 @@ def checkpoint_dirs(run_dir):
 def latest_checkpoint(run_dir):
     steps = checkpoint_dirs(run_dir)
     if not steps:
-        raise FileNotFoundError(f"{run_dir}: no checkpoints/step-* folder; is this a run directory "
-                                "written by `mtl train`?")
+        raise UserError(f"{run_dir}: no checkpoints/step-* folder; is this a run directory "
+                        "written by `mtl train`?")
     return os.path.join(run_dir, "checkpoints", steps[-1])
 
 
@@ -188,10 +190,10 @@ def save_keras_hub_tokenizer(directory, vocab_path):
 
 def export(run_dir, fmt, output, with_heads=False, log=print):
     if fmt not in FORMATS:
-        raise ValueError(f"--format {fmt!r}: choose one of {FORMATS}")
+        raise UserError(f"--format {fmt!r}: choose one of {FORMATS}")
     if with_heads and fmt != "keras":
-        raise ValueError("--with-heads is for --format keras (our preset); bert4keras and "
-                         "keras-hub exports hold the backbone only")
+        raise UserError("--with-heads is for --format keras (our preset); bert4keras and "
+                        "keras-hub exports hold the backbone only")
     backbone, state = load_run_backbone(run_dir)
     vocab = os.path.join(run_dir, "vocab.txt")
     os.makedirs(output, exist_ok=True)
@@ -262,23 +264,23 @@ def init_backbone(directory, spec, vocab_size, source="experiment"):
 
     config_path = os.path.join(directory, "config.json")
     if not os.path.exists(config_path):
-        raise FileNotFoundError(f"{source}: backbone.init {directory!r} has no config.json: "
+        raise ExperimentError(f"{source}: backbone.init {directory!r} has no config.json: "
                                 "give a folder written by `mtl export RUN_DIR --format keras`")
     with open(config_path, encoding="utf-8") as f:
         config = dict(json.load(f)["backbone"])
     if spec.get("checkpoint"):
-        raise ValueError(f"{source}: backbone has both init and checkpoint: keep one")
+        raise ExperimentError(f"{source}: backbone has both init and checkpoint: keep one")
     asked = {k: spec[k] for k in SHAPE_KEYS if spec.get(k) is not None}
     if spec.get("size"):
         asked = {**{k: v for k, v in backbone_config(spec["size"]).items() if k in
                     ("num_layers", "hidden_size", "num_heads")}, **asked}
     for key, value in asked.items():
         if config.get(key) != value:
-            raise ValueError(f"{source}: backbone.{key} is {value} but {config_path} has "
+            raise ExperimentError(f"{source}: backbone.{key} is {value} but {config_path} has "
                              f"{config.get(key)}: drop backbone.{key} (init takes the dims from "
                              "the export) or init from another export")
     if config["vocab_size"] != vocab_size:
-        raise ValueError(f"{source}: the vocab has {vocab_size} tokens but {config_path} has "
+        raise ExperimentError(f"{source}: the vocab has {vocab_size} tokens but {config_path} has "
                          f"vocab_size {config['vocab_size']}: use the export's vocab.txt "
                          "(drop backbone.vocab)")
     config.update({k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None})
@@ -306,18 +308,18 @@ def init_heads(directory, heads, types, backbone, log=print):
         theirs = saved[task]
         for key in ("type", "num_labels"):
             if theirs.get(key) != meta[key]:
-                raise ValueError(f"{source}: head {task!r} has {key} {theirs.get(key)!r}, this "
+                raise ExperimentError(f"{source}: head {task!r} has {key} {theirs.get(key)!r}, this "
                                  f"experiment's {task!r} has {meta[key]!r}: export without "
                                  "--with-heads (or rename the task) to start it fresh")
         variables = [v for v in heads[task].variables if v.path in meta["variables"]]
         if len(variables) != len(theirs["variables"]):
-            raise ValueError(f"{source}: head {task!r} has {len(theirs['variables'])} variables, "
+            raise ExperimentError(f"{source}: head {task!r} has {len(theirs['variables'])} variables, "
                              f"this experiment's {len(variables)}: its head config differs "
                              f"({theirs.get('config')} vs {meta['config']})")
         for variable, name in zip(variables, theirs["variables"]):
             value = weights[name]
             if tuple(value.shape) != tuple(variable.shape):
-                raise ValueError(f"{source}: head {task!r} variable {name} has shape "
+                raise ExperimentError(f"{source}: head {task!r} variable {name} has shape "
                                  f"{tuple(value.shape)}, this experiment's {variable.path} "
                                  f"{tuple(variable.shape)}: its head config differs "
                                  f"({theirs.get('config')} vs {meta['config']})")

@@ -219,23 +219,30 @@ def _select(experiment, registry, names):
 
 
 def _check_task_files(experiment, tasks, data_root):
-    """Each task's train files and label file exist (the adapters read them later)."""
+    problems = missing_files(tasks, data_root, "train",
+                             f"set data_root in {experiment.path} or pass --data-root DIR")
+    if problems:
+        raise ExperimentError("\n".join(problems))
+
+
+def missing_files(tasks, data_root, split, fix="pass --data-root DIR"):
+    """One `spec:line: message` per file of `split` (and label file) of `tasks` that is not
+    there; `fix` says how to point at the data. The adapters read the files later."""
     from mtl_framework.registry import LabelFileError
 
     problems = []
     for task in tasks:
         where = f"{task.spec_path}:{task.line}"
-        listed = (task.files or {}).get("train")
+        listed = (task.files or {}).get(split)
         if listed is None:
-            problems.append(f"{where}: task {task.name!r} has no train split to train on; its "
-                            f"files list {', '.join(task.files or {}) or 'none'}")
+            problems.append(f"{where}: task {task.name!r} has no {split!r} split; its files "
+                            f"list {', '.join(task.files or {}) or 'none'}")
             continue
         for relative in listed if isinstance(listed, list) else [listed]:
             path = os.path.join(data_root, relative)
             if not os.path.exists(path):
-                problems.append(f"{where}: train file of task {task.name!r} not found: "
-                                f"{os.path.abspath(path)}; set data_root in {experiment.path} or "
-                                f"pass --data-root DIR (the folder that holds {relative})")
+                problems.append(f"{where}: {split} file of task {task.name!r} not found: "
+                                f"{os.path.abspath(path)}; {fix} (the folder that holds {relative})")
         if task.labels is None and task.label_file:
             try:
                 task.resolve_labels(data_root)
@@ -243,8 +250,7 @@ def _check_task_files(experiment, tasks, data_root):
                 problems.append(str(error))
             except LabelFileError as error:
                 problems.append(f"{where}: task {task.name!r}: {error}")
-    if problems:
-        raise ExperimentError("\n".join(problems))
+    return problems
 
 
 def _vocab(experiment):

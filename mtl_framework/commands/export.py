@@ -1,5 +1,4 @@
 """`mtl export RUN_DIR --format keras|bert4keras|keras-hub --output DIR [--with-heads]`."""
-import sys
 
 
 def register(subparsers):
@@ -16,11 +15,7 @@ def register(subparsers):
 def run(args):
     from mtl_framework.export import export
 
-    try:
-        path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"mtl export: {error}", file=sys.stderr)
-        return 2
+    path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads)
     print(f"exported {args.format} backbone{' and task heads' if args.with_heads else ''} "
           f"to {path}")
     return 0

@@ -249,16 +249,12 @@ def format_results(line):
     return "\n".join(out + notes)
 
 
-def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=None, log=print):
+def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=None, log=print,
+                 data_root=None):
     """Load the run's latest checkpoint, evaluate its tasks (or `tasks`), record and return the line."""
-    from mtl_framework.errors import UserError
     from mtl_framework.trainer import Run
 
-    run = Run.load(run_dir, log=log)
+    run = Run.load(run_dir, log=log, data_root=data_root, split=split, tasks=tasks)
     selected = [t for t in run.tasks if not tasks or t.name in tasks]
-    unknown = sorted(set(tasks or []) - {t.name for t in run.tasks})
-    if unknown:
-        raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
-                        f"{', '.join(t.name for t in run.tasks)}")
     results = run.evaluate(split, selected, batch_size, max_examples)
     return record(run_dir, run.step, split, results)

@@ -140,7 +140,10 @@ def _differences(plan, stored_path):
     from mtl_framework.yaml_io import read_yaml
 
     stored_doc = read_yaml(stored_path)
-    stored = stored_doc.data if isinstance(stored_doc.data, dict) else {}
+    try:  # values normalised as the new experiment's are (`1e-3` -> 0.001)
+        stored = load_experiment(stored_path).raw
+    except ExperimentError:
+        stored = stored_doc.data if isinstance(stored_doc.data, dict) else {}
     given, experiment = plan.resolved, plan.experiment
     problems = []
     for key in list(given) + [k for k in stored if k not in given]:

@@ -99,9 +99,13 @@ def build_backbone(experiment, tokenizer):
         base = experiment.resolve_path(checkpoint)
         overrides = {k: spec[k] for k in ("dropout", "attention_dropout", "alpha_warmup_steps")
                      if k in spec}
-        return RoFormerV2Backbone.from_bert4keras(os.path.join(base, "bert_config.json"),
-                                                  os.path.join(base, "bert_model.ckpt"),
-                                                  **overrides)
+        backbone = RoFormerV2Backbone.from_bert4keras(os.path.join(base, "bert_config.json"),
+                                                      os.path.join(base, "bert_model.ckpt"),
+                                                      **overrides)
+        if backbone.config["vocab_size"] != tokenizer.vocab_size:  # preflight refuses it first
+            raise UserError(f"{experiment.path}: the vocab has {tokenizer.vocab_size} tokens but "
+                            f"{base} has vocab_size {backbone.config['vocab_size']}")
+        return backbone
     size = spec.pop("size", None)
     spec["vocab_size"] = tokenizer.vocab_size
     return RoFormerV2Backbone(**backbone_config(size, **spec))
@@ -208,9 +212,13 @@ class Run:
             self.build(plan.entries)
 
     @classmethod
-    def load(cls, run_dir, log=print):
+    def load(cls, run_dir, log=print, data_root=None, split=None, tasks=None):
         """A finished or interrupted run, rebuilt from its experiment.yaml at its
-        latest checkpoint (for evaluation; `train(resume=True)` goes on from it)."""
+        latest checkpoint (for evaluation; `train(resume=True)` goes on from it).
+        `split` and `tasks` (names) are checked before the model is built: the split's
+        files must exist, the names must be the run's."""
+        from mtl_framework.preflight import missing_files
+
         path = os.path.join(run_dir, "experiment.yaml")
         if not os.path.exists(path):
             raise UserError(f"{run_dir}: no experiment.yaml; is this a run directory "
@@ -218,7 +226,18 @@ class Run:
         if not checkpoint_dirs(run_dir):
             raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
                             "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
-        run = cls(path, output=run_dir, log=log, distribution="none")  # one process evaluates
+        plan = plan_run(path, output=run_dir, data_root=data_root)
+        unknown = sorted(set(tasks or []) - {t.name for t in plan.tasks})
+        if unknown:
+            raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
+                            f"{', '.join(t.name for t in plan.tasks)}")
+        # a task without the split is scored as "no such split", not refused
+        chosen = [t for t in plan.tasks if (not tasks or t.name in tasks) and split in t.files]
+        problems = missing_files(chosen, plan.data_root, split, "pass --data-root DIR") \
+            if split else []
+        if problems:
+            raise UserError("\n".join(problems))
+        run = cls(path, log=log, distribution="none", plan=plan)  # one process evaluates
         run.restore_latest()
         return run
 
@@ -343,8 +362,8 @@ class Run:
         values = np.load(os.path.join(path, "state.npz"))
         variables = self.model.state_variables
         if len(variables) != len(values.files):
-            raise RuntimeError(f"{path}: checkpoint has {len(values.files)} variables, the model "
-                               f"{len(variables)}: was the experiment changed since?")
+            raise UserError(f"{path}: checkpoint has {len(values.files)} variables, the model "
+                            f"{len(variables)}: were the task specs changed since?")
         for i, v in enumerate(variables):
             v.assign(values[f"v{i:05d}"])
         self.mixture.restore(state["mixture"])
@@ -357,9 +376,10 @@ class Run:
         # Each task's micro-step traces once on its first batch; TF's generic
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
-        self.plan.checkpoints = self.checkpoint_dirs()
-        check_run_dir(self.plan, resume)  # before writing anything (again: cheap, and the
-        start = self.restore_latest() if resume else 0  # directory may have changed since)
+        if self.is_chief:  # before writing anything (again: cheap, and it may have changed)
+            self.plan.checkpoints = self.checkpoint_dirs()
+            check_run_dir(self.plan, resume)
+        start = self.restore_latest() if resume else 0
         if self.is_chief:
             self.write_run_files()
         if self.strategy is not None:

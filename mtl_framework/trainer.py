@@ -186,7 +186,9 @@ class Run:
     Everything checkable is checked first (preflight.plan_run: the experiment, tasks,
     data and label files, vocab; with `resume` True/False also the run directory), then
     the model is built; nothing is written to the run directory until `train` starts
-    (`Run.load`, which evaluates, writes nothing at all)."""
+    (`Run.load`, which evaluates, writes nothing at all). `plan`: a Plan already made
+    (`mtl train` makes it before importing TensorFlow) in place of the four arguments
+    it was made from (experiment_path, output, data_root, resume)."""
 
     def __init__(self, experiment_path, output=None, log=print, distribution=None, data_root=None,
                  resume=None, plan=None):

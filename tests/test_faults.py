@@ -217,6 +217,10 @@ def test_missing_experiment_file_and_non_run_directories(tmp_path, capsys):
     assert refused(capsys, ["export", tmp_path, "--format", "keras", "--output", tmp_path / "out"]) \
         .startswith(f"{tmp_path}: no checkpoints/step-* folder")
     assert not (tmp_path / "out").exists()
+    assert refused(capsys, ["report", tmp_path]).startswith(f"{tmp_path / 'metrics.jsonl'}: not found")
+    assert refused(capsys, ["vocab", "build", "--text", tmp_path / "no.txt", "--output",
+                            tmp_path / "v.txt"]) == f"{tmp_path / 'no.txt'}: no such file (--text)"
+    assert sorted(os.listdir(tmp_path)) == []  # nothing written by any of them
 
 
 def test_evaluate_unknown_task_of_a_run(trained, capsys):

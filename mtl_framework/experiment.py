@@ -135,8 +135,9 @@ def _check_backbone(backbone, error):
         where = ("backbone", key)
         if key not in BACKBONE_KEYS:
             hint = difflib.get_close_matches(str(key), BACKBONE_KEYS, n=1)
-            error(where, f"unknown backbone key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint
-                                                            else f"; known: {', '.join(sorted(BACKBONE_KEYS))}"))
+            known = f" (did you mean {hint[0]!r}?)" if hint else \
+                f"; known: {', '.join(sorted(BACKBONE_KEYS))}"
+            error(where, f"unknown backbone key {key!r}{known}")
         elif key in BACKBONE_MINIMUM:
             if not _is_int(value) or value < BACKBONE_MINIMUM[key]:
                 error(where, f"backbone.{key} must be an integer >= {BACKBONE_MINIMUM[key]}, "
@@ -160,7 +161,7 @@ def _check_backbone(backbone, error):
         return  # the dims come from the checkpoint's config (compared in preflight)
     dims = {k: v for k, v in backbone.items() if k in BACKBONE_MINIMUM}
     if any(not _is_int(v) or v < BACKBONE_MINIMUM[k] for k, v in dims.items()) or \
-            backbone.get("size") not in (None, *PRESETS):
+            backbone.get("size") not in (None, *PRESETS) or set(backbone) - BACKBONE_KEYS:
         return  # already reported
     try:
         backbone_config(backbone.get("size"), **dims)

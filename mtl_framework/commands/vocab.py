@@ -17,7 +17,8 @@ def register(subparsers):
     build.add_argument("--specs", nargs="*", default=None, metavar="DIR", help="extra spec dirs")
     build.add_argument("--data-root", default=None, help="data root for --tasks")
     build.add_argument("--split", default="train", help="split read for --tasks (default train)")
-    build.add_argument("--max-size", type=at_least(len(vocab.SPECIAL_TOKENS) + 1), default=12000, help="vocab size cap (default 12000)")
+    build.add_argument("--max-size", type=at_least(len(vocab.SPECIAL_TOKENS) + 1), default=12000,
+                       help="vocab size cap (default 12000)")
     build.add_argument("--min-count", type=at_least(1), default=1, help="drop rarer units (default 1)")
     build.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
     build.add_argument("--output", required=True, help="vocab.txt to write")

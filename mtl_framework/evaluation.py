@@ -32,6 +32,7 @@ from mtl_framework.export import checkpoint_backbone, read_run
 from mtl_framework import features as F
 from mtl_framework.heads import build_head
 from mtl_framework.metrics import compute_metric, majority_baseline, primary_score
+from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
 from mtl_framework.run_dir import read_evaluations  # noqa: F401 (evaluation's reader, kept here)
 from mtl_framework import run_dir as files
@@ -248,7 +249,8 @@ def format_results(line):
     return "\n".join(out + notes)
 
 
-def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=None, log=print):
+def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=None, log=print,
+                 data_root=None):
     """Score the run's newest readable checkpoint on its tasks (or `tasks`); record and
     return the line. Reads the run, not its training side: the model is the checkpoint's
     backbone and heads (built from trainer.json's head metadata), with no optimizer,
@@ -263,8 +265,14 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
         raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
                         f"{', '.join(names)}")
     selected = registry.select([n for n in names if not tasks or n in tasks])
-    data_root = experiment.resolve_path(experiment.raw.get("data_root")) or \
+    data_root = data_root or experiment.resolve_path(experiment.raw.get("data_root")) or \
         os.environ.get("MTL_DATA_ROOT", "data")
+    # the split's files before the model is built (a task without the split is scored
+    # as "no such split", not refused)
+    problems = missing_files([t for t in selected if split in t.files], data_root, split,
+                             "pass --data-root DIR")
+    if problems:
+        raise UserError("\n".join(problems))
     tokenizer = Tokenizer(os.path.join(run_dir, files.VOCAB))
     model = checkpoint_model(checkpoint, experiment)
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))

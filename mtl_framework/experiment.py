@@ -1,13 +1,19 @@
 """Experiment YAML: what to train, on which tasks, how (DESIGN.md "Public contract").
 
-Read with yaml.safe_load; every unknown key or bad value is an error naming
-the file, the key's line and the fix.
+Read with the one YAML loader (yaml_io: a key given twice is an error). Every
+unknown key, wrong type and impossible value (`lr: fast`, `keep_checkpoints:
+0`, hidden_size not divisible by num_heads) is reported at once, each problem
+as `file:line: message`, before anything is built or written. Checks that need
+other files (task specs, data, vocab, the run directory) are in preflight.py.
+Nothing here imports TensorFlow.
 """
 import difflib
 import os
 from dataclasses import dataclass, field
 
-import yaml
+from mtl_framework.errors import UserError
+from mtl_framework.presets import PRESETS, backbone_config
+from mtl_framework.yaml_io import YamlDocument, load_yaml
 
 KEYS = {
     "backbone": dict, "task_specs": list, "data_root": str, "tasks": list, "sampling": (str, dict),
@@ -16,31 +22,40 @@ KEYS = {
     "keep_checkpoints": int, "eval_every": int, "vocab": str, "cache_dir": str,
     "eval_batches": int, "name": str, "distribution": str, "precision": str,
 }
+# Smallest value of each integer key. max_length 4: [CLS] + one token each side + [SEP].
+MINIMUM = {"tasks_per_update": 1, "batch_size": 1, "max_length": 4, "steps": 1, "seed": 0,
+           "checkpoint_every": 0, "keep_checkpoints": 1, "eval_every": 0, "eval_batches": 1}
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
                  "alpha_warmup_steps", "checkpoint", "vocab", "init"}
+# backbone integers and their smallest values (a vocab needs room beside its 5 special tokens).
+BACKBONE_MINIMUM = {"vocab_size": 6, "num_layers": 1, "hidden_size": 1, "num_heads": 1,
+                    "intermediate_size": 1, "head_size": 2, "embedding_size": 1,
+                    "alpha_warmup_steps": 0}
+BACKBONE_PATHS = ("checkpoint", "init", "vocab")
 SAMPLING = ("proportional", "temperature", "uniform", "fixed")
+SAMPLING_KEYS = ("method", "temperature", "cap")
 BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
 OPTIMIZERS = ("adamw", "lamb", "adam", "sgd")
+# What build_optimizer reads (schedule) plus each Keras optimizer's own arguments.
+OPTIMIZER_KEYS = {
+    "adamw": ("weight_decay", "beta_1", "beta_2", "epsilon", "amsgrad"),
+    "adam": ("beta_1", "beta_2", "epsilon", "amsgrad"),
+    "lamb": ("beta_1", "beta_2", "epsilon"),
+    "sgd": ("momentum", "nesterov"),
+}
+SCHEDULE_KEYS = ("name", "lr", "warmup_steps", "final_lr_fraction", "clipnorm", "global_clipnorm",
+                 "clipvalue")
 DISTRIBUTION = ("none", "mirrored", "multi_worker")
 PRECISION = ("float32", "mixed_bfloat16", "mixed_float16")
-TASK_ENTRY_KEYS = {"name", "rate", "loss_weight"}
-MLM_ENTRY_KEYS = TASK_ENTRY_KEYS | {"corpus", "whole_word", "mask_rate"}  # the mlm entry's own
-MLM_CHECKS = {
-    "corpus": (lambda v: isinstance(v, str) and bool(v),
-               "a path: a text file or a folder of them, one document per line, relative to this file"),
-    "whole_word": (lambda v: isinstance(v, bool), "true or false"),
-    "mask_rate": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1,
-                  "a number between 0 and 1"),
-}
 DEFAULTS = dict(sampling="proportional", balancing="gradient_norm", tasks_per_update=8,
                 batch_size=16, max_length=128, steps=100, seed=0, checkpoint_every=50,
                 keep_checkpoints=3, eval_every=0, eval_batches=20, task_specs=[],
                 distribution="none", precision="float32")
 
 
-class ExperimentError(ValueError):
-    pass
+class ExperimentError(UserError, ValueError):
+    """A problem in an experiment file: each line `file:line: message`."""
 
 
 @dataclass
@@ -49,9 +64,10 @@ class Experiment:
     raw: dict
     backbone: dict = field(default_factory=dict)
     tasks: list = field(default_factory=list)  # [{name, rate?, loss_weight?}]
+    doc: YamlDocument = None  # the lines of every key, for messages
 
     def __getattr__(self, key):
-        if key in ("raw", "path"):
+        if key in ("raw", "path", "doc"):
             raise AttributeError(key)
         if key in self.raw:
             return self.raw[key]
@@ -65,89 +81,218 @@ class Experiment:
             return value
         return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(self.path)), value))
 
-
-def _lines(path, text):
-    """key -> line number (1-based) for top-level and backbone keys."""
-    lines = {}
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            lines[key.value] = key.start_mark.line + 1
-            if isinstance(value, yaml.MappingNode):
-                for sub, _ in value.value:
-                    lines[f"{key.value}.{sub.value}"] = sub.start_mark.line + 1
-    return lines
+    def where(self, *key):
+        """`file:line` of a key path, e.g. where("optimizer", "lr"), to start a message."""
+        return self.doc.where(*key) if self.doc else f"{self.path}:1"
 
 
 def load_experiment(path):
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    """The experiment in `path`, or ExperimentError listing every problem found."""
     try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise ExperimentError(f"{path}:{line}: invalid YAML: {error}") from None
+        doc = load_yaml(path)
+    except UserError as error:
+        raise ExperimentError(str(error)) from None
+    raw = doc.data if doc.data is not None else {}
     if not isinstance(raw, dict):
         raise ExperimentError(f"{path}:1: an experiment is a mapping of keys (backbone, tasks, ...)")
-    lines = _lines(path, text)
     errors = []
 
-    def error(key, message):
-        errors.append(f"{path}:{lines.get(key, 1)}: {message}")
+    def error(where, message):
+        where = where if isinstance(where, tuple) else (where,)
+        errors.append(f"{doc.where(*where)}: {message}")
 
     for key, value in raw.items():
         if key not in KEYS:
-            hint = difflib.get_close_matches(key, KEYS, n=1)
+            hint = difflib.get_close_matches(str(key), KEYS, n=1)
             error(key, f"unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else
                                                  f"; known keys: {', '.join(sorted(KEYS))}"))
         elif not isinstance(value, KEYS[key]) or (KEYS[key] is int and isinstance(value, bool)):
             error(key, f"{key} must be {_type_name(KEYS[key])}, got {value!r}")
-    if "tasks" not in raw or not raw.get("tasks"):
+        elif key in MINIMUM and value < MINIMUM[key]:
+            error(key, f"{key} must be >= {MINIMUM[key]}, got {value}")
+    if not raw.get("tasks"):
         error("tasks", "tasks: list the task names to train (see `mtl tasks list`)")
-    backbone = raw.get("backbone") or {}
-    if isinstance(backbone, dict):
-        for key in backbone:
-            if key not in BACKBONE_KEYS:
-                hint = difflib.get_close_matches(key, BACKBONE_KEYS, n=1)
-                error(f"backbone.{key}", f"unknown backbone key {key!r}"
-                      + (f" (did you mean {hint[0]!r}?)" if hint else ""))
     for key, choices in (("balancing", BALANCING), ("distribution", DISTRIBUTION),
                          ("precision", PRECISION)):
-        if key in raw and raw[key] not in choices:
-            error(key, f"{key} must be one of {choices}, got {raw[key]!r}")
-    sampling = raw.get("sampling", DEFAULTS["sampling"])
-    method = sampling.get("method") if isinstance(sampling, dict) else sampling
-    if method not in SAMPLING:
-        error("sampling", f"sampling must be one of {SAMPLING} (or {{method: ..., temperature: ..., "
-                          f"cap: ...}}), got {method!r}")
-    optimizer = raw.get("optimizer", {"name": "adamw"})
-    if isinstance(optimizer, dict) and optimizer.get("name", "adamw") not in OPTIMIZERS:
-        error("optimizer", f"optimizer.name must be one of {OPTIMIZERS}, got {optimizer.get('name')!r}")
-    for key in ("tasks_per_update", "batch_size", "max_length", "steps"):
-        if isinstance(raw.get(key), int) and raw[key] < 1:
-            error(key, f"{key} must be >= 1, got {raw[key]}")
-    tasks = []
-    for i, entry in enumerate(raw.get("tasks") or []):
-        if isinstance(entry, str):
-            tasks.append({"name": entry})
-        elif isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
-                set(entry) <= TASK_ENTRY_KEYS:
-            tasks.append(dict(entry))
-        elif isinstance(entry, dict) and entry.get("name") == "mlm" and set(entry) <= MLM_ENTRY_KEYS:
-            tasks.append(dict(entry))
-            for key, (valid, expected) in MLM_CHECKS.items():
-                if key in entry and not valid(entry[key]):
-                    error("tasks", f"tasks[{i}] (mlm): {key} must be {expected}, got {entry[key]!r}")
-        else:
-            error("tasks", f"tasks[{i}] must be a task name or {{name, rate, loss_weight}} "
-                           f"(mlm also: corpus, whole_word, mask_rate), got {entry!r}")
+        if isinstance(raw.get(key), str) and raw[key] not in choices:
+            error(key, f"{key} must be one of {', '.join(choices)}, got {raw[key]!r}")
+    for key in ("task_specs",):
+        if isinstance(raw.get(key), list) and not all(isinstance(p, str) for p in raw[key]):
+            error(key, f"{key} must be a list of folder paths")
+    backbone = raw.get("backbone") if isinstance(raw.get("backbone"), dict) else {}
+    _check_backbone(backbone, error)
+    _check_sampling(raw.get("sampling", DEFAULTS["sampling"]), error)
+    if isinstance(raw.get("optimizer"), dict):
+        _check_optimizer(raw["optimizer"], error)
+    tasks = _check_tasks(raw.get("tasks") if isinstance(raw.get("tasks"), list) else [], error)
     if errors:
         raise ExperimentError("\n".join(errors))
-    return Experiment(path=path, raw=raw, backbone=dict(backbone), tasks=tasks)
+    return Experiment(path=path, raw=raw, backbone=dict(backbone), tasks=tasks, doc=doc)
+
+
+def _check_backbone(backbone, error):
+    for key, value in backbone.items():
+        where = ("backbone", key)
+        if key not in BACKBONE_KEYS:
+            hint = difflib.get_close_matches(str(key), BACKBONE_KEYS, n=1)
+            known = f" (did you mean {hint[0]!r}?)" if hint else \
+                f"; known: {', '.join(sorted(BACKBONE_KEYS))}"
+            error(where, f"unknown backbone key {key!r}{known}")
+        elif key in BACKBONE_MINIMUM:
+            if not _is_int(value) or value < BACKBONE_MINIMUM[key]:
+                error(where, f"backbone.{key} must be an integer >= {BACKBONE_MINIMUM[key]}, "
+                             f"got {value!r}")
+        elif key in ("dropout", "attention_dropout"):
+            number = _number(value)
+            if number is None or not 0 <= number < 1:
+                error(where, f"backbone.{key} must be a number in [0, 1), got {value!r}")
+            else:
+                backbone[key] = number
+        elif key in BACKBONE_PATHS or key == "size":
+            if not isinstance(value, str) or not value:
+                error(where, f"backbone.{key} must be a " + ("size name" if key == "size" else "path")
+                      + f", got {value!r}")
+        if key == "size" and isinstance(value, str) and value not in PRESETS:
+            error(where, f"backbone.size must be one of {', '.join(PRESETS)} (or give num_layers, "
+                         f"hidden_size and num_heads), got {value!r}")
+    if backbone.get("checkpoint") and backbone.get("init"):
+        error(("backbone", "init"), "backbone has both checkpoint and init: keep one")
+    if backbone.get("checkpoint") or backbone.get("init"):
+        return  # the dims come from the checkpoint's config (compared in preflight)
+    dims = {k: v for k, v in backbone.items() if k in BACKBONE_MINIMUM}
+    if any(not _is_int(v) or v < BACKBONE_MINIMUM[k] for k, v in dims.items()) or \
+            backbone.get("size") not in (None, *PRESETS) or set(backbone) - BACKBONE_KEYS:
+        return  # already reported
+    try:
+        backbone_config(backbone.get("size"), **dims)
+    except ValueError as problem:
+        key = next((k for k in ("num_heads", "head_size", "hidden_size") if k in backbone), None)
+        error(("backbone", key) if key else ("backbone",), f"backbone: {problem}")
+
+
+def _check_sampling(sampling, error):
+    if isinstance(sampling, dict):
+        for key, value in sampling.items():
+            if key not in SAMPLING_KEYS:
+                error(("sampling", key), f"unknown sampling key {key!r}; known: "
+                                         f"{', '.join(SAMPLING_KEYS)}")
+            elif key in ("temperature", "cap"):
+                number = _number(value)
+                if number is None or number <= 0:
+                    error(("sampling", key), f"sampling.{key} must be a number > 0, got {value!r}")
+                else:
+                    sampling[key] = number
+        method = sampling.get("method", DEFAULTS["sampling"])
+    else:
+        method = sampling
+    if isinstance(sampling, (str, dict)) and method not in SAMPLING:
+        where = ("sampling", "method") if isinstance(sampling, dict) else ("sampling",)
+        error(where, f"sampling must be one of {', '.join(SAMPLING)} (or {{method: ..., "
+                     f"temperature: ..., cap: ...}}), got {method!r}")
+
+
+def _check_optimizer(optimizer, error):
+    name = optimizer.get("name", "adamw")
+    if name not in OPTIMIZERS:
+        error(("optimizer", "name"), f"optimizer.name must be one of {', '.join(OPTIMIZERS)}, "
+                                     f"got {name!r}")
+        return
+    known = SCHEDULE_KEYS + OPTIMIZER_KEYS[name]
+    # (key, test, what it must be); numbers written 1e-3 are strings in YAML 1.1: accepted.
+    rules = {
+        "lr": (lambda x: x > 0, "a number > 0"),
+        "final_lr_fraction": (lambda x: 0 <= x <= 1, "a number in [0, 1]"),
+        "weight_decay": (lambda x: x >= 0, "a number >= 0"),
+        "clipnorm": (lambda x: x > 0, "a number > 0"),
+        "global_clipnorm": (lambda x: x > 0, "a number > 0"),
+        "clipvalue": (lambda x: x > 0, "a number > 0"),
+        "beta_1": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
+        "beta_2": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
+        "epsilon": (lambda x: x > 0, "a number > 0"),
+        "momentum": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
+    }
+    for key, value in optimizer.items():
+        where = ("optimizer", key)
+        if key not in known:
+            error(where, f"optimizer {name} has no setting {key!r}; it takes: {', '.join(known)}")
+        elif key == "warmup_steps":
+            if not _is_int(value) or value < 0:
+                error(where, f"optimizer.warmup_steps must be an integer >= 0, got {value!r}")
+        elif key in ("amsgrad", "nesterov"):
+            if not isinstance(value, bool):
+                error(where, f"optimizer.{key} must be true or false, got {value!r}")
+        elif key in rules:
+            test, wanted = rules[key]
+            number = _number(value)
+            if number is None or not test(number):
+                error(where, f"optimizer.{key} must be {wanted}, got {value!r}")
+            else:
+                optimizer[key] = number
+
+
+TASK_ENTRY_KEYS = {"name", "rate", "loss_weight"}
+MLM_ENTRY_KEYS = TASK_ENTRY_KEYS | {"corpus", "whole_word", "mask_rate"}  # the mlm entry's own
+MLM_CHECKS = {
+    "corpus": (lambda v: isinstance(v, str) and bool(v),
+               "a path: a text file or a folder of them, one document per line, relative to "
+               "this file"),
+    "whole_word": (lambda v: isinstance(v, bool), "true or false"),
+    "mask_rate": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1,
+                  "a number between 0 and 1"),
+}
+
+
+def _check_tasks(entries, error):
+    tasks, seen = [], {}
+    for i, entry in enumerate(entries):
+        where = ("tasks", i)
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        elif not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
+                  and set(entry) <= (MLM_ENTRY_KEYS if entry["name"] == "mlm"
+                                     else TASK_ENTRY_KEYS)):
+            error(where, f"tasks[{i}] must be a task name or {{name, rate, loss_weight}} "
+                         f"(mlm also: corpus, whole_word, mask_rate), got {entry!r}")
+            continue
+        entry = dict(entry)
+        name = entry["name"]
+        for key, (valid, expected) in MLM_CHECKS.items():
+            if key in entry and not valid(entry[key]):
+                error(where + (key,), f"tasks[{i}] (mlm): {key} must be {expected}, "
+                                      f"got {entry[key]!r}")
+        if name in seen:
+            error(where, f"task {name!r} listed twice (also tasks[{seen[name]}]); keep one")
+        seen.setdefault(name, i)
+        for key, test, wanted in (("rate", lambda x: 0 < x <= 1, "a number in (0, 1]"),
+                                  ("loss_weight", lambda x: x > 0, "a number > 0")):
+            if key in entry:
+                number = _number(entry[key])
+                if number is None or not test(number):
+                    error(where + (key,), f"task {name!r}: {key} must be {wanted}, "
+                                          f"got {entry[key]!r}")
+                else:
+                    entry[key] = number
+        tasks.append(entry)
+    return tasks
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value):
+    """A finite float from an int, a float or a numeric string (YAML 1.1 reads `1e-3`
+    as a string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and value == value and abs(value) != float("inf"):
+        return float(value) if isinstance(value, float) else value
+    return None
 
 
 def _type_name(kind):

@@ -31,6 +31,7 @@ import numpy as np
 from mtl_framework import run_dir as files
 from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.errors import UserError
+from mtl_framework.experiment import ExperimentError
 
 FORMATS = ("keras", "bert4keras", "keras-hub", "roformer-pytorch")
 HEADS_CONFIG = "heads.json"
@@ -309,7 +310,7 @@ def init_backbone(directory, spec, vocab_size, source="experiment"):
     from mtl_framework.backbone import backbone_config
 
     if spec.get("checkpoint") and spec.get("init"):
-        raise ValueError(f"{source}: backbone has both init and checkpoint: keep one")
+        raise UserError(f"{source}: backbone has both init and checkpoint: keep one")
     kind = pretrained.layout(directory, source)
     config_path = os.path.join(directory, "bert_config.json" if kind == "bert4keras"
                                else "config.json")
@@ -320,11 +321,11 @@ def init_backbone(directory, spec, vocab_size, source="experiment"):
                     ("num_layers", "hidden_size", "num_heads")}, **asked}
     for key, value in asked.items():
         if config.get(key) != value:
-            raise ValueError(f"{source}: backbone.{key} is {value} but {config_path} has "
+            raise ExperimentError(f"{source}: backbone.{key} is {value} but {config_path} has "
                              f"{config.get(key)}: drop backbone.{key} (init takes the dims from "
                              "the export) or init from another export")
     if config["vocab_size"] != vocab_size:
-        raise ValueError(f"{source}: the vocab has {vocab_size} tokens but {config_path} has "
+        raise ExperimentError(f"{source}: the vocab has {vocab_size} tokens but {config_path} has "
                          f"vocab_size {config['vocab_size']}: use the export's vocab.txt "
                          "(drop backbone.vocab)")
     overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
@@ -349,19 +350,19 @@ def init_heads(directory, heads, types, backbone, log=print):
         theirs = saved[task]
         for key in ("type", "num_labels"):
             if theirs.get(key) != meta[key]:
-                raise ValueError(f"{source}: head {task!r} has {key} {theirs.get(key)!r}, this "
+                raise ExperimentError(f"{source}: head {task!r} has {key} {theirs.get(key)!r}, this "
                                  f"experiment's {task!r} has {meta[key]!r}: export without "
                                  "--with-heads (or rename the task) to start it fresh")
         named = files.layer_variable_names(heads[task], task)
         variables = [named[name] for name in meta["variables"]]
         if len(variables) != len(theirs["variables"]):
-            raise ValueError(f"{source}: head {task!r} has {len(theirs['variables'])} variables, "
+            raise ExperimentError(f"{source}: head {task!r} has {len(theirs['variables'])} variables, "
                              f"this experiment's {len(variables)}: its head config differs "
                              f"({theirs.get('config')} vs {meta['config']})")
         for variable, name in zip(variables, theirs["variables"]):
             value = weights[name]
             if tuple(value.shape) != tuple(variable.shape):
-                raise ValueError(f"{source}: head {task!r} variable {name} has shape "
+                raise ExperimentError(f"{source}: head {task!r} variable {name} has shape "
                                  f"{tuple(value.shape)}, this experiment's {variable.path} "
                                  f"{tuple(variable.shape)}: its head config differs "
                                  f"({theirs.get('config')} vs {meta['config']})")

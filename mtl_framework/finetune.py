@@ -56,16 +56,18 @@ def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache
     roformer-pytorch: `pretrained.layout`), score it on `eval_split`.
     Returns (run, evaluation line as recorded in RUN_DIR/evaluations.jsonl)."""
     from mtl_framework import evaluation, pretrained
+    from mtl_framework.registry import load_registry
     from mtl_framework.trainer import Run
 
     pretrained.layout(export_dir)  # refuse a folder it cannot start from before writing
+    load_registry(task_specs).select([task])  # an unknown task: refused before writing
     output = output or os.path.join("runs", f"finetune-{task}")
     os.makedirs(output, exist_ok=True)
     path = os.path.join(output, "finetune.yaml")
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(finetune_experiment(export_dir, task, data_root, task_specs, cache_dir,
                                            **settings), f, allow_unicode=True, sort_keys=False)
-    run = Run(path, output=output, log=log).train()
+    run = Run(path, output=output, log=log, resume=False).train()
     results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
     line = evaluation.record(run.run_dir, run.step, eval_split, results)
     if log:

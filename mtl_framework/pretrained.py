@@ -17,6 +17,8 @@ import os
 from mtl_framework.errors import UserError
 
 LAYOUTS = ("keras", "bert4keras", "roformer-pytorch")
+CONFIG_FILES = {"keras": "config.json", "bert4keras": "bert_config.json",
+                "roformer-pytorch": "config.json"}
 KERAS_FORMAT = "mtl_framework.RoFormerV2Backbone"
 EXPECTED = ("config.json + model.weights.h5 (mtl export --format keras), bert_config.json + "
             "bert_model.ckpt.* (bert4keras), or config.json + model.safetensors / "

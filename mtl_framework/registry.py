@@ -21,9 +21,10 @@ import difflib
 import json
 from pathlib import Path
 
-import yaml
 
 from mtl_framework import spec_schema as schema
+from mtl_framework.errors import UserError
+from mtl_framework.yaml_io import parse_yaml
 
 # Installed from a wheel the specs are package data (mtl_framework/task_specs);
 # in a source checkout (and the editable install) they are the repository's task_specs/.
@@ -31,8 +32,6 @@ _PACKAGED_SPECS = Path(__file__).resolve().parent / "task_specs"
 BUILTIN_SPECS = _PACKAGED_SPECS if _PACKAGED_SPECS.is_dir() else Path(__file__).resolve().parents[1] / "task_specs"
 LABELS_DIR = "labels"
 SPEC_SUFFIXES = (".yaml", ".yml")
-# libyaml is ~10x faster and keeps the same line marks.
-_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,22 +44,21 @@ class SpecError:
         return f"{self.path}:{self.line}: {self.message}"
 
 
-class SpecValidationError(ValueError):
-    """All the problems found in a set of spec files, sorted by file and line."""
+class SpecValidationError(UserError, ValueError):
+    """All the problems found in a set of spec files, sorted by file and line:
+    one `file:line: message` line each."""
 
     def __init__(self, errors):
         self.errors = sorted(errors, key=lambda e: (e.path, e.line, e.message))
-        lines = "\n".join(str(e) for e in self.errors)
-        super().__init__(f"{len(self.errors)} problem(s) in task specs "
-                         f"(`mtl tasks validate` lists them):\n{lines}")
+        super().__init__("\n".join(str(e) for e in self.errors))
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(UserError, KeyError):
     def __str__(self):
         return self.args[0]
 
 
-class LabelFileError(ValueError):
+class LabelFileError(UserError, ValueError):
     pass
 
 
@@ -251,7 +249,7 @@ def _adapters():
 
 
 class _SpecFile:
-    """One YAML file: its data plus the line of every key and list item."""
+    """One YAML file: its data plus the line of every key and list item (yaml_io)."""
 
     def __init__(self, path, errors):
         self.path, self.errors = path, errors
@@ -269,47 +267,13 @@ class _SpecFile:
         except UnicodeDecodeError as error:
             self.errors.append(SpecError(str(self.path), 1, f"not UTF-8 text ({error.reason}); save it as UTF-8"))
             return None
-        loader = _YamlLoader(text)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                self.errors.append(SpecError(str(self.path), 1, "empty spec file; expected "
-                                             "`dataset:`, `format:`, `files:` and `tasks:`"))
-                return None
-            self._index(node, ())
-            return loader.construct_document(node)
-        except yaml.MarkedYAMLError as error:
-            mark = error.problem_mark or error.context_mark
-            line = mark.line + 1 if mark else 1
-            problem = str(error.problem or error.context)
-            if error.context and error.problem:
-                started = error.context_mark.line + 1 if error.context_mark else line
-                where = f" (on line {started})" if started != line else ""
-                problem = f"{error.problem} {error.context}{where}"
-            self.errors.append(SpecError(str(self.path), line, f"YAML syntax error: {problem}"))
-        except yaml.YAMLError as error:
-            self.errors.append(SpecError(str(self.path), 1, f"YAML error: {error}"))
-        finally:
-            loader.dispose()
-        return None
-
-    def _index(self, node, where):
-        self.lines.setdefault(where, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            first_seen = {}
-            for key_node, value_node in node.value:
-                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node.value)
-                line = key_node.start_mark.line + 1
-                if key in first_seen and key != "<<":
-                    # safe_load would silently keep the last one.
-                    self.errors.append(SpecError(str(self.path), line, f"key {key!r} given twice "
-                                                 f"(also on line {first_seen[key]}); keep one"))
-                first_seen.setdefault(key, line)
-                self.lines.setdefault(where + (key,), line)
-                self._index(value_node, where + (key,))
-        elif isinstance(node, yaml.SequenceNode):
-            for index, item in enumerate(node.value):
-                self._index(item, where + (index,))
+        doc = parse_yaml(text, self.path)
+        self.lines = doc.lines
+        self.errors.extend(SpecError(str(self.path), line, message) for line, message in doc.problems)
+        if doc.data is None and not doc.problems:
+            self.errors.append(SpecError(str(self.path), 1, "empty spec file; expected "
+                                         "`dataset:`, `format:`, `files:` and `tasks:`"))
+        return doc.data
 
 
 class _SpecLoader:

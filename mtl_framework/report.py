@@ -22,8 +22,10 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display needed, none wanted on servers
 import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 
+from mtl_framework.errors import UserError  # noqa: E402
 
-class ReportError(ValueError):
+
+class ReportError(UserError, ValueError):
     pass
 
 

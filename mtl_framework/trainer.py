@@ -25,45 +25,23 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
+from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.cache import TaskStream, cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
-from mtl_framework.experiment import load_experiment
 from mtl_framework.features import event_role_groups
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
-from mtl_framework.registry import load_registry
+from mtl_framework.presets import backbone_config
+from mtl_framework.preflight import MLM_TASK, check_run_dir, plan_run, resolved_experiment  # noqa: F401
 from mtl_framework.sampling import TaskSampler, format_rates, rates_from_config
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
 
-MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
 MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer
-# Experiment keys holding paths relative to the experiment file; the run directory's
-# copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
-PATH_KEYS = ("data_root", "cache_dir", "vocab")
-BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
-
-
-def resolved_experiment(experiment, data_root):
-    raw = {**experiment.raw, "data_root": os.path.abspath(data_root)}
-    for key in PATH_KEYS:
-        if raw.get(key):
-            raw[key] = experiment.resolve_path(raw[key])
-    raw["tasks"] = [{**t, "corpus": experiment.resolve_path(t["corpus"])}
-                    if isinstance(t, dict) and t.get("corpus") else t for t in raw["tasks"]]
-    if raw.get("task_specs"):
-        raw["task_specs"] = [experiment.resolve_path(d) for d in raw["task_specs"]]
-    if isinstance(raw.get("backbone"), dict):
-        raw["backbone"] = dict(raw["backbone"])
-        for key in BACKBONE_PATH_KEYS:
-            if raw["backbone"].get(key):
-                raw["backbone"][key] = experiment.resolve_path(raw["backbone"][key])
-    return raw
 
 
 class Mixture:
@@ -87,23 +65,28 @@ class Mixture:
             self.streams[task].restore(stream_state)
 
 
-def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
-    """The experiment's vocab, or (from-scratch runs) one built from the tasks' train text."""
-    given = experiment.backbone.get("vocab") or experiment.raw.get("vocab") or init_vocab(experiment)
-    target = os.path.join(run_dir, "vocab.txt")
-    if given and os.path.abspath(experiment.resolve_path(given)) != os.path.abspath(target):
-        shutil.copyfile(experiment.resolve_path(given), target)
-    elif not os.path.exists(target):
-        from data_adapters import read_task
+def prepare_vocab(plan, scratch, log):
+    """(Tokenizer, path of its vocab.txt): the run directory's own vocab once it holds
+    checkpoints, else the vocab the experiment names (or its backbone folder's), else one
+    built from the tasks' train text (and the mlm corpus) into the folder `scratch`
+    (`Run.train` copies it into the run directory)."""
+    own = os.path.join(plan.run_dir, files.VOCAB)
+    if plan.checkpoints and os.path.exists(own):
+        return Tokenizer(own), own
+    if plan.vocab:
+        return Tokenizer(plan.vocab), plan.vocab
+    from data_adapters import read_task
 
-        mlm = next((t for t in experiment.tasks if t["name"] == MLM_TASK), {})
-        sources = list(tasks) + ([mlm_corpus_task(experiment, mlm)] if mlm.get("corpus") else [])
-        texts = (t for task in sources for ex in read_task(task, "train", data_root)
-                 for t in example_texts(ex))
-        size = experiment.backbone.get("vocab_size", 12000)
-        write_vocab(build_vocab(count_units(texts), max_size=size), target)
-        log(f"built a character vocab from the tasks' train text: {target}")
-    return Tokenizer(target)
+    experiment = plan.experiment
+    mlm = plan.entries.get(MLM_TASK, {})
+    sources = list(plan.tasks) + ([mlm_corpus_task(experiment, mlm)] if mlm.get("corpus") else [])
+    texts = (t for task in sources for ex in read_task(task, "train", plan.data_root)
+             for t in example_texts(ex))
+    built = os.path.join(scratch, files.VOCAB)
+    write_vocab(build_vocab(count_units(texts), max_size=experiment.backbone.get(
+        "vocab_size", 12000)), built)
+    log("built a character vocab from the tasks' train text")
+    return Tokenizer(built), built
 
 
 def mlm_corpus_task(experiment, entry):
@@ -112,27 +95,16 @@ def mlm_corpus_task(experiment, entry):
     from mtl_framework.registry import TaskSpec
 
     return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type="mlm", format="text_lines",
-                    files={"train": experiment.resolve_path(entry["corpus"])}, options={}, fields={}, labels=None,
-                    label_file=None, multi_label=False, max_length=experiment.max_length,
+                    files={"train": experiment.resolve_path(entry["corpus"])}, options={},
+                    fields={}, labels=None, label_file=None, multi_label=False,
+                    max_length=experiment.max_length,
                     metric="none", spec_path=experiment.path)
 
 
-def init_vocab(experiment):
-    """The vocab.txt of backbone.init's (or backbone.checkpoint's) folder, or None without
-    either: the token ids must be the ones its embedding was trained with."""
-    key = "init" if experiment.backbone.get("init") else "checkpoint"
-    folder = experiment.backbone.get(key)
-    if not folder:
-        return None
-    path = os.path.join(experiment.resolve_path(folder), "vocab.txt")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{experiment.path}: backbone.{key} has no vocab.txt ({path}): "
-                                "give backbone.vocab, or a folder that has one (as exported or "
-                                "released)")
-    return path
-
-
 def build_backbone(experiment, tokenizer):
+    """The experiment's backbone: from a backbone folder (init or checkpoint: a keras
+    export, bert4keras as released, roformer-pytorch; dims and weights from it, dropout
+    from the experiment), or new. preflight has checked the vocab fits its embedding."""
     spec = dict(experiment.backbone)
     folder = spec.get("init") or spec.get("checkpoint")
     if folder:  # keras export, bert4keras or roformer-pytorch: dims and weights from it
@@ -236,51 +208,77 @@ class RunLogger(keras.callbacks.Callback):
 
 
 class Run:
-    def __init__(self, experiment_path, output=None, log=print, distribution=None):
+    """A training run: `Run(EXPERIMENT, output).train(resume=...)`.
+
+    Everything checkable is checked first (preflight.plan_run: the experiment, tasks,
+    data and label files, vocab; with `resume` True/False also the run directory), then
+    the model is built; nothing is written to the run directory until `train` starts
+    and holds the run's lock (`Run.load`, which evaluates, writes nothing at all).
+    `plan`: a Plan already made (`mtl train` makes it before importing TensorFlow) in
+    place of the four arguments it was made from (experiment_path, output, data_root,
+    resume)."""
+
+    def __init__(self, experiment_path, output=None, log=print, distribution=None, data_root=None,
+                 resume=None, plan=None):
         self.log = log
-        self.experiment = experiment = load_experiment(experiment_path)
-        # First of all: MultiWorkerMirroredStrategy must exist before any TensorFlow op runs.
+        plan = plan or plan_run(experiment_path, output, data_root, resume)
+        self.plan, self.experiment, experiment = plan, plan.experiment, plan.experiment
+        self.run_dir, self.data_root, self.registry, self.tasks = \
+            plan.run_dir, plan.data_root, plan.registry, plan.tasks
+        self.lock = None  # taken by `train` before its first write (run_dir.RunLock)
+        # First TensorFlow work: MultiWorkerMirroredStrategy must exist before any op runs.
         self.distribution = distribution or experiment.distribution
         self.strategy = make_strategy(self.distribution)
         self.is_chief = is_chief(self.strategy)
-        self.run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
-            os.path.join("runs", os.path.splitext(os.path.basename(experiment_path))[0])
-        os.makedirs(self.run_dir, exist_ok=True)
-        # One writer per run directory (the chief; see run_dir.RunLock), before any write.
-        self.lock = files.RunLock(self.run_dir) if self.is_chief else None
-        if self.is_chief:
-            files.remove_leftovers(self.run_dir, log)
         # Where this process writes: the run directory (chief) or a scratch folder.
         self.work_dir = self.run_dir if self.is_chief else tempfile.mkdtemp(prefix="mtl-worker-")
         if self.strategy is not None:
             log(f"distribution: {self.distribution}, "
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
-        spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs]
-        self.registry = load_registry(spec_dirs or None)
-        self.data_root = experiment.resolve_path(experiment.raw.get("data_root")) or \
-            os.environ.get("MTL_DATA_ROOT", "data")
-        entries = {t["name"]: t for t in experiment.tasks}
-        names = [n for n in entries if n != MLM_TASK]
-        self.tasks = self.registry.select(names)
-        self.tokenizer = prepare_vocab(experiment, self.registry, self.tasks, self.data_root,
-                                       self.work_dir, log)
-        files.write_experiment(self.work_dir, resolved_experiment(experiment, self.data_root))
+        self._scratch = tempfile.TemporaryDirectory(prefix="mtl-vocab-")  # removed with the Run
+        self.tokenizer, self.vocab_path = prepare_vocab(plan, self._scratch.name, log)
         self.step = 0
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
-            self.build(entries)
+            self.build(plan.entries)
 
     @classmethod
-    def load(cls, run_dir, log=print):
-        """A finished or interrupted run, rebuilt from its experiment.yaml at its
-        latest checkpoint (for evaluation; `train(resume=True)` goes on from it)."""
-        run = cls(files.experiment_file(run_dir), output=run_dir, log=log,
-                  distribution="none")  # one process evaluates
+    def load(cls, run_dir, log=print, data_root=None, split=None, tasks=None):
+        """A finished or interrupted run, rebuilt whole (optimizer and mixture too) from its
+        experiment.yaml at its newest readable checkpoint; writes nothing. `split` and
+        `tasks` (names) are checked before the model is built: the split's files must
+        exist, the names must be the run's. (`mtl evaluate` reads less: evaluation.py.)"""
+        from mtl_framework.preflight import missing_files
+
+        path = files.experiment_file(run_dir)
+        if not files.checkpoint_dirs(run_dir):
+            raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
+                            "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
+        plan = plan_run(path, output=run_dir, data_root=data_root)
+        unknown = sorted(set(tasks or []) - {t.name for t in plan.tasks})
+        if unknown:
+            raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
+                            f"{', '.join(t.name for t in plan.tasks)}")
+        # a task without the split is scored as "no such split", not refused
+        chosen = [t for t in plan.tasks if (not tasks or t.name in tasks) and split in t.files]
+        problems = missing_files(chosen, plan.data_root, split, "pass --data-root DIR") \
+            if split else []
+        if problems:
+            raise UserError("\n".join(problems))
+        run = cls(path, log=log, distribution="none", plan=plan)  # one process evaluates
         if not run.restore_latest():
-            raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; train first "
-                            "(`mtl train EXPERIMENT --output RUN_DIR`)")
-        run.release()
+            raise UserError(f"{run_dir}: no readable checkpoint to evaluate")
         return run
+
+    def write_run_files(self):
+        """experiment.yaml and vocab.txt into the run directory: called by `train` once
+        every check has passed and the lock is held, so a refused command leaves the
+        directory as it was."""
+        os.makedirs(self.work_dir, exist_ok=True)
+        files.write_experiment(self.work_dir, self.plan.resolved)
+        target = os.path.join(self.work_dir, files.VOCAB)
+        if os.path.abspath(self.vocab_path) != os.path.abspath(target):
+            shutil.copyfile(self.vocab_path, target)
 
     def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
         """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
@@ -401,7 +399,7 @@ class Run:
             raise UserError(f"{checkpoint.path}: {mismatch}: was the experiment changed since? "
                             "Resume with the run's own experiment.yaml, or train into a new "
                             "--output")
-        if checkpoint.damaged and self.is_chief:
+        if checkpoint.damaged and self.lock is not None:  # only the run's writer moves files
             files.set_aside(checkpoint.damaged, self.log)
         for name, variable in named.items():
             variable.assign(values[name])
@@ -428,11 +426,15 @@ class Run:
         # Each task's micro-step traces once on its first batch; TF's generic
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
-        if not resume and self.checkpoint_dirs():
-            raise FileExistsError(
-                f"{self.run_dir} already holds checkpoints ({self.checkpoint_dirs()[-1]}): pass "
-                "--resume to continue that run, or --output a new directory")
+        if self.is_chief:  # before writing anything (again: cheap, and it may have changed)
+            self.plan.checkpoints = self.checkpoint_dirs()
+            check_run_dir(self.plan, resume)
+            os.makedirs(self.run_dir, exist_ok=True)
+            self.lock = files.RunLock(self.run_dir)  # one writer per run directory
+            files.remove_leftovers(self.run_dir, self.log)
         start = self.restore_latest() if resume else 0
+        if self.is_chief:
+            self.write_run_files()
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")
         remaining = self.experiment.steps - start
@@ -450,7 +452,8 @@ class Run:
                            self.experiment.keep_checkpoints, start)
         try:
             self.model.fit(steps, steps_per_epoch=remaining, epochs=1,
-                           verbose=1 if self.log and self.is_chief else 0, callbacks=[logger])
+                           verbose=1 if self.log and self.is_chief else 0, callbacks=[logger],
+                           shuffle=False)  # the mixture draws the batches; nothing to shuffle
         except NonFiniteLossError as error:
             raise UserError(self.non_finite_stop(error, logger)) from None
         finally:

@@ -161,6 +161,8 @@ def test_workers_that_see_different_checkpoints_stop_with_a_message(two_worker_r
     """Without a shared filesystem a worker may not see the chief's checkpoints: every
     worker stops with the fix instead of waiting forever for the others."""
     shutil.copytree(two_worker_runs["multi"] / "checkpoints", tmp_path / "chief" / "checkpoints")
+    for name in ("experiment.yaml", "vocab.txt"):  # the run's record, which a resume checks
+        shutil.copyfile(two_worker_runs["multi"] / name, tmp_path / "chief" / name)
     dumps = [tmp_path / "unused0.npz", tmp_path / "unused1.npz"]
     outputs = launch_workers(two_worker_runs["experiment"], [tmp_path / "chief", tmp_path / "bare"],
                              6, dumps, resume=True, expect_success=False)

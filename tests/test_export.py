@@ -276,6 +276,7 @@ def test_with_heads_export_holds_heads_and_their_weights(exported, checkpoint):
 
 
 def test_init_from_export_starts_backbone_and_same_named_heads(exported, checkpoint, tmp_path):
+    from mtl_framework.tokenizer import Tokenizer
     from mtl_framework.trainer import Run
 
     state, arrays = checkpoint
@@ -284,8 +285,7 @@ def test_init_from_export_starts_backbone_and_same_named_heads(exported, checkpo
         tasks=["tnews", "cluewsc"], cache_dir=str(exported["heads"].parent.parent.parent / "cache"))
     messages = []
     run = Run(str(experiment), output=str(tmp_path / "run"), log=messages.append)
-    assert (tmp_path / "run" / "vocab.txt").read_bytes() == \
-        (exported["heads"] / "vocab.txt").read_bytes()
+    assert run.tokenizer.vocab == Tokenizer(str(exported["heads"] / "vocab.txt")).vocab
     assert run.backbone.config["dropout"] == 0.1
     assert run.backbone.config["alpha_warmup_steps"] == 0
     assert_same_weights(run.backbone, backbone_arrays(checkpoint))
@@ -293,8 +293,11 @@ def test_init_from_export_starts_backbone_and_same_named_heads(exported, checkpo
     for variable in run.model.heads["tnews"].variables:
         np.testing.assert_array_equal(np.asarray(variable), arrays[index[variable.path]])
     assert any("heads from" in m and "tnews" in m and "new: cluewsc" in m for m in messages)
+    assert not (tmp_path / "run").exists()  # nothing written before training starts
     run.train()  # one task from the export plus a new one: trains
     assert (tmp_path / "run" / "checkpoints").is_dir()
+    assert (tmp_path / "run" / "vocab.txt").read_bytes() == \
+        (exported["heads"] / "vocab.txt").read_bytes()
 
 
 def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
@@ -303,7 +306,7 @@ def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
     cache = str(exported["heads"].parent.parent.parent / "cache")
     bad_dims = write_experiment(tmp_path / "dims.yaml", cache_dir=cache, tasks=["tnews"],
                                 backbone={"init": str(exported["heads"]), "hidden_size": 128})
-    with pytest.raises(ValueError, match=r"dims.yaml: backbone.hidden_size is 128 but "
+    with pytest.raises(ValueError, match=r"dims.yaml:\d+: backbone.hidden_size is 128 but "
                                          r".*config.json has 64"):
         Run(str(bad_dims), output=str(tmp_path / "a"), log=lambda *_: None)
     changed = tmp_path / "changed"
@@ -318,7 +321,8 @@ def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
         Run(str(bad_head), output=str(tmp_path / "b"), log=lambda *_: None)
     missing = write_experiment(tmp_path / "missing.yaml", cache_dir=cache, tasks=["tnews"],
                                backbone={"init": str(tmp_path / "nowhere")})
-    with pytest.raises(FileNotFoundError, match="missing.yaml: backbone.init has no vocab.txt"):
+    with pytest.raises(ValueError, match=r"missing.yaml:\d+: backbone.init .*nowhere has no "
+                                         r"config.json"):
         Run(str(missing), output=str(tmp_path / "c"), log=lambda *_: None)
 
 

@@ -5,6 +5,8 @@ import contextlib
 import json
 import sys
 
+from mtl_framework.commands import at_least, positive_float
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
@@ -17,45 +19,37 @@ def register(subparsers):
     parser.add_argument("--specs", nargs="+", default=[], metavar="DIR",
                         help="extra task spec folders")
     parser.add_argument("--output", default=None, help="run directory (default: runs/finetune-TASK)")
-    parser.add_argument("--steps", type=int, default=None, help="optimizer updates (default 200)")
-    parser.add_argument("--batch-size", type=int, default=None, help="default 16")
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-5)")
-    parser.add_argument("--warmup-steps", type=int, default=None, help="default steps // 10")
-    parser.add_argument("--weight-decay", type=float, default=None, help="default 0.01")
+    parser.add_argument("--steps", type=at_least(1), default=None, help="optimizer updates (default 200)")
+    parser.add_argument("--batch-size", type=at_least(1), default=None, help="default 16")
+    parser.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default 2e-5)")
+    parser.add_argument("--warmup-steps", type=at_least(0), default=None, help="default steps // 10")
+    parser.add_argument("--weight-decay", type=at_least(0.0, float), default=None, help="default 0.01")
     parser.add_argument("--optimizer", default=None, choices=["adamw", "lamb", "adam", "sgd"])
-    parser.add_argument("--max-length", type=int, default=None, help="default 128")
+    parser.add_argument("--max-length", type=at_least(4), default=None, help="default 128")
     parser.add_argument("--dropout", type=float, default=None, help="default: the export's")
-    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--seed", type=at_least(0), default=None)
     parser.add_argument("--cache-dir", default=None, help="features cache folder")
     parser.add_argument("--eval-split", default="dev")
-    parser.add_argument("--eval-max-examples", type=int, default=None, metavar="N",
+    parser.add_argument("--eval-max-examples", type=at_least(1), default=None, metavar="N",
                         help="score only the first N examples (default: all)")
     parser.add_argument("--json", action="store_true", help="print the evaluation as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args):
-    from mtl_framework.experiment import ExperimentError
     from mtl_framework.finetune import finetune
-    from mtl_framework.registry import SpecValidationError, UnknownTaskError
 
     log = (lambda message: print(message, file=sys.stderr)) if args.json else print
     # --json: stdout holds only the JSON (Keras's progress bar goes to stderr)
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    try:
-        with quiet:
-            _, line = finetune(
-                args.export_dir, args.task, output=args.output, data_root=args.data_root,
-                task_specs=args.specs, cache_dir=args.cache_dir, eval_split=args.eval_split,
-                eval_max_examples=args.eval_max_examples, log=log, steps=args.steps,
-                batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
-                weight_decay=args.weight_decay, optimizer=args.optimizer, max_length=args.max_length,
-                dropout=args.dropout, seed=args.seed)
-    except (FileNotFoundError, FileExistsError, ValueError, ExperimentError,
-            SpecValidationError, UnknownTaskError) as error:
-        message = error.args[0] if isinstance(error, KeyError) else error
-        print(f"mtl finetune: {message}", file=sys.stderr)
-        return 2
+    with quiet:
+        _, line = finetune(
+            args.export_dir, args.task, output=args.output, data_root=args.data_root,
+            task_specs=args.specs, cache_dir=args.cache_dir, eval_split=args.eval_split,
+            eval_max_examples=args.eval_max_examples, log=log, steps=args.steps,
+            batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
+            weight_decay=args.weight_decay, optimizer=args.optimizer, max_length=args.max_length,
+            dropout=args.dropout, seed=args.seed)
     if args.json:
         json.dump(line, sys.stdout, ensure_ascii=False, indent=1, default=float)
         print()

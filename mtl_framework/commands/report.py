@@ -1,5 +1,4 @@
 """`mtl report RUN_DIR [--output DIR]`: PNG plots of a run's metrics."""
-import sys
 
 
 def register(subparsers):
@@ -10,13 +9,8 @@ def register(subparsers):
 
 
 def run(args):
-    from mtl_framework.report import ReportError, write_report
+    from mtl_framework.report import write_report
 
-    try:
-        paths = write_report(args.run_dir, args.output)
-    except ReportError as error:
-        print(error, file=sys.stderr)
-        return 2
-    for path in paths:
+    for path in write_report(args.run_dir, args.output):
         print(path)
     return 0

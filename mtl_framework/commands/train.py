@@ -1,5 +1,10 @@
-"""`mtl train EXPERIMENT.yaml [--output DIR] [--resume] [--distribution none|mirrored|multi_worker]`."""
-import sys
+"""`mtl train EXPERIMENT.yaml [--output DIR] [--resume] [--data-root DIR]
+[--distribution none|mirrored|multi_worker]`.
+
+The experiment, its tasks and files and the run directory are checked before
+TensorFlow is imported (preflight.plan_run): a mistake costs a second, not a
+model build, and a refused command writes nothing.
+"""
 
 
 def register(subparsers):
@@ -8,6 +13,9 @@ def register(subparsers):
     parser.add_argument("--output", default=None, help="run directory (default: output_dir or runs/NAME)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run directory's latest checkpoint")
+    parser.add_argument("--data-root", metavar="DIR", default=None,
+                        help="folder the task specs' file paths are relative to (default: the "
+                             "experiment's data_root, else $MTL_DATA_ROOT, else ./data)")
     parser.add_argument("--distribution", choices=("none", "mirrored", "multi_worker"), default=None,
                         help="override the experiment's `distribution`: mirrored = all local "
                              "devices, multi_worker = the cluster in $TF_CONFIG (run it on every host)")
@@ -15,16 +23,10 @@ def register(subparsers):
 
 
 def run(args):
-    from mtl_framework.experiment import ExperimentError
-    from mtl_framework.registry import SpecValidationError
-    from mtl_framework.trainer import Run
+    from mtl_framework.preflight import plan_run
 
-    try:
-        Run(args.experiment, args.output, distribution=args.distribution).train(resume=args.resume)
-    except (ExperimentError, SpecValidationError) as error:
-        print(error, file=sys.stderr)
-        return 2
-    except FileExistsError as error:
-        print(f"mtl train: {error}", file=sys.stderr)
-        return 2
+    plan = plan_run(args.experiment, args.output, args.data_root, resume=args.resume)
+    from mtl_framework.trainer import Run  # imports TensorFlow: only once the plan holds
+
+    Run(args.experiment, distribution=args.distribution, plan=plan).train(resume=args.resume)
     return 0

@@ -1,7 +1,9 @@
 """`mtl vocab build`: a character-level vocab.txt from text files and/or task data."""
-import sys
+import os
 
 from mtl_framework import vocab
+from mtl_framework.commands import at_least
+from mtl_framework.errors import UserError
 
 
 def register(subparsers):
@@ -15,30 +17,40 @@ def register(subparsers):
     build.add_argument("--specs", nargs="*", default=None, metavar="DIR", help="extra spec dirs")
     build.add_argument("--data-root", default=None, help="data root for --tasks")
     build.add_argument("--split", default="train", help="split read for --tasks (default train)")
-    build.add_argument("--max-size", type=int, default=12000, help="vocab size cap (default 12000)")
-    build.add_argument("--min-count", type=int, default=1, help="drop rarer units (default 1)")
+    build.add_argument("--max-size", type=at_least(len(vocab.SPECIAL_TOKENS) + 1), default=12000,
+                       help="vocab size cap (default 12000)")
+    build.add_argument("--min-count", type=at_least(1), default=1, help="drop rarer units (default 1)")
     build.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
     build.add_argument("--output", required=True, help="vocab.txt to write")
     build.set_defaults(func=run_build)
 
 
-def task_texts(names, spec_dirs, data_root, split):
+def task_texts(tasks, data_root, split):
     from data_adapters import read_task
-    from mtl_framework.registry import load_registry
 
-    registry = load_registry(spec_dirs)
-    for task in registry.select(names):
+    for task in tasks:
         for example in read_task(task, split, data_root):
             yield from vocab.example_texts(example)
 
 
 def run_build(args):
     if not args.text and not args.tasks:
-        print("mtl vocab build: give --text FILE... and/or --tasks NAME...", file=sys.stderr)
-        return 2
+        raise UserError("mtl vocab build: give --text FILE... and/or --tasks NAME...")
+    missing = [f"{path}: no such file (--text)" for path in args.text if not os.path.isfile(path)]
+    tasks = []
+    if args.tasks:  # every file checked before anything is read or written
+        from mtl_framework.data_stats import default_data_root
+        from mtl_framework.preflight import missing_files
+        from mtl_framework.registry import load_registry
+
+        data_root = args.data_root or default_data_root()
+        tasks = load_registry(args.specs).select(args.tasks)
+        missing += missing_files(tasks, data_root, args.split)
+    if missing:
+        raise UserError("\n".join(missing))
     counts = vocab.count_units(vocab.read_text_lines(args.text), lowercase=not args.cased)
     if args.tasks:
-        counts.update(vocab.count_units(task_texts(args.tasks, args.specs, args.data_root, args.split),
+        counts.update(vocab.count_units(task_texts(tasks, data_root, args.split),
                                         lowercase=not args.cased))
     tokens = vocab.build_vocab(counts, args.max_size, args.min_count)
     vocab.write_vocab(tokens, args.output)

@@ -9,6 +9,7 @@ import pytest
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
+from mtl_framework.errors import UserError
 from mtl_framework.interop.hub import keras_hub_available
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
@@ -321,8 +322,8 @@ def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
         Run(str(bad_head), output=str(tmp_path / "b"), log=lambda *_: None)
     missing = write_experiment(tmp_path / "missing.yaml", cache_dir=cache, tasks=["tnews"],
                                backbone={"init": str(tmp_path / "nowhere")})
-    with pytest.raises(ValueError, match=r"missing.yaml:\d+: backbone.init .*nowhere has no "
-                                         r"config.json"):
+    with pytest.raises(UserError, match=r"missing.yaml:\d+: .*nowhere: no such folder; give a "
+                                        r"backbone folder"):
         Run(str(missing), output=str(tmp_path / "c"), log=lambda *_: None)
 
 

@@ -320,11 +320,13 @@ def test_vocab_that_does_not_fit_the_checkpoint_names_both_sizes(
 
 def test_init_export_vocab_size_is_checked(trained, tmp_path, capsys):
     """backbone.init: a keras export's config.json against the vocab (no weights needed to
-    refuse, so the export here is its config and vocab only)."""
+    refuse, so the export here is its config, vocab and an empty weights file)."""
     _, run = trained
     export = tmp_path / "export"
-    write(export / "config.json", json.dumps({"backbone": {
-        "vocab_size": 300, "num_layers": 1, "hidden_size": 32, "num_heads": 2}}))
+    write(export / "config.json", json.dumps({"format": "mtl_framework.RoFormerV2Backbone",
+                                              "backbone": {"vocab_size": 300, "num_layers": 1,
+                                                           "hidden_size": 32, "num_heads": 2}}))
+    (export / "model.weights.h5").write_bytes(b"")  # the layout's marker; never read here
     (export / "vocab.txt").write_bytes((run / "vocab.txt").read_bytes())
     size = len((run / "vocab.txt").read_text(encoding="utf-8").splitlines())
     path = experiment(tmp_path, backbone={"init": str(export)})

@@ -11,7 +11,8 @@ import sys
 from mtl_framework.errors import UserError
 
 # Command groups in the order `mtl --help` lists them.
-COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "export", "finetune", "report"]
+COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "export", "finetune", "benchmark",
+            "report"]
 
 
 def build_parser():

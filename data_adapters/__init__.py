@@ -20,7 +20,8 @@ from data_adapters.report import ReadReport
 
 # The built-in formats register themselves on import.
 from data_adapters import (choice, coref, delimited, doc_folder, events, jsonl,  # noqa: E402,F401
-                           mentions, ner_spans, ner_tags, qa, relations)
+                           mentions, ner_spans, ner_tags, parquet, qa, relations,
+                           text_lines)
 
 __all__ = [
     "Adapter", "ReadReport", "UnknownFormatError", "available_formats", "get_adapter",

@@ -17,23 +17,30 @@ class WscAdapter(Adapter):
         rule = LabelRule(task_type, labels)
         for path in paths:
             for line, record in records(path, report):
-                text = record.get("text") if isinstance(record, dict) else None
-                target = record.get("target") if isinstance(record, dict) else None
-                if not isinstance(text, str) or not isinstance(target, dict):
-                    report.skip("record without `text` and `target`", path, line)
-                    continue
-                spans = [self.span(text, target, n) for n in (1, 2)]
-                lost = [s for s in spans if isinstance(s, str)]
-                if lost:
-                    for reason in lost:
-                        report.lose_span(reason, path, line)
-                    report.skip("a span does not match the text at its index", path, line)
-                    continue
-                label, reason = rule.check(record.get("label"))
-                if reason:
-                    report.skip(reason, path, line)
-                    continue
-                yield CorefExample(text, spans[0], spans[1], label, record.get("idx"))
+                example = self.example(record, rule, path, line, report)
+                if example is not None:
+                    yield example
+
+    @staticmethod
+    def example(record, rule, path, line, report):
+        """A CorefExample from one `{text, target, label, idx}` record, or None after report.skip."""
+        text = record.get("text") if isinstance(record, dict) else None
+        target = record.get("target") if isinstance(record, dict) else None
+        if not isinstance(text, str) or not isinstance(target, dict):
+            report.skip("record without `text` and `target`", path, line)
+            return None
+        spans = [WscAdapter.span(text, target, n) for n in (1, 2)]
+        lost = [s for s in spans if isinstance(s, str)]
+        if lost:
+            for reason in lost:
+                report.lose_span(reason, path, line)
+            report.skip("a span does not match the text at its index", path, line)
+            return None
+        label, reason = rule.check(record.get("label"))
+        if reason:
+            report.skip(reason, path, line)
+            return None
+        return CorefExample(text, spans[0], spans[1], label, record.get("idx"))
 
     @staticmethod
     def span(text, target, n):

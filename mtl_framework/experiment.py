@@ -24,6 +24,15 @@ BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
 OPTIMIZERS = ("adamw", "lamb", "adam", "sgd")
 DISTRIBUTION = ("none", "mirrored", "multi_worker")
 PRECISION = ("float32", "mixed_bfloat16", "mixed_float16")
+TASK_ENTRY_KEYS = {"name", "rate", "loss_weight"}
+MLM_ENTRY_KEYS = TASK_ENTRY_KEYS | {"corpus", "whole_word", "mask_rate"}  # the mlm entry's own
+MLM_CHECKS = {
+    "corpus": (lambda v: isinstance(v, str) and bool(v),
+               "a path: a text file or a folder of them, one document per line, relative to this file"),
+    "whole_word": (lambda v: isinstance(v, bool), "true or false"),
+    "mask_rate": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1,
+                  "a number between 0 and 1"),
+}
 DEFAULTS = dict(sampling="proportional", balancing="gradient_norm", tasks_per_update=8,
                 batch_size=16, max_length=128, steps=100, seed=0, checkpoint_every=50,
                 keep_checkpoints=3, eval_every=0, eval_batches=20, task_specs=[],
@@ -126,10 +135,16 @@ def load_experiment(path):
         if isinstance(entry, str):
             tasks.append({"name": entry})
         elif isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
-                set(entry) <= {"name", "rate", "loss_weight"}:
+                set(entry) <= TASK_ENTRY_KEYS:
             tasks.append(dict(entry))
+        elif isinstance(entry, dict) and entry.get("name") == "mlm" and set(entry) <= MLM_ENTRY_KEYS:
+            tasks.append(dict(entry))
+            for key, (valid, expected) in MLM_CHECKS.items():
+                if key in entry and not valid(entry[key]):
+                    error("tasks", f"tasks[{i}] (mlm): {key} must be {expected}, got {entry[key]!r}")
         else:
-            error("tasks", f"tasks[{i}] must be a task name or {{name, rate, loss_weight}}, got {entry!r}")
+            error("tasks", f"tasks[{i}] must be a task name or {{name, rate, loss_weight}} "
+                           f"(mlm also: corpus, whole_word, mask_rate), got {entry!r}")
     if errors:
         raise ExperimentError("\n".join(errors))
     return Experiment(path=path, raw=raw, backbone=dict(backbone), tasks=tasks)

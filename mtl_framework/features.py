@@ -795,6 +795,13 @@ class RelationFeaturizer(SpanFeaturizer):
         return row
 
 
+def event_role_groups(labels):
+    """Each event label's event type (`<event type>:<role>`, or a bare event type for
+    its triggers): the EventHead's `role_groups`, so that decoding joins arguments
+    into events only within one event type."""
+    return [label.split(":", 1)[0] for label in labels]
+
+
 class EventFeaturizer(SpanFeaturizer):
     """GPLinker for events (bert4keras's DuEE example). Roles are labels
     `<event type>:<role>` with the trigger as role `trigger`; a label that is a

@@ -25,7 +25,10 @@ import yaml
 
 from mtl_framework import spec_schema as schema
 
-BUILTIN_SPECS = Path(__file__).resolve().parents[1] / "task_specs"
+# Installed from a wheel the specs are package data (mtl_framework/task_specs);
+# in a source checkout (and the editable install) they are the repository's task_specs/.
+_PACKAGED_SPECS = Path(__file__).resolve().parent / "task_specs"
+BUILTIN_SPECS = _PACKAGED_SPECS if _PACKAGED_SPECS.is_dir() else Path(__file__).resolve().parents[1] / "task_specs"
 LABELS_DIR = "labels"
 SPEC_SUFFIXES = (".yaml", ".yml")
 # libyaml is ~10x faster and keeps the same line marks.
@@ -176,9 +179,14 @@ def validate_paths(paths, data_root=None):
 
 
 def spec_files(paths):
-    """(yaml files, errors): directories give their *.yaml/*.yml, sorted, not recursive."""
+    """(yaml files, errors): directories give their *.yaml/*.yml, sorted, not recursive.
+
+    A folder that does not exist but is named like one inside the built-in specs
+    (`hub_clue`, `task_specs/hub_clue`) is that one, so it works from a wheel too."""
     found, errors, seen = [], [], set()
     for path in paths:
+        if not path.exists() and (BUILTIN_SPECS / path.name).is_dir():
+            path = BUILTIN_SPECS / path.name  # `hub_clue`: a spec set shipped with the package
         if path.is_dir():
             files = sorted(p for p in path.iterdir() if p.suffix in SPEC_SUFFIXES and p.is_file())
             if not files:

@@ -15,13 +15,17 @@ METHODS = ("proportional", "temperature", "uniform", "fixed")
 def task_rates(sizes, method="proportional", temperature=1.0, cap=None, rates=None):
     """Normalised sampling rates {task: rate} in the order of `sizes`.
 
-    sizes: {task: number of training examples}.
+    sizes: {task: number of training examples} (questions, documents: not windows).
+    rates: {task: rate} of the tasks whose rate was given explicitly (spec or
+      experiment entry). Under `fixed` every task needs one and they are the
+      mixture's weights, normalised. Under every other method a given rate PINS
+      that task's share: the pinned tasks get exactly their rates, the others
+      share the rest (1 - sum of pins) by the method:
     proportional: n_i / sum n (with `cap`: min(n_i, cap), T5's
       examples-proportional mixing).
     temperature: min(n_i, cap) ** (1 / T), normalised (T5; T = 1 is
       proportional, T -> inf uniform).
-    uniform: 1 / number of tasks.
-    fixed: `rates` {task: rate >= 0} (e.g. the specs' `rate`), normalised.
+    uniform: equal shares.
     """
     names = list(sizes)
     if not names:
@@ -29,40 +33,64 @@ def task_rates(sizes, method="proportional", temperature=1.0, cap=None, rates=No
     if method not in METHODS:
         raise ValueError(f"unknown sampling method {method!r}; "
                          f"expected one of: {', '.join(METHODS)}")
+    rates = {t: r for t, r in (rates or {}).items() if r is not None and t in sizes}
+    for t, r in rates.items():
+        if not isinstance(r, (int, float)) or not np.isfinite(r) or r < 0:
+            raise ValueError(f"task {t!r}: rate {r!r} is not a number >= 0")
     if method == "fixed":
-        rates = rates or {}
-        missing = [t for t in names if rates.get(t) is None]
+        missing = [t for t in names if t not in rates]
         if missing:
             raise ValueError(
                 f"sampling 'fixed' needs a rate for every task; missing for: "
                 f"{', '.join(missing)} (add `rate:` to the task spec or the "
                 "experiment's task entry)")
-        weights = [float(rates[t]) for t in names]
-    elif method == "uniform":
-        weights = [1.0] * len(names)
-    else:
-        weights = [float(sizes[t]) for t in names]
-        if cap is not None:
-            if cap <= 0:
-                raise ValueError(f"sampling cap must be > 0, got {cap}")
-            weights = [min(w, float(cap)) for w in weights]
-        if method == "temperature":
-            if temperature <= 0:
-                raise ValueError(f"sampling temperature must be > 0, got {temperature}")
-            weights = [w ** (1.0 / temperature) for w in weights]
-    for t, w in zip(names, weights):
+        return _normalised({t: float(rates[t]) for t in names}, method)
+    pinned = sum(rates.values())
+    if pinned > 1 + 1e-9:
+        raise ValueError(f"pinned rates sum to {pinned:g} > 1: "
+                         + ", ".join(f"{t}: {r:g}" for t, r in rates.items())
+                         + "; lower them so they leave a share for the other tasks")
+    free = [t for t in names if t not in rates]
+    if not free:  # every task pinned: the pins are the mixture
+        return _normalised(dict(rates), "pinned")
+    if pinned >= 1 - 1e-9:
+        raise ValueError(f"pinned rates sum to 1 ({', '.join(rates)}), leaving nothing for "
+                         f"{', '.join(free)}: lower the pins or drop those tasks")
+    rest = _normalised(_method_weights({t: sizes[t] for t in free}, method, temperature, cap),
+                       method)
+    return {t: float(rates[t]) if t in rates else (1.0 - pinned) * rest[t] for t in names}
+
+
+def _method_weights(sizes, method, temperature, cap):
+    if method == "uniform":
+        return {t: 1.0 for t in sizes}
+    weights = {t: float(n) for t, n in sizes.items()}
+    if cap is not None:
+        if cap <= 0:
+            raise ValueError(f"sampling cap must be > 0, got {cap}")
+        weights = {t: min(w, float(cap)) for t, w in weights.items()}
+    if method == "temperature":
+        if temperature <= 0:
+            raise ValueError(f"sampling temperature must be > 0, got {temperature}")
+        weights = {t: w ** (1.0 / temperature) for t, w in weights.items()}
+    return weights
+
+
+def _normalised(weights, method):
+    for t, w in weights.items():
         if not np.isfinite(w) or w < 0:
             raise ValueError(f"task {t!r}: sampling weight {w} is not a number >= 0")
-    total = sum(weights)
+    total = sum(weights.values())
     if total <= 0:
         raise ValueError(f"all sampling weights are 0 ({method}): no task could "
                          "ever be picked; check the task sizes or rates")
-    return {t: w / total for t, w in zip(names, weights)}
+    return {t: w / total for t, w in weights.items()}
 
 
 def rates_from_config(sizes, sampling, fixed_rates=None):
     """task_rates from an experiment's `sampling` value: a method name or a
-    mapping {method, temperature, cap}; fixed_rates are the specs' rates."""
+    mapping {method, temperature, cap}; fixed_rates: the explicitly given rates
+    (spec or experiment entry), pinned under every method."""
     if isinstance(sampling, str):
         sampling = {"method": sampling}
     sampling = dict(sampling or {"method": "proportional"})
@@ -133,13 +161,19 @@ class TaskSampler:
         return self
 
 
-def format_rates(rates, sizes=None, method=None):
-    """The effective mixture as a text table for the run log."""
+def format_rates(rates, sizes=None, method=None, pinned=(), counted=None):
+    """The effective mixture as a text table for the run log; pinned tasks are
+    marked, and `counted` says what the size column counts."""
     names = list(rates)
     width = max(len("task"), *(len(str(t)) for t in names))
-    title = f"sampling: {method}" if method else "sampling"
-    lines = [title, f"{'task':<{width}}  {'examples':>10}  {'rate':>8}"]
+    lines = [f"sampling: {method}" if method else "sampling"]
+    if counted:
+        lines.append(f"sizes count {counted}")
+    if pinned:
+        lines.append("* = rate pinned by the spec or the experiment; the other tasks share the rest")
+    lines.append(f"{'task':<{width}}  {'size':>10}  {'rate':>8}")
     for t in names:
         n = "" if sizes is None or t not in sizes else f"{sizes[t]:,}"
-        lines.append(f"{str(t):<{width}}  {n:>10}  {100 * rates[t]:7.3f}%")
+        mark = " *" if t in pinned else ""
+        lines.append(f"{str(t):<{width}}  {n:>10}  {100 * rates[t]:7.3f}%{mark}")
     return "\n".join(lines)

@@ -30,7 +30,9 @@ from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
 from mtl_framework.cache import TaskStream, cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
+from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
+from mtl_framework.features import event_role_groups
 from mtl_framework.export import checkpoint_dirs, head_metadata
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
@@ -41,6 +43,7 @@ from mtl_framework.training import MultiTaskModel
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
 
 MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
+MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer
 # Experiment keys holding paths relative to the experiment file; the run directory's
 # copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
 PATH_KEYS = ("data_root", "cache_dir", "vocab")
@@ -52,6 +55,8 @@ def resolved_experiment(experiment, data_root):
     for key in PATH_KEYS:
         if raw.get(key):
             raw[key] = experiment.resolve_path(raw[key])
+    raw["tasks"] = [{**t, "corpus": experiment.resolve_path(t["corpus"])}
+                    if isinstance(t, dict) and t.get("corpus") else t for t in raw["tasks"]]
     if raw.get("task_specs"):
         raw["task_specs"] = [experiment.resolve_path(d) for d in raw["task_specs"]]
     if isinstance(raw.get("backbone"), dict):
@@ -92,12 +97,25 @@ def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
     elif not os.path.exists(target):
         from data_adapters import read_task
 
-        texts = (t for task in tasks for ex in read_task(task, "train", data_root)
+        mlm = next((t for t in experiment.tasks if t["name"] == MLM_TASK), {})
+        sources = list(tasks) + ([mlm_corpus_task(experiment, mlm)] if mlm.get("corpus") else [])
+        texts = (t for task in sources for ex in read_task(task, "train", data_root)
                  for t in example_texts(ex))
         size = experiment.backbone.get("vocab_size", 12000)
         write_vocab(build_vocab(count_units(texts), max_size=size), target)
         log(f"built a character vocab from the tasks' train text: {target}")
     return Tokenizer(target)
+
+
+def mlm_corpus_task(experiment, entry):
+    """The TaskSpec of an mlm entry's `corpus`: a text file or a folder of them (one
+    document per line), relative to the experiment file like its other paths."""
+    from mtl_framework.registry import TaskSpec
+
+    return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type="mlm", format="text_lines",
+                    files={"train": experiment.resolve_path(entry["corpus"])}, options={}, fields={}, labels=None,
+                    label_file=None, multi_label=False, max_length=experiment.max_length,
+                    metric="none", spec_path=experiment.path)
 
 
 def init_vocab(experiment):
@@ -150,14 +168,18 @@ class RunLogger(keras.callbacks.Callback):
                   "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
                   "tasks": {}}
         for entry in model.last_micro_logs:
-            task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": []})
+            task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": [],
+                                                              "tokens": 0})
             task["loss"].append(entry["loss"])
             task["gradient_norm"].append(entry["gradient_norm"])
+            task["tokens"] += entry.get("tokens", 0)
         for name, stats in record["tasks"].items():
             stats["count"] = len(stats["loss"])  # micro-batches drawn: `mtl report` plots the mixture
             stats["rate"] = float(self.run.rates[name])  # the sampler's effective rate
             for key in ("loss", "gradient_norm"):
                 stats[key] = float(np.mean(stats[key]))
+        record["tokens"] = sum(stats["tokens"] for stats in record["tasks"].values())
+        record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
         record["skipped"] = dict(model.skipped)
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
@@ -274,9 +296,11 @@ class Run:
             features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
                                        max_length=length, log=self.log)
             streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
-            sizes[task.name] = len(features)
+            sizes[task.name] = example_count(features)
             labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
             kwargs = {"multi_label": True} if task.multi_label else {}
+            if task.type == "extraction_event":
+                kwargs["role_groups"] = event_role_groups(labels)
             with precision_policy(exp.precision):
                 heads[task.name] = build_head(task.type, len(labels) if labels else None, hidden,
                                               name=task.name, **kwargs)
@@ -285,7 +309,7 @@ class Run:
             if rate is not None:
                 fixed[task.name] = rate
         if MLM_TASK in entries:
-            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir)
+            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK])
             with precision_policy(exp.precision):
                 heads[MLM_TASK] = build_head("mlm", self.tokenizer.vocab_size, hidden,
                                              name=MLM_TASK, embeddings=self.backbone.token_embedding)
@@ -298,9 +322,13 @@ class Run:
 
             init_heads(exp.resolve_path(exp.backbone["init"]), heads, self.head_types,
                        self.backbone, log=self.log)
-        rates = rates_from_config(sizes, exp.sampling, fixed or None)
-        self.log(format_rates(rates, sizes, exp.sampling if isinstance(exp.sampling, str)
-                              else exp.sampling.get("method")))
+        try:
+            rates = rates_from_config(sizes, exp.sampling, fixed or None)
+        except ValueError as error:  # pins over 1, a bad rate, cap or temperature
+            raise UserError(f"{exp.path}: {error}") from None
+        method = exp.sampling if isinstance(exp.sampling, str) else exp.sampling.get("method")
+        self.log(format_rates(rates, sizes, method, pinned=set(fixed),
+                              counted="examples (questions, documents), not windows or rows"))
         self.rates = rates
         sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed)
         self.mixture = Mixture(streams, sampler)
@@ -311,15 +339,22 @@ class Run:
         self.model.build_all()
         self.model.mixture = self.mixture
 
-    def mlm_stream(self, cache_dir):
-        """MLM rows from the first task's train texts (all tasks' texts joined), masked per batch."""
+    def mlm_stream(self, cache_dir, entry):
+        """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
+        from every task's train texts in turn. Size for the rates: documents / examples."""
         exp = self.experiment
+        settings = {key: entry[key] for key in MLM_SETTINGS if key in entry}
+        sources = [mlm_corpus_task(exp, entry)] if entry.get("corpus") else self.tasks
         features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
                                     max_length=min(exp.max_length, t.max_length), family="mlm",
-                                    log=self.log) for t in self.tasks]
+                                    log=self.log, **settings) for t in sources]
         streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
                    for i, f in enumerate(features) if len(f)]
-        return _RoundRobin(streams), sum(len(f) for f in features)
+        if not streams:
+            raise UserError(f"{exp.path}: mlm has no text to learn from "
+                            + ("(its corpus has no non-blank line)" if entry.get("corpus")
+                               else "(the tasks' train splits have none)"))
+        return _RoundRobin(streams), sum(example_count(f) for f in features)
 
     # --- checkpoints ----------------------------------------------------------
 
@@ -399,6 +434,13 @@ class Run:
             if self.work_dir != self.run_dir:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
         return self
+
+
+def example_count(features):
+    """A task's size for the sampling rates: its examples (questions, documents, texts
+    for mlm) that made it into the features, not its rows (mrc windows, mlm rows)."""
+    report = features.report
+    return max(0, report.examples - sum(report.dropped.values()))
 
 
 class _RoundRobin:

@@ -435,6 +435,7 @@ class MultiTaskModel(keras.Model):
         """One optimizer update from [(task, batch), ...]; returns per-micro-batch logs.
         With lanes > 1, up to that many traced micro-steps compute at once in threads; their
         gradients are accumulated in micro-batch order, so the update is the same."""
+        tokens = [int(np.count_nonzero(batch["token_ids"])) for _, batch in micro_batches]
         micro_batches = [(task, {k: tf.convert_to_tensor(v) for k, v in batch.items()})
                          for task, batch in micro_batches]
         counts = self._take_counts(len(micro_batches))
@@ -466,6 +467,8 @@ class MultiTaskModel(keras.Model):
             if self._reset_fn is None:
                 self._reset_fn = tf.function(lambda: self._on_replicas(self._zero_accumulators))
             self._reset_fn()
+        for log, count in zip(logs, tokens):
+            log["tokens"] = count  # real (non-padding) tokens: what the update computed on
         self.last_micro_logs = logs
         return logs
 

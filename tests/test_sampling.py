@@ -71,4 +71,39 @@ def test_format_rates_table():
     table = format_rates(rates, SIZES, "uniform")
     assert table.splitlines()[0] == "sampling: uniform"
     assert "1,000,000" in table and "33.333%" in table
-    assert len(table.splitlines()) == 2 + len(SIZES)
+    assert len(table.splitlines()) == 2 + len(SIZES) and "size" in table.splitlines()[1]
+
+
+def test_pinned_rate_holds_under_every_method():
+    pins = {"small": 0.25}
+    for method, kwargs in (("proportional", {}), ("temperature", {"temperature": 3.0}),
+                           ("uniform", {})):
+        rates = task_rates(SIZES, method, rates=pins, **kwargs)
+        assert rates["small"] == pytest.approx(0.25)
+        free = task_rates({t: n for t, n in SIZES.items() if t != "small"}, method, **kwargs)
+        for t in ("big", "mid"):  # the rest shared by the method, in its proportions
+            assert rates[t] == pytest.approx(0.75 * free[t])
+        assert sum(rates.values()) == pytest.approx(1.0)
+    drawn = TaskSampler(task_rates(SIZES, "temperature", rates=pins, temperature=2.0),
+                        seed=0).sample(20000)
+    assert np.mean(drawn == 2) == pytest.approx(0.25, abs=0.01)
+
+
+def test_pin_errors_name_the_tasks():
+    with pytest.raises(ValueError, match=r"pinned rates sum to 1.2 > 1: big: 0.7, mid: 0.5"):
+        task_rates(SIZES, "uniform", rates={"big": 0.7, "mid": 0.5})
+    with pytest.raises(ValueError, match="leaving nothing for small"):
+        task_rates(SIZES, "proportional", rates={"big": 0.5, "mid": 0.5})
+    with pytest.raises(ValueError, match="rate 'x' is not a number"):
+        task_rates(SIZES, "uniform", rates={"big": "x"})
+    # every task pinned: the pins are the mixture (normalised, as `fixed` does)
+    assert task_rates(SIZES, "uniform", rates={"big": 0.2, "mid": 0.2, "small": 0.6}) == \
+        pytest.approx({"big": 0.2, "mid": 0.2, "small": 0.6})
+
+
+def test_format_rates_marks_pinned_and_what_was_counted():
+    rates = task_rates(SIZES, "uniform", rates={"small": 0.5})
+    table = format_rates(rates, SIZES, "uniform", pinned={"small"}, counted="questions")
+    lines = table.splitlines()
+    assert lines[1] == "sizes count questions" and "pinned" in lines[2]
+    assert lines[-1].endswith("50.000% *") and not lines[4].endswith("*")

@@ -400,7 +400,10 @@ def benchmark(exports, suite_path, data_root, output, task_specs=(), cache_dir=N
     Returns the results dict."""
     from mtl_framework.registry import load_registry
 
-    if not data_root or not os.path.isdir(data_root):
+    if not data_root:
+        raise UserError("no data root: pass --data-root DIR (the folder holding the datasets, "
+                        "e.g. ../shared/data) or set MTL_DATA_ROOT")
+    if not os.path.isdir(data_root):
         raise UserError(f"{data_root}: data root not found; pass --data-root DIR (the folder "
                         "holding the datasets, e.g. ../shared/data)")
     check_exports(exports)

@@ -26,7 +26,8 @@ not a paired one.
 OUTPUT/
   rows.jsonl      one line per finished (export, task, seed): what resuming skips
   results.json    rows, summary (mean and 95% t-interval over seeds), suite_mean,
-                  differences and suite_mean_differences (paired, first export minus second)
+                  differences and suite_mean_differences (paired by seed: for each pair of
+                  exports, the one listed earlier minus the later one)
   results.md      the table (exports as rows, tasks as columns, mean +- half-interval)
   results.png     grouped bars with the intervals (report.plot_benchmark)
   runs/EXPORT/TASK/seed-N/   each fine-tune's run directory and log (checkpoints removed

@@ -9,7 +9,8 @@ def register(subparsers):
         "benchmark", help="fine-tune exported encoders on a suite of tasks and compare them")
     parser.add_argument("exports", nargs="+", metavar="EXPORT",
                         help="folders written by `mtl export RUN_DIR --format keras`; with two or "
-                             "more, differences are the first minus each later one (paired by seed)")
+                             "more, each pair is compared as the earlier export minus the later "
+                             "one, paired by seed")
     parser.add_argument("--suite", required=True, help="suite YAML (e.g. suites/clue_small.yaml)")
     parser.add_argument("--data-root", default=os.environ.get("MTL_DATA_ROOT"),
                         help="dataset root (default: $MTL_DATA_ROOT)")

@@ -6,9 +6,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 INTEROP_STAMP := $(VENV)/.interop
 DEMO_DATA := experiments/demo/data
+TORCH_VENV := .venv-torch
+TORCH_STAMP := $(TORCH_VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install interop test test-slow demo bench clean
+.PHONY: install interop interop-torch test test-slow demo bench clean
 
 install: $(STAMP)
 
@@ -28,7 +30,17 @@ $(INTEROP_STAMP): $(STAMP) requirements-interop.txt
 	  || echo "interop packages not installed: bert4keras/keras-hub tests will skip"
 	touch $(INTEROP_STAMP)
 
-test: install interop
+# torch (CPU) + JunnYu's roformer 0.4.3 in their own venv for the PyTorch parity tests
+# (tests/test_roformer_pytorch.py); they skip if this fails. docs/pytorch.md.
+interop-torch: $(TORCH_STAMP)
+
+$(TORCH_STAMP): requirements-torch.txt
+	test -d $(TORCH_VENV) || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/pip install -q -r requirements-torch.txt \
+	  || echo "torch packages not installed: PyTorch parity tests will skip"
+	touch $(TORCH_STAMP)
+
+test: install interop interop-torch
 	$(BIN)/python -m pytest -q tests
 
 test-slow: install interop
@@ -41,6 +53,7 @@ demo: install interop
 	$(BIN)/mtl export runs/demo --format keras --output runs/demo/export/keras
 	$(BIN)/mtl export runs/demo --format bert4keras --output runs/demo/export/bert4keras
 	$(BIN)/mtl export runs/demo --format keras-hub --output runs/demo/export/keras-hub
+	$(BIN)/mtl export runs/demo --format roformer-pytorch --output runs/demo/export/roformer-pytorch
 	@# What the model says about a few dev sentences (needs `mtl predict`).
 	@if $(BIN)/mtl predict --help >/dev/null 2>&1; then \
 	  $(BIN)/mtl predict runs/demo --task tnews --input $(DEMO_DATA)/tnews/dev.json \
@@ -59,4 +72,4 @@ bench: install interop
 	$(BIN)/python bench/backbone.py --output bench/results/backbone.json
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(TORCH_VENV) runs .pytest_cache

@@ -23,6 +23,7 @@ setup(
         "numpy",
         "PyYAML",
         "tokenizers",
+        "safetensors",  # the roformer-pytorch export and reader (numpy API, no torch)
     ],
     extras_require={
         "plots": ["matplotlib"],

@@ -41,6 +41,8 @@ class Adapter:
     required_fields = ()  # of those, the ones a spec must map
     field_defaults = {}  # source used when a spec leaves an optional field out
     task_types = ()  # families this format can produce
+    # options `mtl predict` reads with, over the spec's: gold is not needed there
+    predict_options = {}
     format_name = None  # set by register_adapter (the first name it registers)
 
     def read(self, paths, options, fields, task_type, labels, report):

@@ -4,10 +4,13 @@
 is kept only if `context[answer_start:answer_start + len(text)] == text`; a
 wrong offset is a lost span, never a guess. A question whose every answer is
 lost is skipped (it is not "unanswerable"); v2 questions marked
-`is_impossible` come out with no answers. CJRC's YES/NO answers are not spans
-(skipped for mrc_span); a `classification` task reads the kind of answer
-instead, as TextExample(question, context, label): "span", "YES", "NO" or
-"unknown" (no answer).
+`is_impossible` come out with no answers. A question whose answers are all
+placeholders (CLUE's cmrc2018 test: `FAKE_ANSWER_n` at answer_start -1) is
+skipped with that reason, unless `placeholder_answers: no_gold` (what `mtl
+predict` reads with) reads it without gold, counted as filtered. CJRC's
+YES/NO answers are not spans (skipped for mrc_span); a `classification` task
+reads the kind of answer instead, as TextExample(question, context, label):
+"span", "YES", "NO" or "unknown" (no answer).
 
 `multi_passage_qa`: Su's WebQA/SogouQA layout, `[{id, question, passages:
 [{passage, answer}]}]` (a JSON array or JSON lines). Each passage is one
@@ -20,12 +23,20 @@ from data_adapters.examples import Span, SpanQAExample, TextExample
 from data_adapters.reading import LabelRule, json_document, records
 
 YES_NO = ("YES", "NO")
+PLACEHOLDERS_SKIPPED = "placeholder answers (FAKE_ANSWER, a test file): no gold to learn or score"
 
 
 def impossible(qa):
     # CJRC writes is_impossible as the strings "true"/"false".
     flag = qa.get("is_impossible")
     return flag is True or isinstance(flag, str) and flag.strip().lower() == "true"
+
+
+def placeholders(answers):
+    """CLUE test files' stand-ins for hidden gold: FAKE_ANSWER_n at answer_start -1."""
+    return bool(answers) and all(
+        isinstance(a, dict) and a.get("answer_start") == -1
+        and str(a.get("text", "")).startswith("FAKE_ANSWER") for a in answers)
 
 
 def answer_kind(answers):
@@ -39,8 +50,13 @@ def answer_kind(answers):
 @register_adapter("squad")
 class SquadAdapter(Adapter):
     task_types = ("mrc_span", "classification")
+    option_keys = {"placeholder_answers": (str, "skip")}
+    predict_options = {"placeholder_answers": "no_gold"}
 
     def read(self, paths, options, fields, task_type, labels, report):
+        if options["placeholder_answers"] not in ("skip", "no_gold"):
+            raise ValueError(f"options.placeholder_answers is {options['placeholder_answers']!r}:"
+                             " use skip (the default) or no_gold")
         for path in paths:
             data = json_document(path, report)
             if data is None:
@@ -55,7 +71,8 @@ class SquadAdapter(Adapter):
                     if task_type == "classification":
                         yield from self.answer_kinds(paragraph, rule, path, report)
                     else:
-                        yield from self.paragraph(paragraph, path, report)
+                        yield from self.paragraph(paragraph, path, report,
+                                                  options["placeholder_answers"] == "no_gold")
 
     @staticmethod
     def questions(paragraph, path, report):
@@ -73,11 +90,17 @@ class SquadAdapter(Adapter):
             yield qa, context, question
 
     @staticmethod
-    def paragraph(paragraph, path, report):
+    def paragraph(paragraph, path, report, placeholders_as_no_gold=False):
         for qa, context, question in SquadAdapter.questions(paragraph, path, report):
             id_ = qa.get("id")
             # v2 files may list plausible answers on impossible questions: not answers.
             given = [] if impossible(qa) else qa.get("answers") or []
+            if placeholders(given):
+                if not placeholders_as_no_gold:
+                    report.skip(PLACEHOLDERS_SKIPPED, path, f"id {id_}")
+                    continue
+                report.filter("placeholder answers (FAKE_ANSWER, test file): read without gold")
+                given = []
             answers = []
             for answer in given:
                 span = SquadAdapter.place(answer, context)

@@ -165,6 +165,19 @@ class RoFormerV2Backbone(keras.Model):
         return backbone
 
     @classmethod
+    def from_roformer_pytorch(cls, directory, **overrides):
+        """Load a PyTorch `roformer` 0.4.x RoFormerV2 folder (config.json +
+        model.safetensors, read without torch; or pytorch_model.bin, read with torch):
+        the hub's junnyu/roformer_v2_chinese_char_* or `mtl export --format roformer-pytorch`."""
+        from mtl_framework import bert4keras_io, roformer_pytorch
+
+        config, weights = roformer_pytorch.load_roformer_pytorch(directory, **overrides)
+        backbone = cls(**config)
+        backbone.build()
+        bert4keras_io.assign_weights(backbone, weights, source=directory)
+        return backbone
+
+    @classmethod
     def from_preset(cls, directory):
         """Load our exported keras preset folder (config.json + model.weights.h5)."""
         config_path = os.path.join(directory, "config.json")

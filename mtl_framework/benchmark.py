@@ -278,25 +278,34 @@ def export_slug(label):
 
 
 def export_fingerprint(path):
-    """SHA-256 of the export's config.json and weights: a row is reused only for these."""
+    """SHA-256 over the folder's files (names and bytes; the README model card left out):
+    a row is reused only for the same weights and config."""
     digest = hashlib.sha256()
-    for name in ("config.json", "model.weights.h5"):
-        with open(os.path.join(path, name), "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for name in sorted(names):
+            if name == "README.md":
+                continue
+            full = os.path.join(root, name)
+            digest.update(os.path.relpath(full, path).encode() + b"\0")
+            with open(full, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
     return digest.hexdigest()
 
 
 def check_exports(paths):
+    """Each path a backbone folder `mtl finetune` starts from (keras export, bert4keras,
+    roformer-pytorch), none given twice."""
+    from mtl_framework import pretrained
+
     errors = []
     for path in paths:
-        missing = [n for n in ("config.json", "model.weights.h5", "vocab.txt")
-                   if not os.path.isfile(os.path.join(path, n))]
-        if missing:
-            errors.append(f"{path}: not a keras export (no {', '.join(missing)}); make one with "
-                          "`mtl export RUN_DIR --format keras --output DIR`")
-    labels = [export_label(p) for p in paths]
-    slugs = [export_slug(label) for label in labels]
+        try:
+            pretrained.layout(path)
+        except UserError as error:
+            errors.append(str(error))
+    slugs = [export_slug(export_label(p)) for p in paths]
     if len(set(slugs)) != len(slugs):
         errors.append(f"exports {', '.join(paths)}: the same export is given twice")
     if errors:
@@ -389,6 +398,8 @@ def initial_export(run_dir, output, log=print):
     run = Run(path, output=initial_run, log=log)
     run.backbone.residual_alpha.assign(1.0)
     run.save_checkpoint(0, 1)
+    if getattr(run, "lock", None) is not None:  # the export below reads this run directory
+        run.lock.release()
     keras.backend.clear_session()
     return export(initial_run, "keras", os.path.join(output, "keras"), log=log)
 

@@ -11,8 +11,8 @@ import sys
 from mtl_framework.errors import UserError
 
 # Command groups in the order `mtl --help` lists them.
-COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "export", "finetune", "benchmark",
-            "report"]
+COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", "finetune",
+            "benchmark", "report"]
 
 
 def build_parser():

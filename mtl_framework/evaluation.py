@@ -18,21 +18,30 @@ RUN_DIR/evaluations.jsonl gets one line per evaluation:
     {"step", "split", "time", "tasks": {task: {"metric", "score", "result",
      "baseline", "examples", ...}}, "aggregate"}
 """
-import json
 import os
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from mtl_framework import features as F
 from mtl_framework.cache import cached_features, iterate_batches
+from mtl_framework.distributed import precision_policy
+from mtl_framework.errors import UserError
+from mtl_framework.experiment import load_experiment
+from mtl_framework.export import checkpoint_backbone, read_run
+from mtl_framework import features as F
+from mtl_framework.heads import build_head
 from mtl_framework.metrics import compute_metric, majority_baseline, primary_score
+from mtl_framework.registry import load_registry
+from mtl_framework.run_dir import read_evaluations  # noqa: F401 (evaluation's reader, kept here)
+from mtl_framework import run_dir as files
+from mtl_framework.tokenizer import Tokenizer
+from mtl_framework.training import MultiTaskModel
 
 SPAN_FAMILIES = ("extraction_ner", "extraction_relation", "extraction_event")
 # Lost spans that are not gold for the task (a type the task does not predict).
 NOT_GOLD = "not in the task's labels"
-EVALUATIONS = "evaluations.jsonl"
+EVALUATIONS = files.EVALUATIONS
 
 
 class TaskPredictor:
@@ -79,22 +88,29 @@ def predict(predictor, task_name, head, features, rows, batch_size):
     return predictions, references, windows
 
 
+def best_windows(features, windows):
+    """{example index: (its best-scoring window, its lowest null score)}, examples in order:
+    a question's answer is the best real span over all its windows (shared with predict)."""
+    best, null = {}, {}
+    for window in windows:
+        example = int(features["example_index"][window["window_id"]])
+        null[example] = min(null.get(example, np.inf), window["null_score"])
+        # `not in best`: a question whose windows hold no context token (score -inf) still
+        # gets its (empty) answer rather than vanishing from the results
+        if example not in best or window["score"] > best[example]["score"]:
+            best[example] = window
+    return {example: (best[example], null[example]) for example in sorted(best)}
+
+
 def mrc_predictions(features, windows):
     """Per question (example index) the answer text of its best window, and the
     gold answers: a window's real span wins over "no answer" when it scores higher
     than the question's lowest null score (SQuAD 2.0 practice; CMRC2018 always
     has an answer, so the best span there is the best real one)."""
-    best, null = {}, {}
-    for window in windows:
-        example = int(features["example_index"][window["window_id"]])
-        null[example] = min(null.get(example, np.inf), window["null_score"])
-        if window["score"] > best.get(example, {"score": -np.inf})["score"]:
-            best[example] = window
     predictions, references = [], []
-    for example in sorted(best):
+    for example, (window, null) in best_windows(features, windows).items():
         gold = F.mrc_gold(features, example)
-        window = best[example]
-        if not gold and window["score"] <= null[example]:
+        if not gold and window["score"] <= null:
             text = ""
         else:
             text = F.mrc_answer(features, window["window_id"], window["start"], window["end"])["text"]
@@ -210,25 +226,8 @@ def record(run_dir, step, split, results):
     """Append one evaluation to RUN_DIR/evaluations.jsonl; returns the line's dict."""
     line = {"step": int(step), "split": split, "time": time.time(), "tasks": results,
             "aggregate": aggregate(results)}
-    with open(os.path.join(run_dir, EVALUATIONS), "a", encoding="utf-8") as f:
-        f.write(json.dumps(line, ensure_ascii=False, default=float) + "\n")
+    files.append_evaluation(run_dir, line)
     return line
-
-
-def read_evaluations(run_dir):
-    """Every line of RUN_DIR/evaluations.jsonl (empty when the run was never evaluated)."""
-    path = os.path.join(run_dir, EVALUATIONS)
-    if not os.path.exists(path):
-        return []
-    lines = []
-    with open(path, encoding="utf-8") as f:
-        for number, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    lines.append(json.loads(text))
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}:{number}: not a JSON line ({error})") from None
-    return lines
 
 
 def format_results(line):
@@ -250,14 +249,55 @@ def format_results(line):
 
 
 def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=None, log=print):
-    """Load the run's latest checkpoint, evaluate its tasks (or `tasks`), record and return the line."""
-    from mtl_framework.trainer import Run
-
-    run = Run.load(run_dir, log=log)
-    selected = [t for t in run.tasks if not tasks or t.name in tasks]
-    unknown = sorted(set(tasks or []) - {t.name for t in run.tasks})
+    """Score the run's newest readable checkpoint on its tasks (or `tasks`); record and
+    return the line. Reads the run, not its training side: the model is the checkpoint's
+    backbone and heads (built from trainer.json's head metadata), with no optimizer,
+    mixture or sampler; train features are read (from the feature cache, built if it
+    was deleted) only for the majority baselines."""
+    experiment = load_experiment(files.experiment_file(run_dir))
+    checkpoint = read_run(run_dir, log)
+    registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)
+    names = [task for task, meta in checkpoint_heads(checkpoint).items() if meta["type"] != "mlm"]
+    unknown = sorted(set(tasks or []) - set(names))
     if unknown:
-        raise ValueError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
-                         f"{', '.join(t.name for t in run.tasks)}")
-    results = run.evaluate(split, selected, batch_size, max_examples)
-    return record(run_dir, run.step, split, results)
+        raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
+                        f"{', '.join(names)}")
+    selected = registry.select([n for n in names if not tasks or n in tasks])
+    data_root = experiment.resolve_path(experiment.raw.get("data_root")) or \
+        os.environ.get("MTL_DATA_ROOT", "data")
+    tokenizer = Tokenizer(os.path.join(run_dir, files.VOCAB))
+    model = checkpoint_model(checkpoint, experiment)
+    cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
+    train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=log,
+                                        max_length=min(task.max_length, experiment.max_length))
+             for task in selected}
+    results = evaluate_tasks(model, selected, tokenizer, data_root, split, batch_size, max_examples,
+                             cache_dir, experiment.max_length, train, log=log)
+    return record(run_dir, checkpoint.step, split, results)
+
+
+def checkpoint_model(checkpoint, experiment):
+    """A MultiTaskModel for predictions: the checkpoint's backbone and heads (weights by
+    name), in the run's precision; not compiled (no optimizer)."""
+    with precision_policy(experiment.precision):
+        backbone = checkpoint_backbone(checkpoint)
+        heads = {}
+        for task, meta in checkpoint_heads(checkpoint).items():
+            tied = {"embeddings": backbone.token_embedding} if meta["type"] == "mlm" else {}
+            heads[task] = build_head(meta["type"], meta["num_labels"],
+                                     backbone.config["hidden_size"], name=task, **meta["config"],
+                                     **tied)
+            named = files.layer_variable_names(heads[task], task)
+            for name in meta["variables"]:
+                named[name].assign(checkpoint.arrays[name])
+    model = MultiTaskModel(backbone, heads, experiment.tasks_per_update, experiment.balancing)
+    model.build_all()
+    return model
+
+
+def checkpoint_heads(checkpoint):
+    """{task: head metadata} of a checkpoint, in the run's task order."""
+    if "heads" not in checkpoint.trainer:
+        raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
+                        "older mtl_framework): continue the run one step with `mtl train --resume`")
+    return checkpoint.trainer["heads"]

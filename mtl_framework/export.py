@@ -1,4 +1,5 @@
-"""Export a run's trained backbone: our keras preset, bert4keras checkpoint, keras-hub preset.
+"""Export a run's trained backbone: our keras preset, bert4keras checkpoint, keras-hub preset,
+PyTorch `roformer` folder.
 
 keras       config.json + model.weights.h5 + vocab.txt + README.md (model card), what
             `RoFormerV2Backbone.from_preset` loads; `with_heads` adds heads.json +
@@ -8,75 +9,82 @@ bert4keras  bert_config.json + bert_model.ckpt.* + vocab.txt for
 keras-hub   keras-hub's preset layout (config.json, model.weights.h5, metadata.json,
             tokenizer.json + assets/tokenizer/vocabulary.txt) for
             `keras_hub.models.RoformerV2Backbone.from_preset`.
+roformer-pytorch  config.json + model.safetensors + vocab.txt + README.md for JunnYu's
+            `roformer` 0.4.x (`RoFormerModel.from_pretrained`); see roformer_pytorch.py.
 
-bert4keras and keras-hub have no residual scale `a`: a run exported before its
+bert4keras, keras-hub and roformer have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
 which is exact because both blocks end in a bias-free linear map.
+
+The run is read through run_dir.py: the newest readable checkpoint (a damaged newer
+one is named in a warning), its backbone and head arrays only. An export is written
+into a temporary folder beside `output` and renamed into place; `output` must be new
+or empty, or (--force) hold an earlier export, which is then replaced entirely.
 """
 import json
 import os
 import shutil
+import uuid
 
 import numpy as np
 
+from mtl_framework import run_dir as files
 from mtl_framework.backbone import RoFormerV2Backbone
+from mtl_framework.errors import UserError
 
-FORMATS = ("keras", "bert4keras", "keras-hub")
+FORMATS = ("keras", "bert4keras", "keras-hub", "roformer-pytorch")
 HEADS_CONFIG = "heads.json"
 HEADS_WEIGHTS = "heads.weights.npz"
-EVALUATIONS = "evaluations.jsonl"
+EVALUATIONS = files.EVALUATIONS
+# A folder holding one of these is an earlier export, which --force may replace.
+EXPORT_MARKERS = ("config.json", "bert_config.json")
 
 
-def checkpoint_dirs(run_dir):
-    """The run's checkpoints/step-N folder names, oldest first."""
-    root = os.path.join(run_dir, "checkpoints")
-    if not os.path.isdir(root):
-        return []
-    return sorted((d for d in os.listdir(root) if d.startswith("step-")),
-                  key=lambda d: int(d.split("-")[1]))
-
-
-def latest_checkpoint(run_dir):
-    steps = checkpoint_dirs(run_dir)
-    if not steps:
-        raise FileNotFoundError(f"{run_dir}: no checkpoints/step-* folder; is this a run directory "
-                                "written by `mtl train`?")
-    return os.path.join(run_dir, "checkpoints", steps[-1])
-
-
-def load_run_backbone(run_dir):
-    """(backbone, trainer state) from the run's latest checkpoint; the backbone's
-    variables come first in the checkpoint's variable list."""
-    path = latest_checkpoint(run_dir)
-    with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
-        state = json.load(f)
-    backbone = RoFormerV2Backbone(**state["backbone"])
+def checkpoint_backbone(checkpoint):
+    """The backbone of a run_dir.Checkpoint, built from its config, weights by name."""
+    backbone = RoFormerV2Backbone(**checkpoint.trainer["backbone"])
     backbone.build()
-    values = np.load(os.path.join(path, "state.npz"))
-    for i, variable in enumerate(backbone.variables):
-        variable.assign(values[f"v{i:05d}"])
-    state["checkpoint"] = path
-    return backbone, state
+    named = files.layer_variable_names(backbone, "backbone")
+    for name, value in checkpoint.backbone_arrays(list(named)).items():
+        named[name].assign(value)
+    return backbone
 
 
-def run_heads(run_dir, state):
-    """(heads metadata, {variable path: array}) of the task heads in the run's latest
-    checkpoint: the variables after the backbone's, in the order trainer.json lists them."""
-    path = state["checkpoint"]
-    heads = state.get("heads")
+def read_run(run_dir, log=print):
+    """The run's newest readable checkpoint (backbone and head arrays, not the
+    optimizer's), falling back past damaged ones; a UserError when there is none."""
+    checkpoint = files.latest_checkpoint(run_dir, lambda name: not name.startswith("optimizer/"),
+                                         log=log)
+    if checkpoint is None:
+        if not os.path.isdir(run_dir):
+            raise UserError(f"{run_dir}: no such run directory")
+        raise UserError(f"{run_dir}: no checkpoints/step-* folder; is this a run directory "
+                        "written by `mtl train`?")
+    return checkpoint
+
+
+def load_run_backbone(run_dir, log=print):
+    """(backbone, trainer state + "checkpoint": its folder) of the run's newest readable
+    checkpoint."""
+    checkpoint = read_run(run_dir, log)
+    return checkpoint_backbone(checkpoint), {**checkpoint.trainer, "checkpoint": checkpoint.path}
+
+
+def run_heads(checkpoint):
+    """(heads metadata, {variable name: array}) of the task heads in a checkpoint."""
+    heads = checkpoint.trainer.get("heads")
     if heads is None:
-        raise ValueError(f"{path}/trainer.json has no 'heads' entry (written by an older "
-                         "mtl_framework): continue the run one step with `mtl train --resume` "
-                         "to write a checkpoint that has it, or export without --with-heads")
-    values = np.load(os.path.join(path, "state.npz"))
-    index = {name: i for i, name in enumerate(state["variables"])}
+        raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
+                        "older mtl_framework): continue the run one step with `mtl train "
+                        "--resume` to write a checkpoint that has it, or export without "
+                        "--with-heads")
     weights = {}
     for task, meta in heads.items():
         for name in meta["variables"]:
-            if name not in index:
-                raise ValueError(f"{path}/trainer.json: head {task!r} lists variable {name!r}, "
-                                 "which is not among the checkpoint's variables")
-            weights[name] = values[f"v{index[name]:05d}"]
+            if name not in checkpoint.arrays:
+                raise UserError(f"{checkpoint.path}/trainer.json: head {task!r} lists variable "
+                                f"{name!r}, which is not among the checkpoint's variables")
+            weights[name] = checkpoint.arrays[name]
     return heads, weights
 
 
@@ -94,14 +102,13 @@ def fold_residual_alpha(backbone):
 
 def last_dev_evaluation(run_dir):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl, or None."""
-    from mtl_framework.evaluation import read_evaluations
-
-    dev = [line for line in read_evaluations(run_dir) if line.get("split") == "dev"]
+    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"]
     return dev[-1] if dev else None
 
 
-def model_card(run_dir, state, heads=None):
-    """README.md of a keras export: tasks, steps and the run's last dev scores."""
+def model_card(run_dir, state, heads=None, use=None):
+    """README.md of an export: tasks, steps, the run's last dev scores and `use` (lines
+    on loading it; default: the keras export's)."""
     tasks = list(state["mixture"]["streams"])
     config = state["backbone"]
     lines = [
@@ -130,17 +137,16 @@ def model_card(run_dir, state, heads=None):
         for task, result in evaluation.get("tasks", {}).items():
             lines.append(f"| {task} | {result.get('metric', '')} | {number(result.get('score'))} | "
                          f"{number(result.get('baseline'))} | {result.get('examples', '-')} |")
-    lines += ["", "## Use", "", "```python",
-              "from mtl_framework import RoFormerV2Backbone",
-              "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt",
-              "```", "",
-              "Fine-tune one task from it: `mtl finetune DIR TASK`, or an experiment with "
-              "`backbone: {init: DIR}`."]
+    lines += ["", "## Use", ""] + (use or [
+        "```python", "from mtl_framework import RoFormerV2Backbone",
+        "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt", "```", "",
+        "Fine-tune one task from it: `mtl finetune DIR TASK`, or an experiment with "
+        "`backbone: {init: DIR}`."])
     if heads:
         lines += ["", f"Task heads included ({HEADS_WEIGHTS}): {', '.join(heads)}; an "
                       "experiment with `backbone: {init: DIR}` starts the heads of tasks with "
                       "the same name from them."]
-    else:
+    elif not use:  # a keras export without heads (other formats never hold heads)
         lines += ["", "Task heads are not included (export with `--with-heads` to keep them)."]
     return "\n".join(lines) + "\n"
 
@@ -186,27 +192,78 @@ def save_keras_hub_tokenizer(directory, vocab_path):
     shutil.copyfile(vocab_path, os.path.join(assets, "vocabulary.txt"))
 
 
-def export(run_dir, fmt, output, with_heads=False, log=print):
+def export(run_dir, fmt, output, with_heads=False, force=False, log=print):
+    """Write the run's backbone (newest readable checkpoint) to `output` in format `fmt`.
+
+    The export is written into a temporary sibling folder and renamed into place: a
+    failed export leaves nothing, and --force leaves nothing of the export it replaces."""
     if fmt not in FORMATS:
-        raise ValueError(f"--format {fmt!r}: choose one of {FORMATS}")
+        raise UserError(f"--format {fmt!r}: choose one of {FORMATS}")
     if with_heads and fmt != "keras":
-        raise ValueError("--with-heads is for --format keras (our preset); bert4keras and "
-                         "keras-hub exports hold the backbone only")
-    backbone, state = load_run_backbone(run_dir)
-    vocab = os.path.join(run_dir, "vocab.txt")
-    os.makedirs(output, exist_ok=True)
+        raise UserError("--with-heads is for --format keras (our preset); bert4keras and "
+                        "keras-hub exports hold the backbone only")
+    check_output(run_dir, output, force)
+    checkpoint = read_run(run_dir, log)
+    backbone = checkpoint_backbone(checkpoint)
+    if fmt == "roformer-pytorch":  # refuse what the format cannot hold before writing anything
+        from mtl_framework.roformer_pytorch import check_expressible
+
+        check_expressible(backbone.config, source=os.path.join(checkpoint.path, "trainer.json"))
+    heads = run_heads(checkpoint) if with_heads else None
+    output = os.path.normpath(output)
+    parent = os.path.dirname(os.path.abspath(output))
+    os.makedirs(parent, exist_ok=True)
+    stem = os.path.basename(os.path.abspath(output)) + files.TEMPORARY
+    for leftover in os.listdir(parent):  # from an export that was killed
+        if leftover.startswith(stem):
+            shutil.rmtree(os.path.join(parent, leftover), ignore_errors=True)
+    temporary = os.path.join(parent, stem + uuid.uuid4().hex)
+    os.makedirs(temporary)
+    try:
+        write_export(run_dir, fmt, temporary, backbone, checkpoint, heads, log)
+        if os.path.isdir(output) and os.listdir(output):  # checked above: --force, an export
+            shutil.rmtree(output)
+        os.replace(temporary, output)
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+    return output
+
+
+def check_output(run_dir, output, force):
+    """An export goes into a new or empty folder, or with --force over an earlier export."""
+    if not os.path.exists(output):
+        return
+    if not os.path.isdir(output):
+        raise UserError(f"{output}: exists and is not a folder: give --output a new folder")
+    entries = sorted(os.listdir(output))
+    if not entries:
+        return
+    if not force:
+        raise UserError(f"{output}: not empty ({len(entries)} entries, e.g. {entries[0]}): pass "
+                        "--force to replace it with this export, or give --output a new folder")
+    run, out = os.path.realpath(run_dir), os.path.realpath(output)
+    if run == out or run.startswith(out + os.sep):
+        raise UserError(f"{output}: holds the run directory {run_dir}, which --force would "
+                        "delete: give --output a folder outside the run")
+    if not any(os.path.exists(os.path.join(output, m)) for m in EXPORT_MARKERS):
+        raise UserError(f"{output}: holds no earlier export (no {' or '.join(EXPORT_MARKERS)}), "
+                        "and --force only replaces one: give --output a new or empty folder")
+
+
+def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
+    state = {**checkpoint.trainer, "checkpoint": checkpoint.path}
+    vocab = os.path.join(run_dir, files.VOCAB)
     if fmt == "keras":
-        heads = None
-        if with_heads:
-            heads, weights = run_heads(run_dir, state)
-            save_heads(output, heads, weights)
+        if heads:
+            save_heads(output, *heads)
+            heads = heads[0]
         backbone.save_preset(output, vocab, extra={
             "run": {"step": state["step"], "tasks": list(state["mixture"]["streams"]),
                     "checkpoint": os.path.abspath(state["checkpoint"])},
             "heads": list(heads) if heads else []})
         with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
             f.write(model_card(run_dir, state, heads))
-        return output
+        return
     alpha = fold_residual_alpha(backbone)
     if alpha != 1.0 and log:
         log(f"residual scale a = {alpha:.4g} (warm-up not finished): folded into the "
@@ -215,16 +272,22 @@ def export(run_dir, fmt, output, with_heads=False, log=print):
         from mtl_framework.bert4keras_io import save_bert4keras
 
         save_bert4keras(backbone, output, vocab)
+    elif fmt == "roformer-pytorch":
+        from mtl_framework import roformer_pytorch
+
+        roformer_pytorch.save_roformer_pytorch(backbone, output, vocab,
+                                               roformer_pytorch.trained_length(run_dir))
+        with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
+            f.write(model_card(run_dir, state, use=roformer_pytorch.MODEL_CARD_USE))
     else:
         from mtl_framework.interop.hub import to_keras_hub
 
         to_keras_hub(backbone).save_to_preset(output)
         shutil.copyfile(vocab, os.path.join(output, "vocab.txt"))
         save_keras_hub_tokenizer(output, vocab)
-    return output
 
 
-# --- starting a run from a keras export (experiment `backbone: {init: DIR}`) -----------
+# --- starting a run from a backbone folder (experiment `backbone: {init: DIR}`) ---------
 
 # Experiment backbone keys that may differ from the export's config.json (not shapes).
 INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps")
@@ -232,42 +295,25 @@ SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "he
               "embedding_size", "segment_vocab_size")
 
 
-def head_metadata(heads, types, backbone):
-    """trainer.json's "heads": per task its type, num_labels, plain config and variable paths."""
-    shared = {id(v) for v in backbone.variables}
-    metadata = {}
-    for task, head in heads.items():
-        config = {}
-        for key, value in head.get_config().items():
-            if key in ("name", "trainable", "dtype", "num_labels"):
-                continue
-            try:
-                json.dumps(value)
-            except TypeError:
-                continue
-            config[key] = value
-        metadata[task] = {"type": types[task], "family": head.family,
-                          "num_labels": head.num_labels, "config": config,
-                          "variables": [v.path for v in head.variables if id(v) not in shared]}
-    return metadata
+head_metadata = files.head_metadata  # its home is run_dir.py; kept importable here
 
 
 def init_backbone(directory, spec, vocab_size, source="experiment"):
-    """The backbone of a keras export (config.json + model.weights.h5) for a new run.
+    """The backbone of a folder `pretrained.layout` knows (keras export, bert4keras,
+    roformer-pytorch) for a new run.
 
-    `spec`: the experiment's backbone mapping; dims in it must equal the export's;
+    `spec`: the experiment's backbone mapping; dims in it must equal the folder's;
     dropout/attention_dropout may differ; alpha_warmup_steps defaults to 0 (the
     export's residual scale is kept, not warmed up again)."""
+    from mtl_framework import pretrained
     from mtl_framework.backbone import backbone_config
 
-    config_path = os.path.join(directory, "config.json")
-    if not os.path.exists(config_path):
-        raise FileNotFoundError(f"{source}: backbone.init {directory!r} has no config.json: "
-                                "give a folder written by `mtl export RUN_DIR --format keras`")
-    with open(config_path, encoding="utf-8") as f:
-        config = dict(json.load(f)["backbone"])
-    if spec.get("checkpoint"):
+    if spec.get("checkpoint") and spec.get("init"):
         raise ValueError(f"{source}: backbone has both init and checkpoint: keep one")
+    kind = pretrained.layout(directory, source)
+    config_path = os.path.join(directory, "bert_config.json" if kind == "bert4keras"
+                               else "config.json")
+    config = backbone_config(**pretrained.read_config(directory, kind))
     asked = {k: spec[k] for k in SHAPE_KEYS if spec.get(k) is not None}
     if spec.get("size"):
         asked = {**{k: v for k, v in backbone_config(spec["size"]).items() if k in
@@ -281,12 +327,9 @@ def init_backbone(directory, spec, vocab_size, source="experiment"):
         raise ValueError(f"{source}: the vocab has {vocab_size} tokens but {config_path} has "
                          f"vocab_size {config['vocab_size']}: use the export's vocab.txt "
                          "(drop backbone.vocab)")
-    config.update({k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None})
-    config["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    backbone = RoFormerV2Backbone(**config)
-    backbone.build()
-    backbone.load_weights(os.path.join(directory, "model.weights.h5"))
-    return backbone
+    overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
+    overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
+    return pretrained.load_backbone(directory, kind, **overrides)
 
 
 def init_heads(directory, heads, types, backbone, log=print):
@@ -309,7 +352,8 @@ def init_heads(directory, heads, types, backbone, log=print):
                 raise ValueError(f"{source}: head {task!r} has {key} {theirs.get(key)!r}, this "
                                  f"experiment's {task!r} has {meta[key]!r}: export without "
                                  "--with-heads (or rename the task) to start it fresh")
-        variables = [v for v in heads[task].variables if v.path in meta["variables"]]
+        named = files.layer_variable_names(heads[task], task)
+        variables = [named[name] for name in meta["variables"]]
         if len(variables) != len(theirs["variables"]):
             raise ValueError(f"{source}: head {task!r} has {len(theirs['variables'])} variables, "
                              f"this experiment's {len(variables)}: its head config differs "

@@ -2,6 +2,8 @@
 
     run, line = finetune("runs/demo/export/keras", "chnsenticorp", data_root="../shared/data")
 
+EXPORTED_DIR is any folder `pretrained.layout` knows: our keras export, a bert4keras
+checkpoint folder (as released or exported), a PyTorch `roformer` folder.
 Nothing here trains or scores by itself: it writes a one-task experiment
 (`backbone: {init: EXPORTED_DIR}`, balancing `none`, one micro-batch per
 update) to RUN_DIR/finetune.yaml, trains it with `trainer.Run` and scores
@@ -57,15 +59,14 @@ def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_d
 
 def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache_dir=None,
              eval_split="dev", eval_max_examples=None, eval_batch_size=64, log=print, **settings):
-    """Train `task` from the keras export `export_dir`, score it on `eval_split`.
+    """Train `task` from the backbone folder `export_dir` (keras export, bert4keras or
+    roformer-pytorch: `pretrained.layout`), score it on `eval_split`.
     Returns (run, the evaluation line as recorded in RUN_DIR/evaluations.jsonl plus
     "start": `start_digests` of the run before its first update)."""
-    from mtl_framework import evaluation
+    from mtl_framework import evaluation, pretrained
     from mtl_framework.trainer import Run
 
-    if not os.path.exists(os.path.join(export_dir, "config.json")):
-        raise FileNotFoundError(f"{export_dir}: no config.json; give a folder written by "
-                                "`mtl export RUN_DIR --format keras --output DIR`")
+    pretrained.layout(export_dir)  # refuse a folder it cannot start from before writing
     output = output or os.path.join("runs", f"finetune-{task}")
     os.makedirs(output, exist_ok=True)
     path = os.path.join(output, "finetune.yaml")

@@ -3,8 +3,9 @@
 run_dir/
   experiment.yaml       the resolved experiment (what ran)
   vocab.txt             the vocabulary the run used
-  checkpoints/step-N/   state.npz (every model + optimizer variable) + trainer.json
+  checkpoints/step-N/   state.npz (every model + optimizer variable, by name) + trainer.json
                         (step, sampler and per-task stream positions), written atomically
+                        (the layout, names and faults: mtl_framework/run_dir.py)
   metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
   logs/                 TensorBoard scalars
 
@@ -19,27 +20,25 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 
 import keras
 import numpy as np
 import tensorflow as tf
-import yaml
 
 from mtl_framework.backbone import RoFormerV2Backbone, backbone_config
 from mtl_framework.cache import TaskStream, cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
+from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
 from mtl_framework.features import event_role_groups
-from mtl_framework.export import checkpoint_dirs, head_metadata
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.registry import load_registry
 from mtl_framework.sampling import TaskSampler, format_rates, rates_from_config
 from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.training import MultiTaskModel
+from mtl_framework.training import MultiTaskModel, NonFiniteLossError
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
 
 MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
@@ -119,31 +118,30 @@ def mlm_corpus_task(experiment, entry):
 
 
 def init_vocab(experiment):
-    """backbone.init's vocab.txt (a keras export's), or None without init."""
-    init = experiment.backbone.get("init")
-    if not init:
+    """The vocab.txt of backbone.init's (or backbone.checkpoint's) folder, or None without
+    either: the token ids must be the ones its embedding was trained with."""
+    key = "init" if experiment.backbone.get("init") else "checkpoint"
+    folder = experiment.backbone.get(key)
+    if not folder:
         return None
-    path = os.path.join(experiment.resolve_path(init), "vocab.txt")
+    path = os.path.join(experiment.resolve_path(folder), "vocab.txt")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{experiment.path}: backbone.init has no vocab.txt ({path}): "
-                                "give backbone.vocab, or init from a `mtl export --format keras` folder")
+        raise FileNotFoundError(f"{experiment.path}: backbone.{key} has no vocab.txt ({path}): "
+                                "give backbone.vocab, or a folder that has one (as exported or "
+                                "released)")
     return path
 
 
 def build_backbone(experiment, tokenizer):
     spec = dict(experiment.backbone)
-    if spec.get("init"):  # a keras export: dims from its config.json, weights from it
+    folder = spec.get("init") or spec.get("checkpoint")
+    if folder:  # keras export, bert4keras or roformer-pytorch: dims and weights from it
         from mtl_framework.export import init_backbone
 
-        return init_backbone(experiment.resolve_path(spec["init"]), spec, tokenizer.vocab_size,
+        return init_backbone(experiment.resolve_path(folder), spec, tokenizer.vocab_size,
                              source=experiment.path)
-    checkpoint = spec.pop("checkpoint", None)
-    for key in ("vocab", "init"):
+    for key in ("vocab", "init", "checkpoint"):
         spec.pop(key, None)
-    if checkpoint:
-        base = experiment.resolve_path(checkpoint)
-        return RoFormerV2Backbone.from_bert4keras(os.path.join(base, "bert_config.json"),
-                                                  os.path.join(base, "bert_model.ckpt"))
     size = spec.pop("size", None)
     spec["vocab_size"] = tokenizer.vocab_size
     return RoFormerV2Backbone(**backbone_config(size, **spec))
@@ -156,6 +154,7 @@ class RunLogger(keras.callbacks.Callback):
         super().__init__()
         self.run, self.every, self.keep, self.step = run, every, keep, start_step
         self.evaluated = None  # step of the last evaluation
+        self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
         self.metrics = open(os.path.join(run.work_dir, "metrics.jsonl"), "a", encoding="utf-8")
         self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
 
@@ -181,6 +180,11 @@ class RunLogger(keras.callbacks.Callback):
         record["tokens"] = sum(stats["tokens"] for stats in record["tasks"].values())
         record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
         record["skipped"] = dict(model.skipped)
+        for entry in model.last_micro_logs:
+            if entry["finite"]:
+                self.bad_since.pop(entry["task"], None)
+            else:
+                self.bad_since.setdefault(entry["task"], self.step)
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
         with self.writer.as_default(step=self.step):
@@ -190,7 +194,7 @@ class RunLogger(keras.callbacks.Callback):
                 tf.summary.scalar(f"{name}/gradient_norm", stats["gradient_norm"])
                 tf.summary.scalar(f"{name}/sampling_rate", stats["rate"])
         if self.every and self.step % self.every == 0:
-            self.run.save_checkpoint(self.step, self.keep)
+            self.checkpoint()
         eval_every = self.run.experiment.eval_every
         if eval_every and self.step % eval_every == 0:
             self.evaluate()
@@ -213,8 +217,17 @@ class RunLogger(keras.callbacks.Callback):
         self.run.log("\n" + evaluation.format_results(line))
         self.evaluated = self.step
 
-    def on_train_end(self, logs=None):
+    def checkpoint(self):
+        """A checkpoint, unless a task is in a run of skipped (non-finite) micro-batches:
+        the state then may be what made them non-finite (the next checkpoint catches up)."""
+        if self.bad_since:
+            self.run.log(f"warning: no checkpoint at step {self.step}: the last micro-batches of "
+                         f"{', '.join(sorted(self.bad_since))} were non-finite (skipped)")
+            return
         self.run.save_checkpoint(self.step, self.keep)
+
+    def on_train_end(self, logs=None):
+        self.checkpoint()
         eval_every = self.run.experiment.eval_every
         if eval_every and self.evaluated != self.step:
             self.evaluate()  # the run always ends with its final dev scores
@@ -233,6 +246,10 @@ class Run:
         self.run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
             os.path.join("runs", os.path.splitext(os.path.basename(experiment_path))[0])
         os.makedirs(self.run_dir, exist_ok=True)
+        # One writer per run directory (the chief; see run_dir.RunLock), before any write.
+        self.lock = files.RunLock(self.run_dir) if self.is_chief else None
+        if self.is_chief:
+            files.remove_leftovers(self.run_dir, log)
         # Where this process writes: the run directory (chief) or a scratch folder.
         self.work_dir = self.run_dir if self.is_chief else tempfile.mkdtemp(prefix="mtl-worker-")
         if self.strategy is not None:
@@ -248,9 +265,7 @@ class Run:
         self.tasks = self.registry.select(names)
         self.tokenizer = prepare_vocab(experiment, self.registry, self.tasks, self.data_root,
                                        self.work_dir, log)
-        with open(os.path.join(self.work_dir, "experiment.yaml"), "w", encoding="utf-8") as f:
-            yaml.safe_dump(resolved_experiment(experiment, self.data_root), f,
-                           allow_unicode=True, sort_keys=False)
+        files.write_experiment(self.work_dir, resolved_experiment(experiment, self.data_root))
         self.step = 0
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
             self.build(entries)
@@ -259,14 +274,12 @@ class Run:
     def load(cls, run_dir, log=print):
         """A finished or interrupted run, rebuilt from its experiment.yaml at its
         latest checkpoint (for evaluation; `train(resume=True)` goes on from it)."""
-        path = os.path.join(run_dir, "experiment.yaml")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{run_dir}: no experiment.yaml; is this a run directory "
-                                    "written by `mtl train`?")
-        run = cls(path, output=run_dir, log=log, distribution="none")  # one process evaluates
+        run = cls(files.experiment_file(run_dir), output=run_dir, log=log,
+                  distribution="none")  # one process evaluates
         if not run.restore_latest():
-            raise FileNotFoundError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
-                                    "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
+            raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; train first "
+                            "(`mtl train EXPERIMENT --output RUN_DIR`)")
+        run.release()
         return run
 
     def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
@@ -359,51 +372,59 @@ class Run:
     # --- checkpoints ----------------------------------------------------------
 
     def checkpoint_dirs(self):
-        return checkpoint_dirs(self.run_dir)
+        return files.checkpoint_dirs(self.run_dir)
 
     def save_checkpoint(self, step, keep):
         if not self.is_chief:  # every worker holds the same values; one writes them
             return
-        root = os.path.join(self.run_dir, "checkpoints")
-        final = os.path.join(root, f"step-{step:08d}")
-        if os.path.exists(final):
+        arrays = {name: np.asarray(v.numpy())
+                  for name, v in self.model.named_state_variables.items()}
+        broken = [n for n, a in arrays.items() if a.dtype.kind == "f" and not np.isfinite(a).all()]
+        if broken:  # never a checkpoint of a non-finite state: resuming it could not recover
+            self.log(f"warning: no checkpoint at step {step}: non-finite values in "
+                     f"{', '.join(broken[:3])}{'...' if len(broken) > 3 else ''}")
             return
-        temporary = os.path.join(root, f".tmp-{uuid.uuid4().hex}")
-        os.makedirs(temporary)
-        variables = self.model.state_variables
-        np.savez(os.path.join(temporary, "state.npz"),
-                 **{f"v{i:05d}": np.asarray(v.numpy()) for i, v in enumerate(variables)})
-        with open(os.path.join(temporary, "trainer.json"), "w", encoding="utf-8") as f:
-            json.dump({"step": step, "mixture": self.mixture.state(), "skipped": self.model.skipped,
-                       "variables": [v.path if hasattr(v, "path") else v.name for v in variables],
-                       "backbone": self.backbone.config,
-                       "heads": head_metadata(self.model.heads, self.head_types, self.backbone)},
-                      f, indent=1)
-        os.replace(temporary, final)  # atomic: a killed run never leaves a half checkpoint
-        for old in self.checkpoint_dirs()[:-keep]:
-            shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+        files.write_checkpoint(self.run_dir, step, arrays, {
+            "mixture": self.mixture.state(), "skipped": self.model.skipped,
+            "backbone": self.backbone.config,
+            "heads": files.head_metadata(self.model.heads, self.head_types, self.backbone)}, keep)
 
     def restore_latest(self):
-        dirs = self.checkpoint_dirs()
-        if not dirs:
+        """Restore the newest readable checkpoint (a damaged newer one is named and moved
+        aside, so its steps are trained again); returns its step, 0 without any."""
+        checkpoint = files.latest_checkpoint(self.run_dir, log=self.log)
+        if checkpoint is None:
             return 0
-        path = os.path.join(self.run_dir, "checkpoints", dirs[-1])
-        with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
-            state = json.load(f)
-        values = np.load(os.path.join(path, "state.npz"))
-        variables = self.model.state_variables
-        if len(variables) != len(values.files):
-            raise RuntimeError(f"{path}: checkpoint has {len(values.files)} variables, the model "
-                               f"{len(variables)}: was the experiment changed since?")
-        for i, v in enumerate(variables):
-            v.assign(values[f"v{i:05d}"])
+        named = self.model.named_state_variables
+        values, mismatch = checkpoint.in_order(list(named))
+        if mismatch:
+            raise UserError(f"{checkpoint.path}: {mismatch}: was the experiment changed since? "
+                            "Resume with the run's own experiment.yaml, or train into a new "
+                            "--output")
+        if checkpoint.damaged and self.is_chief:
+            files.set_aside(checkpoint.damaged, self.log)
+        for name, variable in named.items():
+            variable.assign(values[name])
+        state = checkpoint.trainer
         self.mixture.restore(state["mixture"])
         self.model.skipped.update(state.get("skipped", {}))
-        self.log(f"resumed from {path} (step {state['step']})")
+        self.log(f"resumed from {checkpoint.path} (step {state['step']})")
         self.step = state["step"]
         return state["step"]
 
+    def release(self):
+        """Let another process write the run directory."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
     def train(self, resume=False):
+        try:
+            return self._train(resume)
+        finally:
+            self.release()  # on every way out: another process may write the run now
+
+    def _train(self, resume):
         # Each task's micro-step traces once on its first batch; TF's generic
         # "N calls triggered retracing" warning counts those as a problem.
         tf.get_logger().setLevel("ERROR")
@@ -430,10 +451,24 @@ class Run:
         try:
             self.model.fit(steps, steps_per_epoch=remaining, epochs=1,
                            verbose=1 if self.log and self.is_chief else 0, callbacks=[logger])
+        except NonFiniteLossError as error:
+            raise UserError(self.non_finite_stop(error, logger)) from None
         finally:
             if self.work_dir != self.run_dir:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
         return self
+
+    def non_finite_stop(self, error, logger):
+        """The stop's one line: the task, and the newest checkpoint from before its first
+        skipped micro-batch (the stop itself writes none)."""
+        since = logger.bad_since.get(error.task, logger.step + 1)
+        before = [d for d in self.checkpoint_dirs() if files.checkpoint_step(d) < since]
+        good = (f"the newest checkpoint before it is "
+                f"{os.path.join(self.run_dir, files.CHECKPOINTS, before[-1])}" if before
+                else "no checkpoint was written before it")
+        return (f"{self.run_dir}: training stopped at update {logger.step + 1}: {error} "
+                f"(first skipped in update {since}; {good}, no checkpoint of the non-finite "
+                "state was written)")
 
 
 def example_count(features):

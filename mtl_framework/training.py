@@ -52,12 +52,17 @@ import tensorflow as tf
 
 from mtl_framework.distributed import shard_batch
 from mtl_framework.heads import backbone_inputs
+from mtl_framework.run_dir import layer_variable_names, optimizer_variable_names
 
 BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
 
 
 class NonFiniteLossError(RuntimeError):
-    pass
+    """Too many non-finite micro-batches in a row; `task` names whose."""
+
+    def __init__(self, message, task=None):
+        super().__init__(message)
+        self.task = task
 
 
 class MultiTaskModel(keras.Model):
@@ -133,7 +138,8 @@ class MultiTaskModel(keras.Model):
             layer for head in self.heads.values() for layer in head._flatten_layers()]
         self._seed_states = list({id(g.state): g.state for layer in layers
                                   for g in layer._seed_generators}.values())
-        if self.optimizer is not None and not self.optimizer.built:
+        # not compiled (evaluation.checkpoint_model: predictions only): no optimizer
+        if getattr(self, "optimizer", None) is not None and not self.optimizer.built:
             self.optimizer.build(self.all_variables)
         self._group_trace_steps()
         self.lanes = self._lanes()
@@ -142,15 +148,29 @@ class MultiTaskModel(keras.Model):
     @property
     def state_variables(self):
         """Everything an exact resume needs besides the data positions."""
-        variables = list(self.backbone.variables)
-        for head in self.heads.values():
-            variables += [v for v in head.variables if all(v is not b for b in self.backbone.variables)]
-        variables += list(self.initial_losses.values()) + [self.micro_batches_seen]
+        return list(self.named_state_variables.values())
+
+    @property
+    def named_state_variables(self):
+        """state_variables by the names a checkpoint stores them under (run_dir.py).
+
+        Names do not depend on what else the process built: Keras numbers auto-named
+        layers and seed generators per process, so the backbone's variables are named
+        from inside it, and each optimizer slot after the variable it belongs to."""
+        named = layer_variable_names(self.backbone, "backbone")
+        owned = {id(v) for v in named.values()}
+        for task, head in self.heads.items():  # a head's layer is named after its task
+            named.update((name, v) for name, v in layer_variable_names(head, task).items()
+                         if id(v) not in owned)
+        for task in self.task_names:
+            named[f"initial_loss/{task}"] = self.initial_losses[task]
+        named["micro_batches_seen"] = self.micro_batches_seen
         if self.dynamic_loss_scale:
-            variables += list(self.loss_scales.values()) + list(self._finite_in_a_row.values())
-        if self.optimizer is not None:
-            variables += list(self.optimizer.variables)
-        return variables
+            named.update({f"loss_scale/{t}": v for t, v in self.loss_scales.items()})
+            named.update({f"finite_in_a_row/{t}": v for t, v in self._finite_in_a_row.items()})
+        if getattr(self, "optimizer", None) is not None:
+            named.update(optimizer_variable_names(self.optimizer, named))
+        return named
 
     # --- forward ---------------------------------------------------------------
 
@@ -484,7 +504,8 @@ class MultiTaskModel(keras.Model):
             if self._consecutive_bad[task] >= self.max_consecutive_bad:
                 raise NonFiniteLossError(
                     f"task {task!r}: {self._consecutive_bad[task]} micro-batches in a row had a "
-                    "non-finite loss or gradient; check its data/labels or lower the learning rate")
+                    "non-finite loss or gradient; check its data/labels or lower the learning rate",
+                    task=task)
         return result
 
     def make_train_function(self, force=False):

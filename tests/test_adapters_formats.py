@@ -150,12 +150,23 @@ def test_squad_keeps_only_answers_that_round_trip():
     assert examples[0].answers == [Span(30, 35, "1963年"), Span(30, 35, "1963年")]
     assert examples[1].answers == [Span(20, 22, "越南")]
     assert report.units["questions"] == 4
-    assert report.spans_lost == {"answer_start does not point at the answer text": 2,
-                                 "answer_start outside the context": 1}
-    assert report.skipped == {"no answer matches the context at its answer_start": 2}
+    # the FAKE_ANSWER placeholder is no lost span: its question is skipped for what it is
+    assert report.spans_lost == {"answer_start does not point at the answer text": 2}
+    assert report.skipped == {"no answer matches the context at its answer_start": 1,
+                              "placeholder answers (FAKE_ANSWER, a test file): no gold to learn "
+                              "or score": 1}
     for example in examples:
         for answer in example.answers:
             assert example.context[answer.start:answer.end] == answer.text
+
+
+def test_squad_placeholder_answers_read_without_gold_for_prediction():
+    examples, report = read("squad", "qa/squad_v1.json", {"placeholder_answers": "no_gold"})
+    assert [e.id for e in examples] == ["TRAIN_1_QUERY_0", "TRAIN_1_QUERY_1", "TRAIN_1_QUERY_3"]
+    assert examples[2].answers == [] and examples[2].question == "测试集的问题"
+    assert report.filtered == {"placeholder answers (FAKE_ANSWER, test file): read without gold": 1}
+    # the wrong-offset question is still skipped: only all-placeholder answers are no gold
+    assert report.skipped == {"no answer matches the context at its answer_start": 1}
 
 
 def test_squad_v2_impossible_questions_have_no_answers():

@@ -245,7 +245,7 @@ def test_cli_errors_are_one_line_and_write_nothing(exports, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == f"error: {suite}:2: seeds repeat a value: [0, 0]"
     assert mtl(["benchmark", str(tmp_path), "--suite", str(suite), "--data-root", str(DEMO_DATA),
                 "--output", str(output)]) == 2
-    assert "not a keras export" in capsys.readouterr().err
+    assert "not a backbone folder" in capsys.readouterr().err
     suite.write_text("tasks: [ocnli]\n")  # not among the demo samples
     assert mtl(["benchmark", str(trained), "--suite", str(suite), "--data-root", str(DEMO_DATA),
                 "--output", str(output)]) == 2

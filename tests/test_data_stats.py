@@ -25,10 +25,13 @@ def test_stats_json_per_split(capsys):
     assert code == 1  # fixture_pairs lists a dev file that does not exist
     squad, pairs_train, pairs_dev = rows
     assert (squad["task"], squad["split"], squad["examples"], squad["questions"]) == ("fixture_squad", "train", 2, 4)
-    assert squad["skipped"]["no answer matches the context at its answer_start"]["count"] == 2
-    assert squad["spans"] == 6 and squad["spans_lost_total"] == 3
-    assert squad["spans_lost"]["answer_start outside the context"]["first"] == [
+    assert squad["skipped"]["no answer matches the context at its answer_start"]["count"] == 1
+    assert squad["skipped"]["placeholder answers (FAKE_ANSWER, a test file): no gold to learn "
+                            "or score"]["first"] == [
         f"{FIXTURES / 'qa/squad_v1.json'} (id TRAIN_1_QUERY_3)"]
+    assert squad["spans"] == 5 and squad["spans_lost_total"] == 2
+    assert squad["spans_lost"]["answer_start does not point at the answer text"]["first"] == [
+        f"{FIXTURES / 'qa/squad_v1.json'} (id TRAIN_1_QUERY_{i})" for i in (1, 2)]
     assert pairs_train["examples"] == 3 and pairs_train["skipped_total"] == 2
     assert "not found" in pairs_dev["error"] and "--data-root" in pairs_dev["error"]
 
@@ -39,9 +42,10 @@ def test_stats_table_lists_reasons_under_each_row(capsys):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["task", "split", "examples", "skipped", "spans", "lost", "counts"]
-    assert lines[1].split()[:6] == ["fixture_squad", "train", "2", "2", "6", "3"]
+    assert lines[1].split()[:6] == ["fixture_squad", "train", "2", "2", "5", "2"]
     assert "questions 4" in lines[1]
-    assert any(line.strip().startswith("skipped 2: no answer matches the context") for line in lines)
+    assert any(line.strip().startswith("skipped 1: no answer matches the context") for line in lines)
+    assert any(line.strip().startswith("skipped 1: placeholder answers") for line in lines)
     assert any(line.strip().startswith("lost 2: answer_start does not point at the answer text")
                for line in lines)
 

@@ -98,7 +98,12 @@ def max_diff(a, b):
 
 
 def checkpoint_state(run_dir, step):
-    return load_state(os.path.join(run_dir, "checkpoints", f"step-{step:08d}", "state.npz"))
+    """A checkpoint's arrays in state order (the order trainer.json lists their names)."""
+    path = os.path.join(run_dir, "checkpoints", f"step-{step:08d}")
+    with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
+        names = json.load(f)["variables"]
+    with np.load(os.path.join(path, "state.npz")) as values:
+        return [values[name] for name in names]
 
 
 @pytest.fixture(scope="module")

@@ -55,11 +55,12 @@ def exported(run_dir):
 
 @pytest.fixture(scope="module")
 def checkpoint(run_dir):
-    """(trainer.json dict, [arrays in state.npz order]) of the run's latest checkpoint."""
+    """(trainer.json dict, [arrays in the order trainer.json lists them]) of the run's
+    latest checkpoint (state.npz keys its arrays by those names)."""
     step = sorted((run_dir / "checkpoints").iterdir())[-1]
     state = json.loads((step / "trainer.json").read_text())
     with np.load(step / "state.npz") as values:
-        arrays = [values[f"v{i:05d}"] for i in range(len(values.files))]
+        arrays = [values[name] for name in state["variables"]]
     return state, arrays
 
 
@@ -351,7 +352,7 @@ def test_finetune_trains_one_task_from_export_and_scores_dev(exported, checkpoin
 
 def test_finetune_errors(exported, tmp_path, capsys):
     assert mtl(["finetune", str(tmp_path / "nowhere"), "afqmc"]) == 2
-    assert "no config.json" in capsys.readouterr().err
+    assert "nowhere: no such folder; give a backbone folder" in capsys.readouterr().err
     assert mtl(["finetune", str(exported["keras"]), "no_such_task", "--data-root",
                 str(DEMO_DATA), "--output", str(tmp_path / "x")]) == 2
     assert "no_such_task" in capsys.readouterr().err

@@ -1,5 +1,5 @@
 """`mtl benchmark EXPORT [EXPORT...] --suite SUITE.yaml --data-root DIR --output DIR`:
-fine-tune each keras export on each task of a suite for each seed; scores with 95%
+fine-tune each exported backbone on each task of a suite for each seed; scores with 95%
 intervals and paired differences (see mtl_framework.benchmark)."""
 import os
 
@@ -8,7 +8,8 @@ def register(subparsers):
     parser = subparsers.add_parser(
         "benchmark", help="fine-tune exported encoders on a suite of tasks and compare them")
     parser.add_argument("exports", nargs="+", metavar="EXPORT",
-                        help="folders written by `mtl export RUN_DIR --format keras`; with two or "
+                        help="backbone folders `mtl finetune` starts from (`mtl export RUN_DIR --format "
+                             "keras`, bert4keras, roformer-pytorch); with two or "
                              "more, each pair is compared as the earlier export minus the later "
                              "one, paired by seed")
     parser.add_argument("--suite", required=True, help="suite YAML (e.g. suites/clue_small.yaml)")

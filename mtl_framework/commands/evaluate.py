@@ -3,6 +3,8 @@
 Scores the run's latest checkpoint on each task's split with the spec's metric,
 next to the task's majority baseline, and appends the result to
 RUN_DIR/evaluations.jsonl (which `mtl report` plots and `mtl export` cites).
+The model is rebuilt from the checkpoint alone (evaluation.evaluate_run): no optimizer
+or mixture; a damaged newest checkpoint is named and the one before it scored.
 """
 import json
 import sys

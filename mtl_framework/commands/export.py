@@ -1,26 +1,28 @@
-"""`mtl export RUN_DIR --format keras|bert4keras|keras-hub --output DIR [--with-heads]`."""
-import sys
+"""`mtl export RUN_DIR --format keras|bert4keras|keras-hub|roformer-pytorch --output DIR
+[--with-heads] [--force]`."""
 
 
 def register(subparsers):
     parser = subparsers.add_parser("export", help="export a run's trained backbone")
     parser.add_argument("run_dir")
-    parser.add_argument("--format", required=True, choices=["keras", "bert4keras", "keras-hub"])
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--format", required=True, choices=["keras", "bert4keras", "keras-hub",
+                                                              "roformer-pytorch"])
+    parser.add_argument("--output", required=True,
+                        help="a new or empty folder (an earlier export only with --force)")
     parser.add_argument("--with-heads", action="store_true",
                         help="keras format: also keep the task heads (for a continued "
                              "multi-task run: experiment `backbone: {init: DIR}`)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an earlier export in --output; nothing of it is kept")
     parser.set_defaults(func=run)
 
 
 def run(args):
     from mtl_framework.export import export
 
-    try:
-        path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"mtl export: {error}", file=sys.stderr)
-        return 2
+    # Errors (no run, damaged checkpoints, a non-empty --output) are UserErrors: one line.
+    path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads,
+                  force=args.force)
     print(f"exported {args.format} backbone{' and task heads' if args.with_heads else ''} "
           f"to {path}")
     return 0

@@ -1,5 +1,6 @@
 """`mtl finetune EXPORTED_DIR TASK [--data-root DIR] [--steps N] [--batch-size N] [--lr X]
-[--output RUN_DIR] ...`: one task trained from a keras export, then scored on dev."""
+[--output RUN_DIR] ...`: one task trained from an exported or released backbone folder
+(keras, bert4keras, roformer-pytorch), then scored on dev."""
 import contextlib
 import json
 import sys
@@ -8,7 +9,8 @@ import sys
 def register(subparsers):
     parser = subparsers.add_parser(
         "finetune", help="fine-tune one task from an exported backbone and score it on dev")
-    parser.add_argument("export_dir", help="a folder written by `mtl export RUN_DIR --format keras`")
+    parser.add_argument("export_dir", help="a backbone folder: `mtl export` keras, bert4keras or roformer-pytorch, "
+                             "or a released bert4keras / PyTorch roformer checkpoint")
     parser.add_argument("task", help="task name (see `mtl tasks list`)")
     parser.add_argument("--data-root", default=None,
                         help="dataset root (default: $MTL_DATA_ROOT or ./data)")

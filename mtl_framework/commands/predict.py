@@ -1,0 +1,57 @@
+"""`mtl predict RUN_DIR --task TASK --input FILE --output OUT.jsonl` and
+`mtl predict RUN_DIR --clue --output DIR`.
+
+RUN_DIR is a run directory (its latest checkpoint) or a keras export written with
+`mtl export --with-heads`. The first form writes one JSON line per input example
+(`id` + `prediction`, input order); the second writes the CLUE 1.1 submission files
+of the run's CLUE tasks from their test splits (docs/predict.md).
+"""
+import json
+import sys
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("predict", help="predict with a run's task heads")
+    parser.add_argument("run_dir", help="a run directory, or a keras export with --with-heads")
+    parser.add_argument("--task", help="the task whose head predicts (one of the run's)")
+    parser.add_argument("--input", metavar="FILE", help="examples in the task spec's format")
+    parser.add_argument("--clue", action="store_true",
+                        help="write the CLUE 1.1 submission files from the test splits")
+    parser.add_argument("--output", required=True,
+                        help="OUT.jsonl (with --task) or a folder (with --clue)")
+    parser.add_argument("--data-root", help="data folder (label files, --clue test files); "
+                        "default: the run's")
+    parser.add_argument("--specs", nargs="+", default=[], metavar="DIR",
+                        help="extra task spec folders or files")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=None, metavar="N",
+                        help="cap each task's max_length (default: the run's max_length)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    from mtl_framework.errors import UserError
+    from mtl_framework.predict import load_model
+
+    if args.clue == bool(args.task):
+        raise UserError("mtl predict: give either --task TASK --input FILE or --clue")
+    if args.task and not args.input:
+        raise UserError("mtl predict: --task needs --input FILE (examples in the task's format)")
+    if args.batch_size < 1:
+        raise UserError(f"mtl predict: --batch-size must be >= 1 (got {args.batch_size})")
+    log = (lambda message: print(message, file=sys.stderr)) if args.json else print
+    model = load_model(args.run_dir, args.data_root, args.specs, args.max_length, log=log)
+    if args.clue:
+        summary = model.predict_clue(args.output, args.batch_size)
+        if not args.json:
+            for name, rows in summary["written"].items():
+                print(f"wrote {args.output}/{name} ({rows} rows)")
+            for name, reason in summary["skipped"].items():
+                print(f"skipped {name}: {reason}")
+    else:
+        summary = model.predict_file(args.task, args.input, args.output, args.batch_size)
+    if args.json:
+        json.dump(summary, sys.stdout, ensure_ascii=False, indent=1)
+        print()
+    return 0

@@ -1,0 +1,456 @@
+"""Predictions of a trained run's task heads (or a `--with-heads` keras export's) on new text.
+
+    model = load_model("runs/demo")                       # a run directory or a keras export
+    model.predict_file("cluener", "my.json", "out.jsonl")  # one JSON line per input example
+    model.predict_clue("submit/")                          # CLUE 1.1 files (see clue.py)
+
+The input is read by the task's adapter (the spec's format, options and fields), its
+gold (labels, spans, answers) set aside, featurized as in training (mrc_span: windows
+over long contexts; other families cut at max_length as training cuts them), run
+through the head in batches and decoded as evaluation decodes (evaluation.predict;
+mrc_span: the best span over all windows, evaluation.best_windows). Each example
+becomes `{"id": ..., "prediction": ...}` (`id` only when the input has one):
+
+    classification, matching, coreference   a label name of the spec (multi-label: a list)
+    regression                              a number
+    mrc_span                                {"text", "start"}: char offset into the context
+    multiple_choice, cloze                  {"index", "text"} of the chosen candidate
+    extraction_ner       [{"type", "start", "end", "text"}], half-open, text == input[start:end]
+    extraction_relation  [{"subject": SPAN, "predicate", "object": SPAN}], SPAN = {"text", "start", "end"}
+    extraction_event     [{"event_type", "trigger": SPAN or null, "arguments": [{"role", "text", "start", "end"}]}]
+
+An example the featurizer cannot take (a coreference span past max_length, a question
+without choices) is still written, as `"prediction": null` with an `"error"` saying why.
+"""
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from mtl_framework import clue, evaluation
+from mtl_framework import features as F
+from mtl_framework.errors import UserError
+
+CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
+# What each example type holds as gold; prediction never reads it (test files have none).
+GOLD = {"TextExample": {"label": None}, "SpanQAExample": {"answers": []},
+        "ChoiceExample": {"label": None}, "NERExample": {"entities": []},
+        "RelationExample": {"triples": []}, "EventExample": {"events": []},
+        "CorefExample": {"label": None}}
+
+
+def without_gold(example):
+    return dataclasses.replace(example, **GOLD[type(example).__name__])
+
+
+# ------------------------------------------------------------------ loading
+
+
+def load_model(path, data_root=None, specs=(), max_length=None, log=print):
+    """A PredictModel from a run directory (its latest checkpoint) or a keras export
+    written with `mtl export --with-heads`. UserError when it is neither."""
+    from mtl_framework import export
+
+    if os.path.isfile(os.path.join(path, "experiment.yaml")):
+        return _load_run(path, data_root, specs, max_length, log)
+    if os.path.isfile(os.path.join(path, "config.json")):
+        try:
+            metadata, weights = export.load_heads(path)
+        except (OSError, ValueError) as error:  # heads.json without readable weights beside it
+            raise UserError(f"{path}: its heads cannot be read ({error}); export again with "
+                            "`mtl export RUN_DIR --format keras --with-heads`") from None
+        if metadata is None:
+            raise UserError(f"{path}: no {export.HEADS_CONFIG}: this export holds the backbone "
+                            "only; export with `mtl export RUN_DIR --format keras --with-heads`, "
+                            "or predict from the run directory")
+        from mtl_framework.backbone import RoFormerV2Backbone
+
+        backbone = RoFormerV2Backbone.from_preset(path)
+        root = data_root or os.environ.get("MTL_DATA_ROOT", "data")
+        return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
+                            list(specs), root, max_length, log)
+    raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
+                    "(config.json): give what `mtl train` or `mtl export --with-heads` wrote")
+
+
+def _load_run(path, data_root, specs, max_length, log):
+    from mtl_framework import export
+    from mtl_framework.experiment import ExperimentError, load_experiment
+
+    try:
+        experiment = load_experiment(os.path.join(path, "experiment.yaml"))
+        checkpoint = export.read_run(path, log)
+        backbone = export.checkpoint_backbone(checkpoint)
+        metadata, weights = export.run_heads(checkpoint)
+    except (FileNotFoundError, ValueError, ExperimentError) as error:
+        raise UserError(str(error)) from None
+    spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs] + list(specs)
+    root = data_root or experiment.resolve_path(experiment.raw.get("data_root")) or \
+        os.environ.get("MTL_DATA_ROOT", "data")
+    return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
+                        spec_dirs, root, max_length or experiment.max_length, log)
+
+
+def build_heads(source, metadata, weights, hidden_size):
+    """The task heads of heads.json / trainer.json metadata with their saved weights
+    (mlm is left out: it predicts masked tokens, not task outputs)."""
+    from mtl_framework.heads import build_head
+
+    heads = {}
+    for task, meta in metadata.items():
+        if meta["type"] == "mlm":
+            continue
+        head = build_head(meta["type"], meta["num_labels"], hidden_size, name=task,
+                          **meta["config"])
+        if len(head.variables) != len(meta["variables"]):
+            raise UserError(f"{source}: head {task!r} lists {len(meta['variables'])} variables, "
+                            f"a {meta['type']} head built from its config has "
+                            f"{len(head.variables)}: written by another mtl_framework version?")
+        for variable, name in zip(head.variables, meta["variables"]):
+            value = weights[name]
+            if tuple(value.shape) != tuple(variable.shape):
+                raise UserError(f"{source}: head {task!r} variable {name} has shape "
+                                f"{tuple(value.shape)}, expected {tuple(variable.shape)}")
+            variable.assign(value)
+        heads[task] = head
+    return heads
+
+
+# ------------------------------------------------------------------ the model
+
+
+class PredictModel:
+    """A backbone with its task heads, the run's vocabulary and the task specs."""
+
+    def __init__(self, source, backbone, metadata, weights, vocab, spec_dirs, data_root,
+                 max_length=None, log=print):
+        from mtl_framework.registry import SpecValidationError, load_registry
+        from mtl_framework.tokenizer import Tokenizer
+        from mtl_framework.training import MultiTaskModel
+
+        self.source, self.data_root, self.max_length = source, data_root, max_length
+        self.log = log or (lambda message: None)
+        if not os.path.isfile(vocab):
+            raise UserError(f"{source}: no vocab.txt beside the weights: copy the run's vocab.txt "
+                            "there (mtl train and mtl export write it)")
+        self.tokenizer = Tokenizer(vocab)
+        try:
+            self.registry = load_registry(spec_dirs)
+        except SpecValidationError as error:
+            raise UserError(str(error).splitlines()[0]) from None
+        self.heads = build_heads(source, metadata, weights, backbone.config["hidden_size"])
+        self.model = MultiTaskModel(backbone, self.heads)
+        # build_all (trace groups, which traced_outputs uses) builds the optimizer too:
+        # plain SGD holds no slot variables, and nothing is trained here
+        self.model.compile(optimizer="sgd")
+        self.model.build_all()
+        self.predictor = evaluation.TaskPredictor(self.model)
+
+    @property
+    def tasks(self):
+        """Tasks this model can predict: a head and a spec."""
+        return [t for t in self.heads if t in self.registry.tasks]
+
+    def task(self, name):
+        """The TaskSpec of a task with a head here, or a UserError naming the choices."""
+        if name not in self.heads:
+            raise UserError(f"{self.source}: no head for task {name!r}; its tasks: "
+                            f"{', '.join(self.heads) or 'none'}")
+        if name not in self.registry.tasks:
+            raise UserError(f"{self.source}: task {name!r} has a head but no task spec here: "
+                            "pass --specs DIR with its YAML")
+        return self.registry.tasks[name]
+
+    def labels(self, task):
+        """The spec's label names, checked against the head's label count."""
+        try:
+            labels = task.resolve_labels(self.data_root)
+        except FileNotFoundError as error:
+            raise UserError(f"{error} (pass --data-root)") from None
+        head = self.heads[task.name]
+        if labels is not None and head.num_labels is not None and len(labels) != head.num_labels:
+            raise UserError(f"{task.spec_path}:{task.line}: task {task.name!r} lists "
+                            f"{len(labels)} labels, its trained head {head.num_labels}: the "
+                            "spec changed since training; predict with the spec it was trained on")
+        return labels
+
+    def length(self, task):
+        """max_length as training used it: the spec's, capped by the run's (or --max-length)."""
+        return min(task.max_length, self.max_length) if self.max_length else task.max_length
+
+    # --- reading and predicting ------------------------------------------------
+
+    def read(self, task, paths, report=None):
+        """The examples of `paths` in the task's format, in file order. Gold filters
+        (skip_labels) are off, labels unchecked and the adapter's predict_options on
+        (e.g. CLUE test placeholders read as no gold): every row is predicted."""
+        from data_adapters import ReadReport, get_adapter, read_files
+
+        report = report if report is not None else ReadReport()
+        for path in paths:
+            if not os.path.isfile(path):
+                raise UserError(f"{path}: no such file (task {task.name!r} reads "
+                                f"format {task.format!r})")
+        options = {**{k: v for k, v in task.options.items() if k != "skip_labels"},
+                   **get_adapter(task.format).predict_options}
+        where = f"{', '.join(map(str, paths))} (task {task.name!r}, format {task.format!r})"
+        try:
+            examples = list(read_files(task.format, paths, options, task.fields, task.type, None,
+                                       report, where=where))
+        except (OSError, ValueError, KeyError, UnicodeDecodeError) as error:
+            raise UserError(f"{where}: unreadable ({error})") from None
+        if not examples:
+            reasons = "; ".join(f"{reason}: {n} (e.g. {', '.join(report.places[('skipped', reason)])})"
+                                for reason, n in report.skipped.most_common(3))
+            raise UserError(f"{where}: no example could be read"
+                            + (f" ({reasons})" if reasons else " (empty file)"))
+        return examples, report
+
+    def predict(self, task, examples, batch_size=32, progress=None):
+        """[(example, prediction, error)] in input order; error is None unless the
+        featurizer could not take the example (then prediction is None)."""
+        labels = self.labels(task)
+        featurizer = F.featurizer_for_task(task, self.tokenizer, self.data_root,
+                                           max_length=self.length(task))
+        self.truncated = 0
+        out, step = [], batch_size * CHUNK_BATCHES
+        for start in range(0, len(examples), step):
+            chunk = examples[start:start + step]
+            out += self._predict_chunk(task, labels, featurizer, chunk, batch_size)
+            if progress:
+                progress(len(chunk))
+        return out
+
+    def _predict_chunk(self, task, labels, featurizer, chunk, batch_size):
+        features = featurizer.featurize([without_gold(e) for e in chunk])
+        if features.family != "mrc_span" and len(features) != len(chunk):
+            # The featurizer dropped some (counted in its report): one at a time to know which.
+            if len(chunk) == 1:
+                reason = next(iter(features.report.dropped), "the featurizer left it out")
+                return [(chunk[0], None, reason)]
+            return [row for example in chunk
+                    for row in self._predict_chunk(task, labels, featurizer, [example], batch_size)]
+        self.truncated += sum(features.report.truncated.values())
+        head = self.heads[task.name]
+        rows = np.arange(len(features))
+        predictions, _, windows = evaluation.predict(self.predictor, task.name, head, features,
+                                                     rows, batch_size)
+        if features.family == "mrc_span":
+            best = evaluation.best_windows(features, windows)
+            predictions = []
+            for window, _ in best.values():
+                answer = F.mrc_answer(features, window["window_id"], window["start"], window["end"])
+                predictions.append({"text": answer["text"], "start": answer["start"]})
+            return [(e, p, None) for e, p in zip(chunk, predictions)]
+        shape = SHAPES[features.family]
+        return [(e, shape(p, e, labels, features, row), None)
+                for row, (e, p) in enumerate(zip(chunk, predictions))]
+
+    # --- files ------------------------------------------------------------------
+
+    def predict_file(self, task_name, input_path, output_path, batch_size=32):
+        """Predict every example of `input_path` into `output_path` (JSON lines, input
+        order, written whole or not at all); returns a summary dict."""
+        task = self.task(task_name)
+        started = time.time()
+        examples, report = self.read(task, [input_path])
+        update, close = progress_bar(len(examples), task.name)
+        try:
+            rows = self.predict(task, examples, batch_size, update)
+        finally:
+            close()
+        lines = [json.dumps(prediction_line(e, p, error), ensure_ascii=False)
+                 for e, p, error in rows]
+        write_atomic(output_path, "\n".join(lines) + "\n")
+        summary = {"task": task.name, "input": input_path, "output": output_path,
+                   "examples": len(rows), "skipped_rows": dict(report.skipped),
+                   "not_featurized": sum(error is not None for _, _, error in rows),
+                   "truncated": self.truncated, "seconds": round(time.time() - started, 2)}
+        self.log(summary_line(summary, report, self.length(task)))
+        return summary
+
+    def predict_clue(self, output_dir, batch_size=32):
+        """Every CLUE 1.1 file the model's tasks can fill from their test splits, written to
+        output_dir; returns {"written": {file: rows}, "skipped": {file or task: reason}}.
+        Everything is read and predicted before anything is written."""
+        from data_adapters import ReadReport
+
+        files, skipped = {}, {}
+        for clue_file in clue.clue_files_for(self.tasks):
+            rows, labels = [], None
+            for name in (t for t in clue_file.tasks if t in self.tasks):
+                task = self.registry.tasks[name]
+                if "test" not in task.files:
+                    skipped[name] = f"no test split in {task.spec_path} (`files: test:`)"
+                    continue
+                relative = task.files["test"]
+                paths = [os.path.join(self.data_root, p)
+                         for p in (relative if isinstance(relative, list) else [relative])]
+                missing = [p for p in paths if not os.path.isfile(p)]
+                if missing:
+                    skipped[name] = f"test file not found: {missing[0]} (pass --data-root)"
+                    continue
+                examples, _ = self.read(task, paths, ReadReport())
+                rows.append((task, examples))
+            if not rows:
+                continue
+            problem = clue.id_problem(clue_file, [(e, None) for _, examples in rows
+                                                  for e in examples])
+            if problem:
+                skipped[clue_file.name] = f"{', '.join(t.name for t, _ in rows)}: {problem}"
+                continue
+            predicted = []
+            for task, examples in rows:
+                labels = self.labels(task)
+                update, close = progress_bar(len(examples), f"{task.name} test")
+                try:
+                    result = self.predict(task, examples, batch_size, update)
+                finally:
+                    close()
+                failed = [(e.id, error) for e, _, error in result if error is not None]
+                if failed:
+                    skipped[clue_file.name] = (f"{task.name}: {len(failed)} example(s) not "
+                                               f"featurized, e.g. id {failed[0][0]}: {failed[0][1]}")
+                    break
+                predicted += [(e, p) for e, p, _ in result]
+            else:
+                files[clue_file.name] = (clue.file_text(clue_file, predicted, labels),
+                                         len(predicted))
+        if not files:
+            reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items())
+            raise UserError(f"{self.source}: no CLUE file to write: "
+                            + (reasons or f"none of its tasks ({', '.join(self.tasks)}) is a "
+                               "CLUE task"))
+        os.makedirs(output_dir, exist_ok=True)
+        for name, (text, _) in files.items():
+            write_atomic(os.path.join(output_dir, name), text)
+        return {"written": {name: n for name, (_, n) in files.items()}, "skipped": skipped}
+
+
+# ------------------------------------------------------------------ output shapes
+
+
+def _span(text, offsets, first, last):
+    """Inclusive token span -> {"text", "start", "end"}, half-open characters of `text`."""
+    start, end = int(offsets[first][0]), int(offsets[last][1])
+    return {"text": text[start:end], "start": start, "end": end}
+
+
+def _label(prediction, example, labels, features, row):
+    if isinstance(prediction, list):  # multi-label
+        return [labels[i] for i in prediction]
+    return labels[prediction]
+
+
+def _number(prediction, example, labels, features, row):
+    return float(prediction)
+
+
+def _choice(prediction, example, labels, features, row):
+    return {"index": int(prediction), "text": example.choices[prediction]}
+
+
+def _entities(prediction, example, labels, features, row):
+    offsets = features.ragged("offsets", row)
+    found = [{"type": labels[t], **_span(example.text, offsets, s, e)} for t, s, e in prediction]
+    return sorted(found, key=lambda x: (x["start"], x["end"], x["type"]))
+
+
+def _triples(prediction, example, labels, features, row):
+    offsets = features.ragged("offsets", row)
+    return [{"subject": _span(example.text, offsets, ss, se), "predicate": labels[p],
+             "object": _span(example.text, offsets, os_, oe)}
+            for ss, se, p, os_, oe in sorted(prediction)]
+
+
+def event_role(label):
+    """(event type, role) of an event label: `type:role`, or a bare type (its trigger);
+    the type as features.event_role_groups reads it (the EventHead's role_groups)."""
+    type_, _, role = label.partition(":")
+    return type_, role or "trigger"
+
+
+def _events(prediction, example, labels, features, row):
+    """EventHead's events (cliques of linked arguments) split by event type: one event
+    per trigger of that type (or one without a trigger), with the type's arguments."""
+    offsets = features.ragged("offsets", row)
+    out = []
+    for event in prediction:
+        parts = {}
+        for role, first, last in event:
+            type_, name = event_role(labels[role])
+            parts.setdefault(type_, []).append((name, _span(example.text, offsets, first, last)))
+        for type_, spans in parts.items():
+            arguments = [{"role": name, **span} for name, span in spans if name != "trigger"]
+            for trigger in [span for name, span in spans if name == "trigger"] or [None]:
+                out.append({"event_type": type_, "trigger": trigger, "arguments": arguments})
+    return out
+
+
+SHAPES = {"classification": _label, "matching": _label, "coreference": _label,
+          "regression": _number, "multiple_choice": _choice, "cloze": _choice,
+          "extraction_ner": _entities, "extraction_relation": _triples,
+          "extraction_event": _events}
+
+
+# ------------------------------------------------------------------ output
+
+
+def prediction_line(example, prediction, error=None):
+    line = {} if example.id is None else {"id": example.id}
+    line["prediction"] = prediction
+    if error is not None:
+        line["error"] = error
+    return line
+
+
+def summary_line(summary, report, max_length):
+    parts = [f"{summary['task']}: {summary['examples']} predictions -> {summary['output']} "
+             f"({summary['seconds']} s)"]
+    for reason, n in report.skipped.most_common():
+        places = ", ".join(report.places.get(("skipped", reason), []))
+        parts.append(f"{n} row(s) unreadable, not predicted: {reason} (e.g. {places})")
+    if summary["not_featurized"]:
+        parts.append(f"{summary['not_featurized']} example(s) not featurized (prediction null, "
+                     "`error` says why)")
+    if summary["truncated"]:
+        parts.append(f"{summary['truncated']} example(s) longer than max_length {max_length}: "
+                     "cut as in training, nothing past the cut is predicted")
+    return "\n  ".join(parts)
+
+
+def progress_bar(total, description):
+    """(update(n), close()) of a progress bar on stderr: tqdm when installed, else Keras's."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        import keras
+
+        bar, done = keras.utils.Progbar(total, unit_name="example"), [0]
+
+        def update(n):
+            done[0] += n
+            bar.update(done[0])
+        return update, lambda: None
+    bar = tqdm(total=total, desc=description, unit="example", file=sys.stderr, leave=False)
+    return bar.update, bar.close
+
+
+def write_atomic(path, text):
+    """Write `text` to `path` whole or not at all (a temporary file beside it, renamed)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"{path}: its folder {directory} does not exist")
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-predict-")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise

@@ -1,0 +1,202 @@
+"""run_dir.py: variable names, checkpoints written and read back, the format-1 fixture
+(a run written by the code before run_dir.py) resumed, exported and evaluated, and no
+import cycle in the package."""
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from mtl_framework import run_dir as files
+from mtl_framework.cli import main as mtl
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_DATA = REPO / "experiments" / "demo" / "data"
+FORMAT1 = REPO / "tests" / "fixtures" / "run_format1"
+PACKAGES = ("mtl_framework", "data_adapters")
+
+
+# --- no import cycle ------------------------------------------------------------------------
+
+def module_imports():
+    """{module: {package modules it imports}}, imports inside functions included (a lazy
+    import still ties the modules together)."""
+    modules = {}
+    for package in PACKAGES:
+        for path in (REPO / package).rglob("*.py"):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # `from pkg import sub` imports the submodule when there is one
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
+                           else node.module for a in node.names]
+            else:
+                continue
+            edges.update(t for t in targets if t in modules and t != name)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph):
+    """One import cycle as a list of modules, or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                return stack[stack.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        state[module] = "done"
+        stack.pop()
+        return None
+
+    for module in sorted(graph):
+        if module not in state:
+            cycle = visit(module)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_find_cycle_finds_one_and_only_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_package_has_no_import_cycle():
+    graph = module_imports()
+    assert {"mtl_framework.trainer", "mtl_framework.export", "mtl_framework.evaluation",
+            "mtl_framework.run_dir"} <= set(graph)
+    assert "mtl_framework.run_dir" in graph["mtl_framework.export"]  # the parser sees imports
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# --- names, write, read ---------------------------------------------------------------------
+
+def test_names_do_not_depend_on_what_else_the_process_built():
+    from mtl_framework.backbone import RoFormerV2Backbone
+
+    config = dict(vocab_size=50, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
+                  dropout=0.1)
+    first, second = RoFormerV2Backbone(**config), RoFormerV2Backbone(**config)
+    first.build(), second.build()
+    assert first.name != second.name  # Keras numbered the second one
+    names = list(files.layer_variable_names(first, "backbone"))
+    assert names == list(files.layer_variable_names(second, "backbone"))
+    assert "backbone/token_embedding/embeddings" in names
+    assert [n for n in names if "seed_generator" in n] == ["backbone/seed_generator_0",
+                                                          "backbone/seed_generator_1"]
+
+
+def test_written_checkpoint_reads_back_by_name_and_rotates(tmp_path):
+    arrays = {"backbone/a": np.arange(6.0).reshape(2, 3), "tnews/dense/kernel": np.ones(2),
+              "micro_batches_seen": np.array(7)}
+    for step in (2, 4, 6):
+        files.write_checkpoint(tmp_path, step, arrays, {"mixture": {}, "backbone": {}}, keep=2)
+    assert files.checkpoint_dirs(tmp_path) == ["step-00000004", "step-00000006"]
+    checkpoint = files.latest_checkpoint(tmp_path, lambda n: n.startswith("backbone/"))
+    assert checkpoint.step == 6 and checkpoint.names == list(arrays) and not checkpoint.damaged
+    assert list(checkpoint.arrays) == ["backbone/a"]  # only what was wanted is read
+    np.testing.assert_array_equal(checkpoint.arrays["backbone/a"], arrays["backbone/a"])
+    full = files.read_checkpoint(tmp_path / "checkpoints" / "step-00000006")
+    values, mismatch = full.in_order(list(arrays))
+    assert mismatch is None and values["micro_batches_seen"] == 7
+    values, mismatch = full.in_order(["backbone/a", "other"])
+    assert values is None and "'other'" in mismatch and "tnews/dense/kernel" in mismatch
+
+
+def test_evaluations_tolerate_a_cut_last_line_but_not_a_broken_one(tmp_path):
+    files.append_evaluation(tmp_path, {"step": 1})
+    with open(tmp_path / files.EVALUATIONS, "a", encoding="utf-8") as f:
+        f.write('{"step": 2, "spl')  # an append a kill cut short
+    warnings = []
+    assert files.read_evaluations(tmp_path, log=warnings.append) == [{"step": 1}]
+    assert "evaluations.jsonl:2: an unfinished last line" in warnings[0]
+    (tmp_path / files.EVALUATIONS).write_text('{"step": 1}\n{broken\n{"step": 3}\n')
+    with pytest.raises(files.DamagedFile, match=r"evaluations.jsonl:2: not a JSON line"):
+        files.read_evaluations(tmp_path)
+
+
+# --- the format-1 fixture: resume, export, evaluate ------------------------------------------
+
+def format1_copy(tmp_path):
+    """A copy of the fixture run whose experiment.yaml points at this checkout's demo data."""
+    run = tmp_path / "run"
+    shutil.copytree(FORMAT1, run, ignore=shutil.ignore_patterns("PROVENANCE.md"))
+    experiment = yaml.safe_load((run / "experiment.yaml").read_text(encoding="utf-8"))
+    experiment.update(data_root=str(DEMO_DATA), cache_dir=str(tmp_path / "cache"))
+    (run / "experiment.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False),
+                                         encoding="utf-8")
+    return run
+
+
+def format1_state(step):
+    path = FORMAT1 / "checkpoints" / f"step-{step:08d}"
+    trainer = json.loads((path / "trainer.json").read_text())
+    with np.load(path / "state.npz") as values:
+        return trainer, [values[f"v{i:05d}"] for i in range(len(values.files))]
+
+
+def test_format1_run_resumes_to_the_state_its_own_code_reached(tmp_path):
+    run = format1_copy(tmp_path)
+    shutil.rmtree(run / "checkpoints" / "step-00000004")
+    assert mtl(["train", str(run / "experiment.yaml"), "--output", str(run), "--resume"]) == 0
+    new = files.read_checkpoint(run / "checkpoints" / "step-00000004")
+    assert new.trainer["format"] == files.FORMAT and not new.positional
+    old_trainer, old_arrays = format1_state(4)  # the old code, uninterrupted
+    assert new.trainer["mixture"] == old_trainer["mixture"]
+    assert len(new.names) == len(old_arrays)
+    for name, old in zip(new.names, old_arrays):  # the same state order, now named
+        assert new.arrays[name].shape == old.shape, name
+        np.testing.assert_allclose(new.arrays[name], old, atol=1e-6, err_msg=name)
+
+
+def test_format1_run_exports_its_backbone_and_heads(tmp_path):
+    from mtl_framework import RoFormerV2Backbone
+
+    run = format1_copy(tmp_path)
+    out = tmp_path / "export"
+    assert mtl(["export", str(run), "--format", "keras", "--with-heads", "--output", str(out)]) == 0
+    trainer, arrays = format1_state(4)
+    backbone = RoFormerV2Backbone.from_preset(str(out))
+    weights = [v for v in backbone.variables if "seed_generator" not in v.path]
+    old = [a for a, name in zip(arrays, trainer["variables"])
+           if name.startswith("ro_former_v2_backbone/")]
+    assert len(weights) == len(old) == 7  # alpha, 2 embeddings, 4 kernels
+    for variable, value in zip(weights, old):
+        np.testing.assert_array_equal(np.asarray(variable), value, err_msg=variable.path)
+    index = {name: i for i, name in enumerate(trainer["variables"])}
+    with np.load(out / "heads.weights.npz") as heads:
+        assert sorted(heads.files) == sorted(n for h in trainer["heads"].values()
+                                             for n in h["variables"])
+        for name in heads.files:
+            np.testing.assert_array_equal(heads[name], arrays[index[name]])
+
+
+def test_format1_run_evaluates_like_the_full_run_rebuilt(tmp_path):
+    from mtl_framework.evaluation import evaluate_run
+    from mtl_framework.trainer import Run
+
+    run = format1_copy(tmp_path)
+    line = evaluate_run(str(run), max_examples=6, batch_size=4, log=None)
+    assert line["step"] == 4 and set(line["tasks"]) == {"tnews", "cluener"}
+    rebuilt = Run.load(str(run), log=lambda *a: None)  # experiment, mixture, optimizer and all
+    reference = rebuilt.evaluate("dev", max_examples=6, batch_size=4)
+    for task, entry in reference.items():
+        assert line["tasks"][task]["result"] == pytest.approx(entry["result"], abs=1e-9), task
+        assert line["tasks"][task]["baseline"] == entry["baseline"]

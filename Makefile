@@ -56,6 +56,7 @@ demo: install interop
 	$(BIN)/mtl export runs/demo --format roformer-pytorch --output runs/demo/export/roformer-pytorch
 	@# What the model says about a few dev sentences (needs `mtl predict`).
 	@if $(BIN)/mtl predict --help >/dev/null 2>&1; then \
+	  mkdir -p runs/demo/predict && \
 	  $(BIN)/mtl predict runs/demo --task tnews --input $(DEMO_DATA)/tnews/dev.json \
 	    --output runs/demo/predict/tnews.jsonl && \
 	  $(BIN)/mtl predict runs/demo --task chnsenticorp --input $(DEMO_DATA)/chnsenticorp/dev.tsv \

@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 INTEROP_STAMP := $(VENV)/.interop
+DEMO_DATA := experiments/demo/data
 TORCH_VENV := .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -53,6 +54,20 @@ demo: install interop
 	$(BIN)/mtl export runs/demo --format bert4keras --output runs/demo/export/bert4keras
 	$(BIN)/mtl export runs/demo --format keras-hub --output runs/demo/export/keras-hub
 	$(BIN)/mtl export runs/demo --format roformer-pytorch --output runs/demo/export/roformer-pytorch
+	@# What the model says about a few dev sentences (needs `mtl predict`).
+	@if $(BIN)/mtl predict --help >/dev/null 2>&1; then \
+	  mkdir -p runs/demo/predict && \
+	  $(BIN)/mtl predict runs/demo --task tnews --input $(DEMO_DATA)/tnews/dev.json \
+	    --output runs/demo/predict/tnews.jsonl && \
+	  $(BIN)/mtl predict runs/demo --task chnsenticorp --input $(DEMO_DATA)/chnsenticorp/dev.tsv \
+	    --output runs/demo/predict/chnsenticorp.jsonl && \
+	  $(BIN)/mtl predict runs/demo --task cluener --input $(DEMO_DATA)/cluener/dev.json \
+	    --output runs/demo/predict/cluener.jsonl && \
+	  for task in tnews chnsenticorp cluener; do \
+	    $(BIN)/python experiments/demo/show_predictions.py $$task runs/demo/predict/$$task.jsonl -n 4; \
+	  done; \
+	else echo "mtl predict is not in this version: no predictions shown"; fi
+	@echo "dev scores: runs/demo/evaluations.jsonl; plots: runs/demo/plots/"
 
 bench: install interop
 	$(BIN)/python bench/backbone.py --output bench/results/backbone.json

@@ -17,7 +17,8 @@ import warnings
 from mtl_framework.errors import UserError
 
 # Command groups in the order `mtl --help` lists them.
-COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", "finetune", "report"]
+COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", "finetune",
+            "benchmark", "report"]
 
 
 def build_parser():

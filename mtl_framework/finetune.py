@@ -8,7 +8,14 @@ Nothing here trains or scores by itself: it writes a one-task experiment
 (`backbone: {init: EXPORTED_DIR}`, balancing `none`, one micro-batch per
 update) to RUN_DIR/finetune.yaml, trains it with `trainer.Run` and scores
 the result with `Run.evaluate` (recorded in RUN_DIR/evaluations.jsonl).
+
+Two fine-tunes with the same `seed` and settings start from the same head
+weights and draw the same batches, whatever the export's weights: the head is
+drawn from the seed after a backbone of the same shape, and the batch order is
+a function of the seed and the rows. `start_digests` fingerprints both, so a
+paired comparison (`mtl benchmark`) can check it instead of assuming it.
 """
+import hashlib
 import os
 
 import yaml
@@ -54,7 +61,8 @@ def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache
              eval_split="dev", eval_max_examples=None, eval_batch_size=64, log=print, **settings):
     """Train `task` from the backbone folder `export_dir` (keras export, bert4keras or
     roformer-pytorch: `pretrained.layout`), score it on `eval_split`.
-    Returns (run, evaluation line as recorded in RUN_DIR/evaluations.jsonl)."""
+    Returns (run, the evaluation line as recorded in RUN_DIR/evaluations.jsonl plus
+    "start": `start_digests` of the run before its first update)."""
     from mtl_framework import evaluation, pretrained
     from mtl_framework.registry import load_registry
     from mtl_framework.trainer import Run
@@ -67,9 +75,25 @@ def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(finetune_experiment(export_dir, task, data_root, task_specs, cache_dir,
                                            **settings), f, allow_unicode=True, sort_keys=False)
-    run = Run(path, output=output, log=log, resume=False).train()
+    run = Run(path, output=output, log=log, resume=False)
+    start = start_digests(run, task)
+    run.train()
     results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
     line = evaluation.record(run.run_dir, run.step, eval_split, results)
     if log:
         log(evaluation.format_results(line))
-    return run, line
+    return run, {**line, "start": start}
+
+
+def start_digests(run, task):
+    """{"head_init", "batch_order"}: SHA-256 of the task head's weights before the first
+    update and of the row indices of the first epoch's batches."""
+    import numpy as np
+
+    head = hashlib.sha256()
+    for variable in run.model.heads[task].weights:
+        head.update(np.asarray(variable.numpy(), dtype="float32").tobytes())
+    order = hashlib.sha256()
+    for rows in run.mixture.streams[task].plan(0):
+        order.update(np.asarray(rows, dtype="int64").tobytes() + b"|")
+    return {"head_init": head.hexdigest(), "batch_order": order.hexdigest()}

@@ -95,15 +95,40 @@ def check_evaluation(record):
 
 # --- series -------------------------------------------------------------------
 
-def smooth(values, weight=0.9):
-    """TensorBoard's debiased exponential moving average; NaN points are carried over."""
-    out, average, total = [], 0.0, 0.0
-    for value in values:
-        if value is not None and math.isfinite(value):
-            average = weight * average + (1 - weight) * value
-            total = weight * total + (1 - weight)
-        out.append(average / total if total else math.nan)
-    return out
+def smooth(steps, values, log=False, width=None):
+    """The trend through (step, value) points, at every step given: a Gaussian-weighted
+    local linear fit (LOESS-like), in log space when `log` (log-scaled plots).
+
+    Why not TensorBoard's EMA: it averages the past only, so on a falling loss it lags
+    above the points (a task's loss can drop 10x within its first 20 draws), and it
+    counts draws, not steps, so tasks drawn less often lag longer. A centred local
+    *linear* fit has no lag on a trend, not even at the ends. `width` is the kernel's
+    standard deviation in steps (default: 1/25 of the steps spanned, at least 2).
+    Non-finite values (skipped micro-batches) are left out of the fit."""
+    import numpy as np
+
+    x = np.asarray(steps, dtype=np.float64)
+    y = np.array([math.nan if v is None else v for v in values], dtype=np.float64)
+    keep = np.isfinite(y) & ((y > 0) if log else True)
+    if not keep.any():
+        return [math.nan] * len(x)
+    known_x, known_y = x[keep], np.log(y[keep]) if log else y[keep]
+    width = width or max(2.0, (known_x.max() - known_x.min()) / 25)
+    # long runs: fit at 500 points and interpolate (the trend is smooth at this width)
+    grid = x if len(x) <= 500 else np.linspace(x.min(), x.max(), 500)
+    out = []
+    for at in grid:
+        w = np.exp(-0.5 * ((known_x - at) / width) ** 2)
+        dx = known_x - at
+        sw, swx, swxx = w.sum(), (w * dx).sum(), (w * dx * dx).sum()
+        swy, swxy = (w * known_y).sum(), (w * dx * known_y).sum()
+        det = sw * swxx - swx * swx
+        # the fit's value at `at`; one point (or all at one step) gives the weighted mean
+        level = (swxx * swy - swx * swxy) / det if det > 1e-12 * max(sw * swxx, 1e-300) \
+            else swy / sw
+        out.append(level)
+    out = np.asarray(out) if len(x) <= 500 else np.interp(x, grid, out)
+    return [float(v) for v in (np.exp(out) if log else out)]
 
 
 def task_names(records):
@@ -123,6 +148,17 @@ def draw_counts(records, task):
 
 
 # --- plots --------------------------------------------------------------------
+
+# Metrics bounded to [0, 1] are drawn on a 0-1 axis (an auto-scaled axis makes noise of
+# 0.01 look like a collapse); correlations on -1..1.
+METRIC_RANGES = {**dict.fromkeys(("accuracy", "macro_f1", "micro_f1", "em_f1", "span_f1",
+                                  "triple_f1", "event_f1", "mrr"), (0.0, 1.0)),
+                 "spearman": (-1.0, 1.0), "pearson": (-1.0, 1.0)}
+
+
+def bounded_01(metric):
+    return METRIC_RANGES.get(metric) == (0.0, 1.0)
+
 
 def subplot_grid(count, title):
     columns = min(3, count)
@@ -147,11 +183,13 @@ def plot_task_statistic(records, key, title, path, log_scale=False):
     figure, axes = subplot_grid(len(tasks), title)
     for axis, task in zip(axes, tasks):
         steps, values = task_series(records, task, key)
+        log = log_scale and all(v > 0 for v in values if math.isfinite(v))
         axis.plot(steps, values, color="tab:blue", alpha=0.3, linewidth=1, label="raw")
-        axis.plot(steps, smooth(values), color="tab:blue", linewidth=2, label="smoothed")
+        axis.plot(steps, smooth(steps, values, log=log), color="tab:blue", linewidth=2,
+                  label="smoothed")
         axis.set_title(task)
         axis.set_xlabel("step")
-        if log_scale and all(v > 0 for v in values if math.isfinite(v)):
+        if log:
             axis.set_yscale("log")
         axis.grid(alpha=0.3)
     axes[0].legend()
@@ -206,12 +244,24 @@ def plot_dev_scores(evaluations, path):
                           if panel in e["tasks"]]
             axis.plot([s for s, _ in points], [math.nan if v is None else v for _, v in points],
                       marker="o", label=split)
-        metric = next((e["tasks"][panel].get("metric") for e in evaluations
-                       if panel in e["tasks"]), None) if panel != "aggregate" else None
+        entries = [e["tasks"][panel] for e in evaluations if panel in e["tasks"]]
+        metric = entries[0].get("metric") if entries else None
+        baseline = next((x["baseline"] for x in reversed(entries) if x.get("baseline") is not None),
+                        None)
+        if baseline is not None:
+            axis.axhline(baseline, color="black", linestyle="--", linewidth=1,
+                         label="majority class")
+        if panel == "aggregate":  # the mean of the tasks' scores: in 0-1 when they all are
+            bounds = (0.0, 1.0) if all(bounded_01(x.get("metric")) for e in evaluations
+                                       for x in e["tasks"].values()) else None
+        else:
+            bounds = METRIC_RANGES.get(metric)
+        if bounds:
+            axis.set_ylim(*bounds)
         axis.set_title(f"{panel} ({metric})" if metric else panel)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)
-    axes[0].legend()
+        axis.legend(fontsize="small")
     return save(figure, path)
 
 
@@ -239,3 +289,42 @@ def write_report(run_dir, output=None):
         if evaluations:
             written.append(plot_dev_scores(evaluations, os.path.join(output, "dev_scores.png")))
     return written
+
+
+# --- benchmark ----------------------------------------------------------------
+
+def plot_benchmark(results, path):
+    """`mtl benchmark`'s results.png: per task (and the suite mean) one bar per export,
+    its 95% interval as an error bar, the task's majority class as a dashed line."""
+    import numpy as np
+
+    exports = [e["name"] for e in results["exports"]]
+    tasks = [t["name"] for t in results["tasks"]]
+    by = {(e["export"], e["task"]): e for e in results["summary"]}
+    by.update({(e["export"], "mean"): e for e in results["suite_mean"]})
+    groups = tasks + (["mean"] if results["suite_mean"] else [])
+    width = 0.8 / max(1, len(exports))
+    figure, axis = plt.subplots(figsize=(max(6, 1.3 * len(groups) * max(1, len(exports)) ** 0.5), 4),
+                                constrained_layout=True)
+    for i, export in enumerate(exports):
+        x = np.arange(len(groups)) + (i - (len(exports) - 1) / 2) * width
+        entries = [by.get((export, g)) for g in groups]
+        means = [math.nan if e is None else e["mean"] for e in entries]
+        errors = np.array([[0, 0] if e is None or e["ci95"] is None else
+                           [e["mean"] - e["ci95"][0], e["ci95"][1] - e["mean"]] for e in entries]).T
+        axis.bar(x, means, width, yerr=errors, capsize=3, label=export)
+    for j, task in enumerate(results["tasks"]):
+        if task.get("baseline") is not None:
+            axis.hlines(task["baseline"], j - 0.45, j + 0.45, colors="black", linestyles="dashed",
+                        label="majority class" if j == 0 else None)
+    axis.set_xticks(range(len(groups)))
+    axis.set_xticklabels([f"{t['name']}\n({t['metric']})" for t in results["tasks"]]
+                         + (["mean"] if results["suite_mean"] else []))
+    if all(bounded_01(t["metric"]) for t in results["tasks"]):
+        axis.set_ylim(0, 1)
+    axis.set_ylabel("dev score")
+    seeds = len(results["seeds"])
+    axis.set_title(f"fine-tuned dev scores, mean and 95% interval over {seeds} seed(s)")
+    axis.grid(alpha=0.3, axis="y")
+    axis.legend(fontsize="small")
+    return save(figure, path)

@@ -12,7 +12,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from mtl_framework.layers import RMSNorm, TransformerLayer, rotary_tables, truncated_normal_initializer
+from mtl_framework.layers import RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_tables
 
 # Released RoFormerV2 sizes (char-level vocab of 12000, 2 segments, FFN 4H, head size 64).
 PRESETS = {
@@ -62,7 +62,7 @@ class RoFormerV2Backbone(keras.Model):
             alpha_warmup_steps=alpha_warmup_steps,
         )
         self.config = config
-        init = truncated_normal_initializer(config["hidden_size"], config["num_layers"])
+        init = RoFormerV2Initializer(config["num_layers"])  # a fresh draw per weight
         self.token_embedding = keras.layers.Embedding(
             config["vocab_size"], config["embedding_size"], embeddings_initializer=init,
             name="token_embedding")

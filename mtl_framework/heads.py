@@ -27,13 +27,9 @@ import numpy as np
 from keras import ops
 
 from mtl_framework import losses
+from mtl_framework.layers import RoFormerV2Initializer
 
 NEG_INF = float("-inf")
-
-
-def bert_initializer():
-    """bert4keras's `base.initializer`, used by its CLUE heads."""
-    return keras.initializers.TruncatedNormal(stddev=0.02)
 
 
 def backbone_inputs(batch):
@@ -204,9 +200,12 @@ class TaskHead(keras.layers.Layer):
 
     family = None
 
-    def __init__(self, num_labels=None, **kwargs):
+    def __init__(self, num_labels=None, num_layers=1, **kwargs):
         super().__init__(**kwargs)
         self.num_labels = num_labels
+        # bert4keras's heads use the model's initializer: its std has the backbone's L^(-1/2)
+        self.num_layers = num_layers
+        self.initializer = RoFormerV2Initializer(num_layers)
 
     def build(self, hidden_shape):
         pass
@@ -224,11 +223,13 @@ class TaskHead(keras.layers.Layer):
         raise NotImplementedError
 
     def get_config(self):
-        return {**super().get_config(), "num_labels": self.num_labels}
+        return {**super().get_config(), "num_labels": self.num_labels,
+                "num_layers": self.num_layers}
 
     # Config keys the training computation (call + compute_task_loss) does not read:
-    # sizes that come with the weights' shapes, and decoding options.
-    untraced_config = ("name", "num_labels", "threshold", "max_spans", "role_groups")
+    # sizes that come with the weights' shapes, decoding options, the initializer.
+    untraced_config = ("name", "num_labels", "threshold", "max_spans", "role_groups",
+                       "num_layers")
 
     def trace_key(self):
         """Heads with equal keys compute alike given their own weights, so training.py
@@ -251,7 +252,7 @@ class ClassificationHead(TaskHead):
         super().__init__(num_labels, **kwargs)
         self.multi_label = multi_label
         self.dense = keras.layers.Dense(
-            num_labels, kernel_initializer=bert_initializer(), name="dense")
+            num_labels, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
@@ -290,7 +291,7 @@ class RegressionHead(TaskHead):
     def __init__(self, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
         self.dense = keras.layers.Dense(
-            1, kernel_initializer=bert_initializer(), name="dense")
+            1, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
@@ -310,7 +311,7 @@ class RegressionHead(TaskHead):
 
 class SpanHead(TaskHead):
     """GlobalPointer(1 head) over the context, as bert4keras's CLUE cmrc2018
-    (no bias, truncated-normal init). Valid pairs: start <= end, both on
+    (no bias, the model's initializer). Valid pairs: start <= end, both on
     context tokens, plus (0, 0) = [CLS] = "no answer in this window"; (0, j>0)
     is masked too. Loss: softmax CE over start * L + end."""
 
@@ -321,7 +322,7 @@ class SpanHead(TaskHead):
         self.head_size = head_size
         self.pointer = GlobalPointer(
             1, head_size, use_bias=False,
-            kernel_initializer=bert_initializer(), name="pointer")
+            kernel_initializer=self.initializer, name="pointer")
 
     def build(self, hidden_shape):
         self.pointer.build(hidden_shape)
@@ -387,7 +388,7 @@ class ChoiceHead(TaskHead):
     def __init__(self, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
         self.dense = keras.layers.Dense(
-            1, kernel_initializer=bert_initializer(), name="dense")
+            1, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
@@ -420,7 +421,8 @@ class EntityHead(TaskHead):
                  **kwargs):
         super().__init__(num_labels, **kwargs)
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
-        self.pointer = EfficientGlobalPointer(num_labels, head_size, name="pointer")
+        self.pointer = EfficientGlobalPointer(num_labels, head_size, name="pointer",
+                                              kernel_initializer=self.initializer)
 
     def build(self, hidden_shape):
         self.pointer.build(hidden_shape)
@@ -488,8 +490,9 @@ class RelationHead(_GPLinkerHead):
                  **kwargs):
         super().__init__(num_labels, **kwargs)
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
-        link = dict(RoPE=False, tril_mask=False)
-        self.add_pointers(EfficientGlobalPointer(2, head_size, name="entity"),
+        link = dict(RoPE=False, tril_mask=False, kernel_initializer=self.initializer)
+        self.add_pointers(EfficientGlobalPointer(2, head_size, name="entity",
+                                                 kernel_initializer=self.initializer),
                           EfficientGlobalPointer(num_labels, head_size, name="head", **link),
                           EfficientGlobalPointer(num_labels, head_size, name="tail", **link))
 
@@ -562,9 +565,10 @@ class EventHead(_GPLinkerHead):
                 "roles: give one event type per role, in label order")
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
         self.role_groups = list(role_groups) if role_groups is not None else None
-        self.add_pointers(EfficientGlobalPointer(num_labels, head_size, name="argument"),
-                          EfficientGlobalPointer(1, head_size, RoPE=False, name="head"),
-                          EfficientGlobalPointer(1, head_size, RoPE=False, name="tail"))
+        init = dict(kernel_initializer=self.initializer)
+        self.add_pointers(EfficientGlobalPointer(num_labels, head_size, name="argument", **init),
+                          EfficientGlobalPointer(1, head_size, RoPE=False, name="head", **init),
+                          EfficientGlobalPointer(1, head_size, RoPE=False, name="tail", **init))
 
     def events(self, argus, head, tail):
         """Events from arguments {(role, start, end)} and link scores
@@ -607,7 +611,7 @@ class CorefHead(TaskHead):
     def __init__(self, num_labels=2, **kwargs):
         super().__init__(num_labels, **kwargs)
         self.dense = keras.layers.Dense(
-            num_labels, kernel_initializer=bert_initializer(), name="dense")
+            num_labels, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, 4 * hidden_shape[-1]))
@@ -686,7 +690,9 @@ def build_head(task_type, num_labels, hidden_size, **kwargs):
     """A built head for a task family (the `type` of a task spec).
 
     kwargs go to the head: name, head_size, multi_label (classification),
-    role_groups (extraction_event), embeddings (mlm, required), threshold.
+    role_groups (extraction_event), embeddings (mlm, required), threshold,
+    num_layers (the backbone's: the initializer's L^(-1/2), as bert4keras's heads
+    share the model's initializer; 1 when not given).
     """
     if task_type not in HEADS:
         raise ValueError(f"unknown task type {task_type!r}; "

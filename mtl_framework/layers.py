@@ -4,19 +4,43 @@ No biases and no norm weights anywhere: RoFormerV2 drops them for speed and
 for a simpler, scale-free residual stream (Su et al., 2022).
 """
 import math
+import random
 
 import keras
 from keras import ops
 
 
-def truncated_normal_initializer(hidden_size, num_layers, gain=1.0):
-    """bert4keras's RoFormerV2 init: std = 1.13684723 / sqrt(fan) * L^(-1/2).
+@keras.saving.register_keras_serializable(package="mtl_framework")
+class RoFormerV2Initializer(keras.initializers.Initializer):
+    """bert4keras 0.11.5's `RoFormerV2.initializer`, a fresh draw on every call.
 
-    1.13684723 undoes the variance lost to truncation at 2 std, so the
-    effective std is 1/sqrt(fan); the L^(-1/2) keeps post-norm deep stacks stable.
+    Truncated normal (cut at 2 std) with std = 1.13684723 / sqrt(fan) * L^(-1/2),
+    fan = shape[0] unless shape[0] > 10000 or < 10 (then shape[1]): each weight's
+    scale comes from its own shape (a token embedding [V, H] uses V unless
+    V > 10000). 1.13684723 undoes the variance lost to the truncation, so the
+    effective std is 1/sqrt(fan); L^(-1/2) keeps deep post-norm stacks stable.
+
+    One instance serves every weight: each call draws its own seed, from Python's
+    `random` (seeded by `keras.utils.set_random_seed`) or, given `seed`, from a
+    stream of its own. A Keras initializer fixes its seed once, so sharing one gives
+    every weight the same numbers (two layers started identical).
     """
-    stddev = 1.13684723 / math.sqrt(hidden_size) * num_layers ** -0.5
-    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+    def __init__(self, num_layers, seed=None):
+        self.num_layers = num_layers
+        self.seed = seed
+        self._seeds = random.Random(seed) if seed is not None else random
+
+    def stddev(self, shape):
+        fan = shape[0] if len(shape) == 1 or 10 <= shape[0] <= 10000 else shape[1]
+        return 1.13684723 / math.sqrt(fan) * self.num_layers ** -0.5
+
+    def __call__(self, shape, dtype=None):
+        return keras.random.truncated_normal(shape, stddev=self.stddev(shape), dtype=dtype,
+                                             seed=self._seeds.randint(1, 10**9))
+
+    def get_config(self):
+        return {"num_layers": self.num_layers, "seed": self.seed}
 
 
 class RMSNorm(keras.layers.Layer):
@@ -160,11 +184,17 @@ class SelfAttention(keras.layers.Layer):
         hidden_size = input_shape[-1]
         inner = self.num_heads * self.head_size
         self.qkv_kernel = self.add_weight(
-            name="qkv_kernel", shape=(hidden_size, 3 * inner), initializer=self.kernel_initializer
+            name="qkv_kernel", shape=(hidden_size, 3 * inner), initializer=self.fused_initializer
         )
         self.output_kernel = self.add_weight(
             name="output_kernel", shape=(inner, hidden_size), initializer=self.kernel_initializer
         )
+
+    def fused_initializer(self, shape, dtype=None):
+        """q, k and v drawn apart, each [hidden, inner] as bert4keras builds them (the
+        fan rule reads each kernel's own shape), then side by side."""
+        part = (shape[0], shape[1] // 3)
+        return ops.concatenate([self.kernel_initializer(part, dtype) for _ in range(3)], axis=1)
 
     def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
         """x [batch, length, hidden]; attention_bias [batch, 1, 1, length] (0 or -inf);

@@ -5,6 +5,11 @@ the batch keys of docs/batches.md:
 
     outputs = head(hidden, batch, training=False)
     loss = head.compute_task_loss(outputs, batch)   # scalar, mean over B
+
+The pointer heads of NER, relations and events return their scores in parts when
+training (EfficientGlobalPointer's shared [B, L, L] plus per-type start and end
+biases): the loss is computed from those, never from [B, types, L, L]; evaluation
+(training=False) gets the whole scores and decodes them as before.
     head.decode(outputs, batch)    # NumPy predictions, one entry per row
     head.targets(batch)            # the gold answers in decode's format
     head.trace_key()               # equal keys: one traced training step serves both heads
@@ -145,17 +150,35 @@ class EfficientGlobalPointer(_Pointer):
         self.p_dense.build(input_shape)
         self.q_dense.build(tuple(input_shape[:-1]) + (self.head_size * 2,))
 
-    def call(self, inputs, mask=None):
+    def call(self, inputs, mask=None, factored=False):
+        """Scores [B, heads, L, L]; with `factored`, their three parts (training:
+        losses.factored_globalpointer_crossentropy never needs them whole):
+        {"pair": [B, L, L] (masked), "start": [B, heads, L], "end": [B, heads, L]}."""
         d = self.head_size
         x = self.p_dense(inputs)
         qw, kw = x[..., ::2], x[..., 1::2]
         if self.RoPE:
             pos = ops.cast(sinusoidal_embeddings(ops.shape(x)[1], d), x.dtype)
             qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
-        logits = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
+        pair = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
         bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]
-        logits = logits[:, None] + bias[:, ::2, None] + bias[:, 1::2, :, None]
-        return pointer_masking(logits, mask, self.tril_mask)
+        # masking the shared part masks every head alike (-inf + a bias is -inf)
+        parts = {"pair": pointer_masking(pair[:, None], mask, self.tril_mask)[:, 0],
+                 "start": bias[:, 1::2], "end": bias[:, ::2]}
+        return parts if factored else combine_pointer_parts(parts)
+
+
+def combine_pointer_parts(parts):
+    """EfficientGlobalPointer's scores from its parts: pair + end bias + start bias
+    (bert4keras's order of additions, so the sums round the same)."""
+    return parts["pair"][:, None] + parts["end"][:, :, None, :] + parts["start"][..., None]
+
+
+def pointer_loss(labels, scores):
+    """GPLinker's loss from dense scores [B, heads, L, L] or their factored parts."""
+    if isinstance(scores, dict):
+        return losses.factored_globalpointer_crossentropy(labels, **scores)
+    return losses.globalpointer_crossentropy(labels, scores)
 
 
 # ------------------------------------------------------------------- heads
@@ -428,10 +451,11 @@ class EntityHead(TaskHead):
         self.pointer.build(hidden_shape)
 
     def call(self, hidden, batch, training=False):
-        return self.pointer(hidden, mask=_padding_mask(batch))
+        # training: the scores' parts (the loss needs no [B, types, L, L]); else whole
+        return self.pointer(hidden, mask=_padding_mask(batch), factored=training)
 
     def compute_task_loss(self, logits, batch):
-        return losses.globalpointer_crossentropy(batch["entity_labels"], logits)
+        return pointer_loss(batch["entity_labels"], logits)
 
     def decode(self, logits, batch, max_spans="default"):
         max_spans = self.max_spans if max_spans == "default" else max_spans
@@ -463,12 +487,13 @@ class _GPLinkerHead(TaskHead):
             getattr(self, f"{key}_pointer").build(hidden_shape)
 
     def call(self, hidden, batch, training=False):
+        # training: each pointer's scores as parts (no [B, predicates, L, L]); else whole
         mask = _padding_mask(batch)
-        return {key: getattr(self, f"{key}_pointer")(hidden, mask=mask) for key in self.keys}
+        return {key: getattr(self, f"{key}_pointer")(hidden, mask=mask, factored=training)
+                for key in self.keys}
 
     def compute_task_loss(self, outputs, batch):
-        return sum(losses.globalpointer_crossentropy(batch[k + "_labels"], outputs[k])
-                   for k in self.keys)
+        return sum(pointer_loss(batch[k + "_labels"], outputs[k]) for k in self.keys)
 
     def targets(self, batch):
         length = np.asarray(batch["token_ids"]).shape[-1]

@@ -162,6 +162,21 @@ def softmax_with_exact_sum(scores):
     return weights, grad
 
 
+def attention_softmax(scores, exact=True):
+    """Attention weights from masked scores, computed in at least float32.
+
+    exact=True sums the denominator in float64 (`softmax_with_exact_sum`): real-token
+    outputs are bit-identical whatever the padding, at the cost of a float64 copy of
+    the [batch, heads, L, L] exponentials (cheap on CPU, slow on most GPUs). exact=False
+    is the plain float32 softmax: outputs move by ~1e-6 with the padding (docs/backbone.md).
+    Scores in 16 bits (mixed precision) are cast up first, the weights back down.
+    """
+    dtype = keras.backend.standardize_dtype(scores.dtype)
+    scores = ops.cast(scores, "float32") if dtype in ("float16", "bfloat16") else scores
+    weights = softmax_with_exact_sum(scores) if exact else ops.softmax(scores, axis=-1)
+    return ops.cast(weights, dtype)
+
+
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention with rotary q/k, no biases, padded keys masked.
 
@@ -169,13 +184,15 @@ class SelfAttention(keras.layers.Layer):
     (one matmul instead of three); checkpoints store them apart. One transpose
     puts them head-major ([3, batch, heads, length, d]) and a split separates
     them; 1/sqrt(d) is folded into q's rotary tables instead of the scores.
+    exact_padding: see `attention_softmax`.
     """
 
     def __init__(self, num_heads, head_size, kernel_initializer="glorot_uniform",
-                 attention_dropout=0.0, **kwargs):
+                 attention_dropout=0.0, exact_padding=True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.head_size = head_size
+        self.exact_padding = exact_padding
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.attention_dropout = attention_dropout
         self.dropout = keras.layers.Dropout(attention_dropout)
@@ -208,7 +225,8 @@ class SelfAttention(keras.layers.Layer):
         q = apply_rotary(q, cos * scale, sin * scale)  # scores come out scaled
         k = apply_rotary(k, cos, sin)
         scores = ops.einsum("bhjd,bhkd->bhjk", q, k)
-        weights = softmax_with_exact_sum(scores + attention_bias)
+        scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
+        weights = ops.cast(attention_softmax(scores, self.exact_padding), v.dtype)
         weights = self.dropout(weights, training=training)
         context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
@@ -221,6 +239,7 @@ class SelfAttention(keras.layers.Layer):
             "head_size": self.head_size,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "attention_dropout": self.attention_dropout,
+            "exact_padding": self.exact_padding,
         }
 
 
@@ -270,17 +289,18 @@ class TransformerLayer(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, head_size, intermediate_size, dropout=0.0,
-                 attention_dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
+                 attention_dropout=0.0, kernel_initializer="glorot_uniform",
+                 exact_padding=True, **kwargs):
         super().__init__(**kwargs)
         self.attention = SelfAttention(num_heads, head_size, kernel_initializer,
-                                       attention_dropout, name="attention")
+                                       attention_dropout, exact_padding, name="attention")
         self.feed_forward = FeedForward(intermediate_size, kernel_initializer, name="feed_forward")
         self.attention_norm = RMSNorm(name="attention_norm")
         self.feed_forward_norm = RMSNorm(name="feed_forward_norm")
         self.dropout = keras.layers.Dropout(dropout)
         self.config = dict(num_heads=num_heads, head_size=head_size,
                            intermediate_size=intermediate_size, dropout=dropout,
-                           attention_dropout=attention_dropout)
+                           attention_dropout=attention_dropout, exact_padding=exact_padding)
 
     def build(self, input_shape):
         self.attention.build(input_shape)

@@ -324,6 +324,9 @@ def main():
     parser.add_argument("--work-dir", default=str(REPO / ".cache" / "init_vs_bert4keras"))
     parser.add_argument("--output-dir", default=None,
                         help="default bench/results (--quick: the work folder)")
+    parser.add_argument("--add-runs", metavar="JSON", nargs="+", default=[],
+                        help="also keep the runs of these results files (same settings), "
+                             "e.g. a side measured in a parallel invocation")
     args = parser.parse_args()
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
@@ -335,7 +338,9 @@ def main():
     started, load_start = time.perf_counter(), load_average()
     config, data = prepare(args, work)
     log(f"prepared in {time.perf_counter() - started:.0f} s: {data}")
-    runs = previous_runs(args, output)
+    runs = previous_runs(args, output.joinpath("init_vs_bert4keras.json"))
+    for path in args.add_runs:
+        runs += [r for r in previous_runs(args, Path(path)) if r not in runs]
     for name in args.tasks:
         reference = dev_reference(args, name, data[name])
         for seed in args.seeds:
@@ -355,18 +360,17 @@ def main():
                     f"loss {runs[-1]['loss_first_20']:.3f} -> {runs[-1]['loss_last_50']:.3f}) "
                     f"load {load_average()}")
                 # written after every run: an interrupted comparison keeps what it measured
-                text = write_results(args, output, config, data, runs, started, load_start)
-    print(text)
+                write_results(args, output, config, data, runs, started, load_start)
+    print(write_results(args, output, config, data, runs, started, load_start))
 
 
 def settings_of(args):
     return {**{k: getattr(args, k) for k in FULL}}
 
 
-def previous_runs(args, output):
-    """Runs already in the results file when it was made with the same settings
-    (so sides and seeds can be added in several invocations on a busy machine)."""
-    path = output / "init_vs_bert4keras.json"
+def previous_runs(args, path):
+    """The runs of a results file made with the same settings (so sides and seeds can
+    be added in several invocations on a busy machine)."""
     if not path.exists():
         return []
     old = json.loads(path.read_text())

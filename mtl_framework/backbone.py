@@ -50,8 +50,10 @@ def resolve_exact_padding(option, compute_dtype):
     """The softmax the backbone uses: `option` when given (True/False), else (None,
     "auto") exact on a float32 CPU run, float32 on a GPU or under mixed precision,
     where the float64 copy of the scores is slow and 16-bit outputs are not exact anyway."""
+    if option not in (None, True, False):
+        raise ValueError(f"exact_padding must be true, false or null (auto), got {option!r}")
     if option is not None:
-        return bool(option)
+        return option
     if keras.backend.standardize_dtype(compute_dtype) != "float32":
         return False
     import tensorflow as tf

@@ -18,7 +18,7 @@ KEYS = {
 }
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
-                 "alpha_warmup_steps", "checkpoint", "vocab", "init"}
+                 "alpha_warmup_steps", "exact_padding", "checkpoint", "vocab", "init"}
 SAMPLING = ("proportional", "temperature", "uniform", "fixed")
 BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
 OPTIMIZERS = ("adamw", "lamb", "adam", "sgd")

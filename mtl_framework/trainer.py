@@ -125,7 +125,8 @@ def build_backbone(experiment, tokenizer):
     if checkpoint:
         base = experiment.resolve_path(checkpoint)
         return RoFormerV2Backbone.from_bert4keras(os.path.join(base, "bert_config.json"),
-                                                  os.path.join(base, "bert_model.ckpt"))
+                                                  os.path.join(base, "bert_model.ckpt"),
+                                                  exact_padding=spec.get("exact_padding"))
     size = spec.pop("size", None)
     spec["vocab_size"] = tokenizer.vocab_size
     return RoFormerV2Backbone(**backbone_config(size, **spec))

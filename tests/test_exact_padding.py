@@ -99,6 +99,8 @@ def test_default_chooses_itself(monkeypatch):
                         lambda kind=None: ["/GPU:0"] if kind == "GPU" else [])
     assert backbone_module.resolve_exact_padding(None, "float32") is False
     assert backbone_module.resolve_exact_padding(True, "float32") is True
+    with pytest.raises(ValueError, match="exact_padding must be true, false or null"):
+        RoFormerV2Backbone(**TINY, exact_padding="false")
 
 
 def test_layers_get_the_resolved_choice_and_mixed_precision_runs():

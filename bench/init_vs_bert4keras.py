@@ -306,8 +306,10 @@ def markdown(result):
     lines += ["", f"Train seconds per run (mean): " + ", ".join(
         f"{name} {side} {np.mean([r['train_s'] for r in result['runs'] if r['task'] == name and r['side'] == side]):.0f}"
         for name in result["summary"] for side in result["summary"][name]),
-        f"Load average at start {result['load_average'][0]}, end {result['load_average'][1]}; "
-        f"whole run {result['wall_s']:.0f} s on {result['cpu']}.", ""]
+        f"Written by an invocation of {result['wall_s']:.0f} s on {result['cpu']} (load average "
+        f"{result['load_average'][0]} -> {result['load_average'][1]}); the runs may come from "
+        "earlier or parallel invocations with the same settings (--add-runs), on a shared "
+        "machine: train seconds are not comparable between sides.", ""]
     return "\n".join(lines)
 
 

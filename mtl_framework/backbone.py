@@ -13,15 +13,38 @@ import numpy as np
 from keras import ops
 
 from mtl_framework.presets import PRESETS, backbone_config  # noqa: F401 (re-exported)
-from mtl_framework.layers import RMSNorm, TransformerLayer, rotary_tables, truncated_normal_initializer
+from mtl_framework.layers import RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_tables
+
+
+def resolve_exact_padding(option, compute_dtype):
+    """The softmax the backbone uses: `option` when given (True/False), else (None,
+    "auto") exact on a float32 CPU run, float32 on a GPU or under mixed precision,
+    where the float64 copy of the scores is slow and 16-bit outputs are not exact anyway."""
+    if option not in (None, True, False):
+        raise ValueError(f"exact_padding must be true, false or null (auto), got {option!r}")
+    if option is not None:
+        return option
+    if keras.backend.standardize_dtype(compute_dtype) != "float32":
+        return False
+    import tensorflow as tf
+
+    return not tf.config.list_logical_devices("GPU")
+
 
 @keras.saving.register_keras_serializable(package="mtl_framework")
 class RoFormerV2Backbone(keras.Model):
-    """Inputs {"token_ids", "segment_ids"} (int, [batch, length]); token id 0 is padding."""
+    """Inputs {"token_ids", "segment_ids"} (int, [batch, length]); token id 0 is padding.
+
+    exact_padding: True sums the attention softmax's denominator in float64, so the
+    outputs at real tokens do not change at all when padding is added; False uses the
+    float32 softmax (they move by ~1e-6); None (default) picks True on a float32 CPU
+    run and False on a GPU or under mixed precision (`resolve_exact_padding`;
+    costs and errors measured in docs/backbone.md). Configs without the key load as None.
+    """
 
     def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size=None,
                  head_size=None, embedding_size=None, segment_vocab_size=2, dropout=0.1,
-                 attention_dropout=0.0, alpha_warmup_steps=0, **kwargs):
+                 attention_dropout=0.0, alpha_warmup_steps=0, exact_padding=None, **kwargs):
         super().__init__(**kwargs)
         config = backbone_config(
             vocab_size=vocab_size, num_layers=num_layers, hidden_size=hidden_size,
@@ -30,8 +53,10 @@ class RoFormerV2Backbone(keras.Model):
             dropout=dropout, attention_dropout=attention_dropout,
             alpha_warmup_steps=alpha_warmup_steps,
         )
+        config["exact_padding"] = exact_padding  # the option as given: None stays "auto"
         self.config = config
-        init = truncated_normal_initializer(config["hidden_size"], config["num_layers"])
+        self.exact_padding = resolve_exact_padding(exact_padding, self.dtype_policy.compute_dtype)
+        init = RoFormerV2Initializer(config["num_layers"])  # a fresh draw per weight
         self.token_embedding = keras.layers.Embedding(
             config["vocab_size"], config["embedding_size"], embeddings_initializer=init,
             name="token_embedding")
@@ -46,7 +71,7 @@ class RoFormerV2Backbone(keras.Model):
         self.transformer_layers = [
             TransformerLayer(config["num_heads"], config["head_size"], config["intermediate_size"],
                              config["dropout"], config["attention_dropout"], init,
-                             name=f"transformer_layer_{i}")
+                             self.exact_padding, name=f"transformer_layer_{i}")
             for i in range(config["num_layers"])
         ]
         # Residual scale `a`: 1, or 0 -> 1 linearly over alpha_warmup_steps (from-scratch runs).
@@ -93,8 +118,7 @@ class RoFormerV2Backbone(keras.Model):
         # layers): exp underflows to exactly 0 as with -inf, but an all-padding row
         # (a padded choice of a multiple-choice batch) stays finite instead of NaN.
         key_is_pad = ops.equal(token_ids, 0)[:, None, None, :]
-        attention_bias = ops.where(key_is_pad, -1e9, 0.0)
-        attention_bias = ops.cast(attention_bias, x.dtype)
+        attention_bias = ops.where(key_is_pad, -1e9, 0.0)  # float32 (scores are added in it)
         cos, sin = rotary_tables(ops.shape(token_ids)[1], self.config["head_size"], dtype=x.dtype)
         alpha = ops.cast(self.residual_alpha, x.dtype)
         for layer in self.transformer_layers:

@@ -27,7 +27,7 @@ MINIMUM = {"tasks_per_update": 1, "batch_size": 1, "max_length": 4, "steps": 1, 
            "checkpoint_every": 0, "keep_checkpoints": 1, "eval_every": 0, "eval_batches": 1}
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
-                 "alpha_warmup_steps", "checkpoint", "vocab", "init"}
+                 "alpha_warmup_steps", "exact_padding", "checkpoint", "vocab", "init"}
 # backbone integers and their smallest values (a vocab needs room beside its 5 special tokens).
 BACKBONE_MINIMUM = {"vocab_size": 6, "num_layers": 1, "hidden_size": 1, "num_heads": 1,
                     "intermediate_size": 1, "head_size": 2, "embedding_size": 1,
@@ -148,6 +148,10 @@ def _check_backbone(backbone, error):
                 error(where, f"backbone.{key} must be a number in [0, 1), got {value!r}")
             else:
                 backbone[key] = number
+        elif key == "exact_padding":
+            if value not in (None, True, False):
+                error(where, f"backbone.exact_padding must be true, false or null (auto), "
+                             f"got {value!r}")
         elif key in BACKBONE_PATHS or key == "size":
             if not isinstance(value, str) or not value:
                 error(where, f"backbone.{key} must be a " + ("size name" if key == "size" else "path")

@@ -291,7 +291,7 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
 # --- starting a run from a backbone folder (experiment `backbone: {init: DIR}`) ---------
 
 # Experiment backbone keys that may differ from the export's config.json (not shapes).
-INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps")
+INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding")
 SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "head_size",
               "embedding_size", "segment_vocab_size")
 

@@ -5,6 +5,11 @@ the batch keys of docs/batches.md:
 
     outputs = head(hidden, batch, training=False)
     loss = head.compute_task_loss(outputs, batch)   # scalar, mean over B
+
+The pointer heads of NER, relations and events return their scores in parts when
+training (EfficientGlobalPointer's shared [B, L, L] plus per-type start and end
+biases): the loss is computed from those, never from [B, types, L, L]; evaluation
+(training=False) gets the whole scores and decodes them as before.
     head.decode(outputs, batch)    # NumPy predictions, one entry per row
     head.targets(batch)            # the gold answers in decode's format
     head.trace_key()               # equal keys: one traced training step serves both heads
@@ -27,13 +32,9 @@ import numpy as np
 from keras import ops
 
 from mtl_framework import losses
+from mtl_framework.layers import RoFormerV2Initializer
 
 NEG_INF = float("-inf")
-
-
-def bert_initializer():
-    """bert4keras's `base.initializer`, used by its CLUE heads."""
-    return keras.initializers.TruncatedNormal(stddev=0.02)
 
 
 def backbone_inputs(batch):
@@ -149,17 +150,35 @@ class EfficientGlobalPointer(_Pointer):
         self.p_dense.build(input_shape)
         self.q_dense.build(tuple(input_shape[:-1]) + (self.head_size * 2,))
 
-    def call(self, inputs, mask=None):
+    def call(self, inputs, mask=None, factored=False):
+        """Scores [B, heads, L, L]; with `factored`, their three parts (training:
+        losses.factored_globalpointer_crossentropy never needs them whole):
+        {"pair": [B, L, L] (masked), "start": [B, heads, L], "end": [B, heads, L]}."""
         d = self.head_size
         x = self.p_dense(inputs)
         qw, kw = x[..., ::2], x[..., 1::2]
         if self.RoPE:
             pos = ops.cast(sinusoidal_embeddings(ops.shape(x)[1], d), x.dtype)
             qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
-        logits = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
+        pair = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
         bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]
-        logits = logits[:, None] + bias[:, ::2, None] + bias[:, 1::2, :, None]
-        return pointer_masking(logits, mask, self.tril_mask)
+        # masking the shared part masks every head alike (-inf + a bias is -inf)
+        parts = {"pair": pointer_masking(pair[:, None], mask, self.tril_mask)[:, 0],
+                 "start": bias[:, 1::2], "end": bias[:, ::2]}
+        return parts if factored else combine_pointer_parts(parts)
+
+
+def combine_pointer_parts(parts):
+    """EfficientGlobalPointer's scores from its parts: pair + end bias + start bias
+    (bert4keras's order of additions, so the sums round the same)."""
+    return parts["pair"][:, None] + parts["end"][:, :, None, :] + parts["start"][..., None]
+
+
+def pointer_loss(labels, scores):
+    """GPLinker's loss from dense scores [B, heads, L, L] or their factored parts."""
+    if isinstance(scores, dict):
+        return losses.factored_globalpointer_crossentropy(labels, **scores)
+    return losses.globalpointer_crossentropy(labels, scores)
 
 
 # ------------------------------------------------------------------- heads
@@ -204,9 +223,12 @@ class TaskHead(keras.layers.Layer):
 
     family = None
 
-    def __init__(self, num_labels=None, **kwargs):
+    def __init__(self, num_labels=None, num_layers=1, **kwargs):
         super().__init__(**kwargs)
         self.num_labels = num_labels
+        # bert4keras's heads use the model's initializer: its std has the backbone's L^(-1/2)
+        self.num_layers = num_layers
+        self.initializer = RoFormerV2Initializer(num_layers)
 
     def build(self, hidden_shape):
         pass
@@ -224,11 +246,13 @@ class TaskHead(keras.layers.Layer):
         raise NotImplementedError
 
     def get_config(self):
-        return {**super().get_config(), "num_labels": self.num_labels}
+        return {**super().get_config(), "num_labels": self.num_labels,
+                "num_layers": self.num_layers}
 
     # Config keys the training computation (call + compute_task_loss) does not read:
-    # sizes that come with the weights' shapes, and decoding options.
-    untraced_config = ("name", "num_labels", "threshold", "max_spans", "role_groups")
+    # sizes that come with the weights' shapes, decoding options, the initializer.
+    untraced_config = ("name", "num_labels", "threshold", "max_spans", "role_groups",
+                       "num_layers")
 
     def trace_key(self):
         """Heads with equal keys compute alike given their own weights, so training.py
@@ -251,7 +275,7 @@ class ClassificationHead(TaskHead):
         super().__init__(num_labels, **kwargs)
         self.multi_label = multi_label
         self.dense = keras.layers.Dense(
-            num_labels, kernel_initializer=bert_initializer(), name="dense")
+            num_labels, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
@@ -290,7 +314,7 @@ class RegressionHead(TaskHead):
     def __init__(self, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
         self.dense = keras.layers.Dense(
-            1, kernel_initializer=bert_initializer(), name="dense")
+            1, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
@@ -310,7 +334,7 @@ class RegressionHead(TaskHead):
 
 class SpanHead(TaskHead):
     """GlobalPointer(1 head) over the context, as bert4keras's CLUE cmrc2018
-    (no bias, truncated-normal init). Valid pairs: start <= end, both on
+    (no bias, the model's initializer). Valid pairs: start <= end, both on
     context tokens, plus (0, 0) = [CLS] = "no answer in this window"; (0, j>0)
     is masked too. Loss: softmax CE over start * L + end."""
 
@@ -321,7 +345,7 @@ class SpanHead(TaskHead):
         self.head_size = head_size
         self.pointer = GlobalPointer(
             1, head_size, use_bias=False,
-            kernel_initializer=bert_initializer(), name="pointer")
+            kernel_initializer=self.initializer, name="pointer")
 
     def build(self, hidden_shape):
         self.pointer.build(hidden_shape)
@@ -387,7 +411,7 @@ class ChoiceHead(TaskHead):
     def __init__(self, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
         self.dense = keras.layers.Dense(
-            1, kernel_initializer=bert_initializer(), name="dense")
+            1, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
@@ -420,16 +444,18 @@ class EntityHead(TaskHead):
                  **kwargs):
         super().__init__(num_labels, **kwargs)
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
-        self.pointer = EfficientGlobalPointer(num_labels, head_size, name="pointer")
+        self.pointer = EfficientGlobalPointer(num_labels, head_size, name="pointer",
+                                              kernel_initializer=self.initializer)
 
     def build(self, hidden_shape):
         self.pointer.build(hidden_shape)
 
     def call(self, hidden, batch, training=False):
-        return self.pointer(hidden, mask=_padding_mask(batch))
+        # training: the scores' parts (the loss needs no [B, types, L, L]); else whole
+        return self.pointer(hidden, mask=_padding_mask(batch), factored=training)
 
     def compute_task_loss(self, logits, batch):
-        return losses.globalpointer_crossentropy(batch["entity_labels"], logits)
+        return pointer_loss(batch["entity_labels"], logits)
 
     def decode(self, logits, batch, max_spans="default"):
         max_spans = self.max_spans if max_spans == "default" else max_spans
@@ -461,12 +487,13 @@ class _GPLinkerHead(TaskHead):
             getattr(self, f"{key}_pointer").build(hidden_shape)
 
     def call(self, hidden, batch, training=False):
+        # training: each pointer's scores as parts (no [B, predicates, L, L]); else whole
         mask = _padding_mask(batch)
-        return {key: getattr(self, f"{key}_pointer")(hidden, mask=mask) for key in self.keys}
+        return {key: getattr(self, f"{key}_pointer")(hidden, mask=mask, factored=training)
+                for key in self.keys}
 
     def compute_task_loss(self, outputs, batch):
-        return sum(losses.globalpointer_crossentropy(batch[k + "_labels"], outputs[k])
-                   for k in self.keys)
+        return sum(pointer_loss(batch[k + "_labels"], outputs[k]) for k in self.keys)
 
     def targets(self, batch):
         length = np.asarray(batch["token_ids"]).shape[-1]
@@ -488,8 +515,9 @@ class RelationHead(_GPLinkerHead):
                  **kwargs):
         super().__init__(num_labels, **kwargs)
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
-        link = dict(RoPE=False, tril_mask=False)
-        self.add_pointers(EfficientGlobalPointer(2, head_size, name="entity"),
+        link = dict(RoPE=False, tril_mask=False, kernel_initializer=self.initializer)
+        self.add_pointers(EfficientGlobalPointer(2, head_size, name="entity",
+                                                 kernel_initializer=self.initializer),
                           EfficientGlobalPointer(num_labels, head_size, name="head", **link),
                           EfficientGlobalPointer(num_labels, head_size, name="tail", **link))
 
@@ -562,9 +590,10 @@ class EventHead(_GPLinkerHead):
                 "roles: give one event type per role, in label order")
         self.head_size, self.threshold, self.max_spans = head_size, threshold, max_spans
         self.role_groups = list(role_groups) if role_groups is not None else None
-        self.add_pointers(EfficientGlobalPointer(num_labels, head_size, name="argument"),
-                          EfficientGlobalPointer(1, head_size, RoPE=False, name="head"),
-                          EfficientGlobalPointer(1, head_size, RoPE=False, name="tail"))
+        init = dict(kernel_initializer=self.initializer)
+        self.add_pointers(EfficientGlobalPointer(num_labels, head_size, name="argument", **init),
+                          EfficientGlobalPointer(1, head_size, RoPE=False, name="head", **init),
+                          EfficientGlobalPointer(1, head_size, RoPE=False, name="tail", **init))
 
     def events(self, argus, head, tail):
         """Events from arguments {(role, start, end)} and link scores
@@ -607,7 +636,7 @@ class CorefHead(TaskHead):
     def __init__(self, num_labels=2, **kwargs):
         super().__init__(num_labels, **kwargs)
         self.dense = keras.layers.Dense(
-            num_labels, kernel_initializer=bert_initializer(), name="dense")
+            num_labels, kernel_initializer=self.initializer, name="dense")
 
     def build(self, hidden_shape):
         self.dense.build((None, 4 * hidden_shape[-1]))
@@ -686,7 +715,9 @@ def build_head(task_type, num_labels, hidden_size, **kwargs):
     """A built head for a task family (the `type` of a task spec).
 
     kwargs go to the head: name, head_size, multi_label (classification),
-    role_groups (extraction_event), embeddings (mlm, required), threshold.
+    role_groups (extraction_event), embeddings (mlm, required), threshold,
+    num_layers (the backbone's: the initializer's L^(-1/2), as bert4keras's heads
+    share the model's initializer; 1 when not given).
     """
     if task_type not in HEADS:
         raise ValueError(f"unknown task type {task_type!r}; "

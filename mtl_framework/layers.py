@@ -4,19 +4,43 @@ No biases and no norm weights anywhere: RoFormerV2 drops them for speed and
 for a simpler, scale-free residual stream (Su et al., 2022).
 """
 import math
+import random
 
 import keras
 from keras import ops
 
 
-def truncated_normal_initializer(hidden_size, num_layers, gain=1.0):
-    """bert4keras's RoFormerV2 init: std = 1.13684723 / sqrt(fan) * L^(-1/2).
+@keras.saving.register_keras_serializable(package="mtl_framework")
+class RoFormerV2Initializer(keras.initializers.Initializer):
+    """bert4keras 0.11.5's `RoFormerV2.initializer`, a fresh draw on every call.
 
-    1.13684723 undoes the variance lost to truncation at 2 std, so the
-    effective std is 1/sqrt(fan); the L^(-1/2) keeps post-norm deep stacks stable.
+    Truncated normal (cut at 2 std) with std = 1.13684723 / sqrt(fan) * L^(-1/2),
+    fan = shape[0] unless shape[0] > 10000 or < 10 (then shape[1]): each weight's
+    scale comes from its own shape (a token embedding [V, H] uses V unless
+    V > 10000). 1.13684723 undoes the variance lost to the truncation, so the
+    effective std is 1/sqrt(fan); L^(-1/2) keeps deep post-norm stacks stable.
+
+    One instance serves every weight: each call draws its own seed, from Python's
+    `random` (seeded by `keras.utils.set_random_seed`) or, given `seed`, from a
+    stream of its own. A Keras initializer fixes its seed once, so sharing one gives
+    every weight the same numbers (two layers started identical).
     """
-    stddev = 1.13684723 / math.sqrt(hidden_size) * num_layers ** -0.5
-    return keras.initializers.TruncatedNormal(stddev=stddev)
+
+    def __init__(self, num_layers, seed=None):
+        self.num_layers = num_layers
+        self.seed = seed
+        self._seeds = random.Random(seed) if seed is not None else random
+
+    def stddev(self, shape):
+        fan = shape[0] if len(shape) == 1 or 10 <= shape[0] <= 10000 else shape[1]
+        return 1.13684723 / math.sqrt(fan) * self.num_layers ** -0.5
+
+    def __call__(self, shape, dtype=None):
+        return keras.random.truncated_normal(shape, stddev=self.stddev(shape), dtype=dtype,
+                                             seed=self._seeds.randint(1, 10**9))
+
+    def get_config(self):
+        return {"num_layers": self.num_layers, "seed": self.seed}
 
 
 class RMSNorm(keras.layers.Layer):
@@ -138,6 +162,21 @@ def softmax_with_exact_sum(scores):
     return weights, grad
 
 
+def attention_softmax(scores, exact=True):
+    """Attention weights from masked scores, computed in at least float32.
+
+    exact=True sums the denominator in float64 (`softmax_with_exact_sum`): real-token
+    outputs are bit-identical whatever the padding, at the cost of a float64 copy of
+    the [batch, heads, L, L] exponentials (cheap on CPU, slow on most GPUs). exact=False
+    is the plain float32 softmax: outputs move by ~1e-6 with the padding (docs/backbone.md).
+    Scores in 16 bits (mixed precision) are cast up first, the weights back down.
+    """
+    dtype = keras.backend.standardize_dtype(scores.dtype)
+    scores = ops.cast(scores, "float32") if dtype in ("float16", "bfloat16") else scores
+    weights = softmax_with_exact_sum(scores) if exact else ops.softmax(scores, axis=-1)
+    return ops.cast(weights, dtype)
+
+
 class SelfAttention(keras.layers.Layer):
     """Multi-head self-attention with rotary q/k, no biases, padded keys masked.
 
@@ -145,13 +184,15 @@ class SelfAttention(keras.layers.Layer):
     (one matmul instead of three); checkpoints store them apart. One transpose
     puts them head-major ([3, batch, heads, length, d]) and a split separates
     them; 1/sqrt(d) is folded into q's rotary tables instead of the scores.
+    exact_padding: see `attention_softmax`.
     """
 
     def __init__(self, num_heads, head_size, kernel_initializer="glorot_uniform",
-                 attention_dropout=0.0, **kwargs):
+                 attention_dropout=0.0, exact_padding=True, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.head_size = head_size
+        self.exact_padding = exact_padding
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.attention_dropout = attention_dropout
         self.dropout = keras.layers.Dropout(attention_dropout)
@@ -160,11 +201,17 @@ class SelfAttention(keras.layers.Layer):
         hidden_size = input_shape[-1]
         inner = self.num_heads * self.head_size
         self.qkv_kernel = self.add_weight(
-            name="qkv_kernel", shape=(hidden_size, 3 * inner), initializer=self.kernel_initializer
+            name="qkv_kernel", shape=(hidden_size, 3 * inner), initializer=self.fused_initializer
         )
         self.output_kernel = self.add_weight(
             name="output_kernel", shape=(inner, hidden_size), initializer=self.kernel_initializer
         )
+
+    def fused_initializer(self, shape, dtype=None):
+        """q, k and v drawn apart, each [hidden, inner] as bert4keras builds them (the
+        fan rule reads each kernel's own shape), then side by side."""
+        part = (shape[0], shape[1] // 3)
+        return ops.concatenate([self.kernel_initializer(part, dtype) for _ in range(3)], axis=1)
 
     def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
         """x [batch, length, hidden]; attention_bias [batch, 1, 1, length] (0 or -inf);
@@ -178,7 +225,8 @@ class SelfAttention(keras.layers.Layer):
         q = apply_rotary(q, cos * scale, sin * scale)  # scores come out scaled
         k = apply_rotary(k, cos, sin)
         scores = ops.einsum("bhjd,bhkd->bhjk", q, k)
-        weights = softmax_with_exact_sum(scores + attention_bias)
+        scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
+        weights = ops.cast(attention_softmax(scores, self.exact_padding), v.dtype)
         weights = self.dropout(weights, training=training)
         context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
@@ -191,6 +239,7 @@ class SelfAttention(keras.layers.Layer):
             "head_size": self.head_size,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             "attention_dropout": self.attention_dropout,
+            "exact_padding": self.exact_padding,
         }
 
 
@@ -240,17 +289,18 @@ class TransformerLayer(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, head_size, intermediate_size, dropout=0.0,
-                 attention_dropout=0.0, kernel_initializer="glorot_uniform", **kwargs):
+                 attention_dropout=0.0, kernel_initializer="glorot_uniform",
+                 exact_padding=True, **kwargs):
         super().__init__(**kwargs)
         self.attention = SelfAttention(num_heads, head_size, kernel_initializer,
-                                       attention_dropout, name="attention")
+                                       attention_dropout, exact_padding, name="attention")
         self.feed_forward = FeedForward(intermediate_size, kernel_initializer, name="feed_forward")
         self.attention_norm = RMSNorm(name="attention_norm")
         self.feed_forward_norm = RMSNorm(name="feed_forward_norm")
         self.dropout = keras.layers.Dropout(dropout)
         self.config = dict(num_heads=num_heads, head_size=head_size,
                            intermediate_size=intermediate_size, dropout=dropout,
-                           attention_dropout=attention_dropout)
+                           attention_dropout=attention_dropout, exact_padding=exact_padding)
 
     def build(self, input_shape):
         self.attention.build(input_shape)

@@ -19,7 +19,7 @@ def backbone_config(size=None, **overrides):
         raise ValueError(f"unknown backbone size {size!r}: choose one of {sorted(PRESETS)} "
                          "or give num_layers/hidden_size/num_heads explicitly")
     config = dict(vocab_size=12000, segment_vocab_size=2, dropout=0.1, attention_dropout=0.0,
-                  alpha_warmup_steps=0)
+                  alpha_warmup_steps=0, exact_padding=None)
     config.update(PRESETS.get(size, {}))
     config.update({k: v for k, v in overrides.items() if v is not None})
     missing = [k for k in ("num_layers", "hidden_size", "num_heads") if k not in config]

@@ -300,7 +300,7 @@ class Run:
         with precision_policy(exp.precision):
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()
-        hidden = self.backbone.config["hidden_size"]
+        hidden, layers = self.backbone.config["hidden_size"], self.backbone.config["num_layers"]
         for i, task in enumerate(self.tasks):
             entry = entries.get(task.name) or entries.get(task.dataset) or {}
             length = min(task.max_length, exp.max_length)
@@ -314,7 +314,7 @@ class Run:
                 kwargs["role_groups"] = event_role_groups(labels)
             with precision_policy(exp.precision):
                 heads[task.name] = build_head(task.type, len(labels) if labels else None, hidden,
-                                              name=task.name, **kwargs)
+                                              name=task.name, num_layers=layers, **kwargs)
             loss_weights[task.name] = entry.get("loss_weight", task.loss_weight)
             rate = entry.get("rate", task.rate)
             if rate is not None:

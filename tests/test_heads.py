@@ -429,3 +429,51 @@ def test_heads_inside_switch_case_make_no_variables_and_give_finite_grads():
         assert float(loss) == pytest.approx(float(eager), rel=1e-5)
         assert all(np.isfinite(g.numpy()).all() for g in grads if g is not None)
     assert [len(h.weights) for h in heads] == counts
+
+
+def gplinker_batch(family, labels, rows=3, length=12):
+    """Random tokens with padding and random gold pairs (padded with (0, 0)) for every
+    pointer of a GPLinker-style head."""
+    g = np.random.default_rng(4)
+    tokens = np.zeros((rows, length), "int32")
+    for row, n in enumerate([length, 5, 9][:rows]):
+        tokens[row, :n] = g.integers(1, 50, n)
+    batch = dict(token_ids=tokens, segment_ids=np.zeros_like(tokens))
+    sizes = {"extraction_ner": {"entity": labels},
+             "extraction_relation": {"entity": 2, "head": labels, "tail": labels},
+             "extraction_event": {"argument": labels, "head": 1, "tail": 1}}[family]
+    for key, heads in sizes.items():
+        pairs = np.zeros((rows, heads, 3, 2), "int32")
+        for row, n in enumerate([length, 5, 9][:rows]):
+            for h in range(heads):
+                for s in range(g.integers(0, 3)):
+                    start, end = sorted(g.integers(1, n - 1, 2))
+                    pairs[row, h, s] = (start, end)
+        batch[key + "_labels"] = pairs
+    return batch
+
+
+@pytest.mark.parametrize("family", ["extraction_ner", "extraction_relation", "extraction_event"])
+def test_training_loss_from_score_parts_equals_dense_loss_and_gradients(family):
+    """In training the pointers hand the loss their parts, never [B, types, L, L]:
+    same loss and gradients as the dense scores of evaluation (same weights)."""
+    keras.utils.set_random_seed(2)
+    head = H.build_head(family, 4, HID, head_size=8)
+    batch = gplinker_batch(family, 4)
+    hidden = tf.constant(np.random.default_rng(5).normal(size=(3, 12, HID)), "float32")
+    outputs = {}
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(hidden)
+        for training in (True, False):
+            out = head(hidden, batch, training=training)
+            outputs[training] = (out, head.compute_task_loss(out, batch))
+    parts, dense = outputs[True][0], outputs[False][0]
+    for scores in ([parts] if "pair" in parts else parts.values()):
+        assert set(scores) == {"pair", "start", "end"}  # no score tensor per type
+    np.testing.assert_allclose(float(outputs[True][1]), float(outputs[False][1]), rtol=2e-6)
+    targets = [hidden] + head.trainable_variables
+    for a, b in zip(tape.gradient(outputs[True][1], targets), tape.gradient(outputs[False][1], targets)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=2e-6)
+    # evaluation gets the whole scores, decoded as before
+    for scores in (dense.values() if isinstance(dense, dict) else [dense]):
+        assert tuple(scores.shape[-2:]) == (12, 12) and len(scores.shape) == 4

@@ -135,3 +135,53 @@ def test_choice_crossentropy_ignores_padded_choices():
     expected = [-np_log_softmax(np.array([1.0, 2.0]))[1],
                 -np_log_softmax(np.array([0.5, -1.0, 3.0]))[2]]
     np.testing.assert_allclose(losses.choice_crossentropy(labels, logits, mask), expected, rtol=1e-5)
+
+
+def factored_case(dtype, b=3, h=4, n=7, spread=3.0, tril=True):
+    """Random parts of EfficientGlobalPointer scores with padding (row 2 has 4 real
+    tokens, row 1 none beyond [CLS]), a start <= end mask, and gold pairs incl. padding."""
+    pair = rng.normal(scale=spread, size=(b, n, n))
+    real = np.array([n, 1, 4])[:b, None] > np.arange(n)
+    valid = real[:, :, None] & real[:, None, :]
+    if tril:
+        valid &= np.triu(np.ones((n, n), bool))[None]
+    pair = np.where(valid, pair, -np.inf).astype(dtype)
+    start = rng.normal(scale=spread, size=(b, h, n)).astype(dtype)
+    end = rng.normal(scale=spread, size=(b, h, n)).astype(dtype)
+    labels = np.zeros((b, h, 3, 2), "int32")
+    labels[0, 0, :2] = [[1, 2], [3, 3]]
+    labels[0, 2, 0] = [0, 5]
+    labels[2, 1, :3] = [[1, 1], [1, 3], [2, 3]]
+    return pair, start, end, labels
+
+
+def dense_scores(pair, start, end):
+    return pair[:, None] + end[:, :, None, :] + start[..., None]
+
+
+@pytest.mark.parametrize("tril", [True, False])
+def test_factored_globalpointer_loss_equals_dense_with_gradients_float64(tril):
+    pair, start, end, labels = factored_case("float64", tril=tril)
+    parts = [tf.constant(x) for x in (pair, start, end)]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(parts)
+        dense = losses.globalpointer_crossentropy(labels, dense_scores(*parts))
+        factored = losses.factored_globalpointer_crossentropy(labels, *parts)
+    np.testing.assert_allclose(float(factored), float(dense), rtol=1e-12)
+    for want, got in zip(tape.gradient(dense, parts), tape.gradient(factored, parts)):
+        assert np.isfinite(got.numpy()).all()
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_factored_globalpointer_loss_float32_and_large_scores():
+    """float32 as in training, scores spread over +-60: tight agreement, no NaN."""
+    for spread in (1.0, 20.0):
+        pair, start, end, labels = factored_case("float32", spread=spread)
+        parts = [tf.constant(x) for x in (pair, start, end)]
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(parts)
+            dense = losses.globalpointer_crossentropy(labels, dense_scores(*parts))
+            factored = losses.factored_globalpointer_crossentropy(labels, *parts)
+        np.testing.assert_allclose(float(factored), float(dense), rtol=2e-6)
+        for want, got in zip(tape.gradient(dense, parts), tape.gradient(factored, parts)):
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-6)

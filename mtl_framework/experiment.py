@@ -204,7 +204,7 @@ def _check_optimizer(optimizer, error):
     known = SCHEDULE_KEYS + OPTIMIZER_KEYS[name]
     # (key, test, what it must be); numbers written 1e-3 are strings in YAML 1.1: accepted.
     rules = {
-        "lr": (lambda x: x > 0, "a number > 0"),
+        "lr": (lambda x: x >= 0, "a number >= 0"),  # 0: the weights stay as they start
         "final_lr_fraction": (lambda x: 0 <= x <= 1, "a number in [0, 1]"),
         "weight_decay": (lambda x: x >= 0, "a number >= 0"),
         "clipnorm": (lambda x: x > 0, "a number > 0"),

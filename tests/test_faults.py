@@ -174,7 +174,7 @@ def test_missing_label_file_names_the_spec(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("changes, key, text", [
-    (dict(optimizer={"name": "adamw", "lr": "fast"}), "lr", "optimizer.lr must be a number > 0, got 'fast'"),
+    (dict(optimizer={"name": "adamw", "lr": "fast"}), "lr", "optimizer.lr must be a number >= 0, got 'fast'"),
     (dict(backbone=dict(num_layers=1, hidden_size=30, num_heads=4)), "num_heads",
      "backbone: hidden_size 30 is not divisible by num_heads 4"),
     (dict(keep_checkpoints=-1), "keep_checkpoints", "keep_checkpoints must be >= 1, got -1"),

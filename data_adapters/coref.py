@@ -33,6 +33,8 @@ class WscAdapter(Adapter):
                 if reason:
                     report.skip(reason, path, line)
                     continue
+                if label is None and report.missing_label(path, line):
+                    continue
                 yield CorefExample(text, spans[0], spans[1], label, record.get("idx"))
 
     @staticmethod

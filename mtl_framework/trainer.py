@@ -38,7 +38,6 @@ from mtl_framework.registry import load_registry
 from mtl_framework.sampling import TaskSampler, format_rates, rates_from_config
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
 
 MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
 # Experiment keys holding paths relative to the experiment file; the run directory's
@@ -90,13 +89,11 @@ def prepare_vocab(experiment, registry, tasks, data_root, run_dir, log):
     if given and os.path.abspath(experiment.resolve_path(given)) != os.path.abspath(target):
         shutil.copyfile(experiment.resolve_path(given), target)
     elif not os.path.exists(target):
-        from data_adapters import read_task
+        from mtl_framework.prepare import cached_vocab  # counted in worker processes, cached
 
-        texts = (t for task in tasks for ex in read_task(task, "train", data_root)
-                 for t in example_texts(ex))
         size = experiment.backbone.get("vocab_size", 12000)
-        write_vocab(build_vocab(count_units(texts), max_size=size), target)
-        log(f"built a character vocab from the tasks' train text: {target}")
+        cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
+        shutil.copyfile(cached_vocab(tasks, data_root, size, cache_dir, log=log), target)
     return Tokenizer(target)
 
 
@@ -268,6 +265,10 @@ class Run:
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()
         hidden = self.backbone.config["hidden_size"]
+        from mtl_framework.prepare import experiment_jobs, prepare  # cold caches: in workers
+
+        prepare(experiment_jobs(exp, self.tasks), self.tokenizer, self.data_root, cache_dir,
+                log=self.log)
         for i, task in enumerate(self.tasks):
             entry = entries.get(task.name) or entries.get(task.dataset) or {}
             length = min(task.max_length, exp.max_length)

@@ -97,18 +97,28 @@ def adapter_version(format_name):
     return f"{format_name}:{version}:{digest.hexdigest()[:16]}"
 
 
+_VERSIONS = {}  # roots -> code_version (the source does not change while a process runs)
+
+
 def code_version(*roots):
     """Hash of the source of `roots` (classes or functions) and of everything of
-    this package they use, transitively: base classes, methods, the module-level
-    functions, classes and constants their code names (imports inside a function
-    included). Docstrings and code no root reaches do not count."""
+    this package they use, transitively: base classes, methods, class settings,
+    the module-level functions, classes and constants their code names (imports
+    inside a function included). Docstrings of modules and code no root reaches
+    do not count."""
+    if roots not in _VERSIONS:
+        _VERSIONS[roots] = _code_version(roots)
+    return _VERSIONS[roots]
+
+
+def _code_version(roots):
     sources, todo = {}, list(roots)
     while todo:
         obj = todo.pop()
         name = f"{obj.__module__}.{obj.__qualname__}"
         if name in sources:
             continue
-        sources[name] = inspect.getsource(obj)
+        sources[name] = _source(obj)
         for used, value in _used_by(obj):
             if isinstance(value, (str, int, float, bool, tuple, type(None))):
                 sources.setdefault(f"{obj.__module__}:{used}", repr(value))
@@ -120,6 +130,22 @@ def code_version(*roots):
     return digest.hexdigest()[:16]
 
 
+def _source(obj):
+    """A function's source; a class's methods' sources and other attributes (its
+    own getsource parses the whole module: slow, and the methods are what runs)."""
+    if not inspect.isclass(obj):
+        return inspect.getsource(obj)
+    parts = []
+    for key, value in vars(obj).items():
+        value = getattr(value, "__func__", value)
+        value = value.fget if isinstance(value, property) else value
+        if inspect.isfunction(value):
+            parts.append(f"{key}: {inspect.getsource(value)}")
+        elif key not in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+            parts.append(f"{key} = {value!r}")
+    return "\n".join(parts)
+
+
 def _own(value):
     return (inspect.isclass(value) or inspect.isfunction(value)) and \
         getattr(value, "__module__", "").split(".")[0] in OWN_PACKAGES
@@ -129,6 +155,23 @@ def _used_by(obj):
     """(name, value) of the globals (and imported names) the code of `obj` refers to."""
     if inspect.isclass(obj):
         yield from ((base.__name__, base) for base in obj.__bases__)
+    scope = vars(sys.modules[obj.__module__])
+    for module, name in _names(obj):
+        if module:
+            yield name, getattr(importlib.import_module(module), name, None)
+        elif name in scope:
+            yield name, scope[name]
+
+
+_NAMES = {}
+
+
+def _names(obj):
+    """[(module or None, name)] the code of `obj` (a function, or a class's methods)
+    loads as a global or imports: bytecode read once per object."""
+    if obj in _NAMES:
+        return _NAMES[obj]
+    if inspect.isclass(obj):
         codes = []
         for member in vars(obj).values():
             member = getattr(member, "__func__", member)  # staticmethod / classmethod
@@ -138,7 +181,7 @@ def _used_by(obj):
                 codes.append(member.__code__)
     else:
         codes = [obj.__code__]
-    scope = vars(sys.modules[obj.__module__])
+    names = []
     while codes:
         code = codes.pop()
         codes.extend(c for c in code.co_consts if inspect.iscode(c))
@@ -147,10 +190,11 @@ def _used_by(obj):
             if instruction.opname == "IMPORT_NAME":
                 module = instruction.argval
             elif instruction.opname == "IMPORT_FROM" and module:
-                value = getattr(importlib.import_module(module), instruction.argval, None)
-                yield instruction.argval, value
-            elif instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME") and instruction.argval in scope:
-                yield instruction.argval, scope[instruction.argval]
+                names.append((module, instruction.argval))
+            elif instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                names.append((None, instruction.argval))
+    _NAMES[obj] = names
+    return names
 
 
 def featurizer_version(featurizer):

@@ -14,6 +14,7 @@ setup(
         "numpy",
         "PyYAML",
         "tokenizers",
+        "tqdm",
     ],
     extras_require={"plots": ["matplotlib"], "wwm": ["jieba"]},
     entry_points={"console_scripts": ["mtl=mtl_framework.cli:main"]},

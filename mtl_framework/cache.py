@@ -141,7 +141,7 @@ def _source(obj):
         value = value.fget if isinstance(value, property) else value
         if inspect.isfunction(value):
             parts.append(f"{key}: {inspect.getsource(value)}")
-        elif key not in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+        elif not key.startswith("__"):  # not Python's own (pickle adds __slotnames__)
             parts.append(f"{key} = {value!r}")
     return "\n".join(parts)
 

@@ -47,6 +47,7 @@ from mtl_framework import features as F
 from mtl_framework import vocab as V
 
 CHUNK = 512  # examples per chunk: Featurizer.featurize's chunk, so the arrays are the same
+SMALL = 2 * CHUNK  # a job this small is built whole in one worker (beside the others)
 # Arrays holding row numbers of another ragged array (shifted by the rows of
 # earlier chunks when chunks are joined); every `X.splits` is shifted by the values of X.
 ROW_INDEXES = {"example_index": "example_id", "context_index": "context",
@@ -324,7 +325,9 @@ def progress_bar(stage, total=None):
 
 
 def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print, workers_pool=None):
-    """Build every job's cache that is not there yet (cold ones only); returns those jobs."""
+    """Build every job's cache that is not there yet (cold ones only); returns those jobs.
+    Jobs of at most SMALL examples are built whole, one per worker, while the
+    bigger ones are cut into chunks for all the workers."""
     pending = [job for job in jobs if not C.is_cached(job.task, job.split, tokenizer, data_root,
                                                        cache_dir, job.max_length, job.family,
                                                        **job.settings)]
@@ -333,18 +336,34 @@ def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print,
     pool = workers_pool or Workers(workers or default_workers())
     try:
         sizes = count_jobs(pending, data_root, pool)
+        size = {job.name: sizes[(job.task.name, job.split, job.family)] for job in pending}
         log(f"preparing {len(pending)} of {len(jobs)} feature caches "
-            f"({sum(sizes.values())} examples read) with {pool.count} worker(s)")
-        with progress_bar("features", sum(sizes.values())) as bar:
+            f"({sum(size.values())} examples read) with {pool.count} worker(s)")
+        with progress_bar("features", sum(size.values())) as bar:
+            whole = [job for job in pending if pool.pool is not None and size[job.name] <= SMALL]
+            futures = []
+            for job in whole:
+                futures.append(pool.pool.submit(build_whole, (job, tokenizer, data_root, cache_dir)))
+                futures[-1].add_done_callback(lambda _, n=size[job.name]: bar.update(n))
             build = builder(pool, bar)
             for job in pending:
-                bar.set_postfix_str(job.name, refresh=False)
-                C.cached_features(job.task, job.split, tokenizer, data_root, cache_dir,
-                                  job.max_length, job.family, build=build, **job.settings)
+                if job not in whole:
+                    bar.set_postfix_str(job.name, refresh=False)
+                    C.cached_features(job.task, job.split, tokenizer, data_root, cache_dir,
+                                      job.max_length, job.family, build=build, **job.settings)
+            for future in futures:
+                future.result()
     finally:
         if pool is not workers_pool:
             pool.close()
     return pending
+
+
+def build_whole(item):
+    """(In a worker) one small job's cache, featurized in that worker."""
+    job, tokenizer, data_root, cache_dir = item
+    C.cached_features(job.task, job.split, tokenizer, data_root, cache_dir, job.max_length,
+                      job.family, **job.settings)
 
 
 _COUNTS = {}  # (task, split, its data files' stat) -> examples read, for this process

@@ -174,6 +174,20 @@ def test_the_key_follows_the_family_code_not_the_whole_module(monkeypatch):
     assert changed(before, family_keys()) == ["mrc_span"]
 
 
+def test_pickling_a_featurizer_does_not_change_its_key(setup):
+    """pickle adds __slotnames__ to the class: a worker's pickle must not move the key."""
+    import pickle
+
+    tmp_path, task, tok = setup
+    featurizer = make_featurizer("classification", Tokenizer(tok.vocab_path), 32, ["neg", "pos"],
+                                 task="toy")
+    C._VERSIONS.clear()
+    before = C.cache_key(task, "train", featurizer, tmp_path / "data")[0]
+    pickle.dumps(featurizer)
+    C._VERSIONS.clear()
+    assert C.cache_key(task, "train", featurizer, tmp_path / "data")[0] == before
+
+
 # ---------------------------------------------------------------- corrupt folders
 
 

@@ -24,6 +24,7 @@ setup(
         "PyYAML",
         "tokenizers",
         "safetensors",  # the roformer-pytorch export and reader (numpy API, no torch)
+        "tqdm",
     ],
     extras_require={
         "plots": ["matplotlib"],

@@ -16,7 +16,7 @@ from data_adapters.base import (Adapter, UnknownFormatError, available_formats, 
 from data_adapters.examples import (ChoiceExample, CorefExample, Entity, Event, EventExample,
                                     NERExample, RelationExample, Span, SpanQAExample, TextExample,
                                     Triple)
-from data_adapters.report import ReadReport
+from data_adapters.report import NO_LABEL, UNLABELLED_SPLITS, ReadReport
 
 # The built-in formats register themselves on import.
 from data_adapters import (choice, coref, delimited, doc_folder, events, jsonl,  # noqa: E402,F401
@@ -32,8 +32,9 @@ __all__ = [
 
 
 def read_files(format_name, paths, options=None, fields=None, task_type=None, labels=None,
-               report=None, where=None):
-    """Typed examples from files in a named format (what read_task does for a spec)."""
+               report=None, where=None, labels_required=False):
+    """Typed examples from files in a named format (what read_task does for a spec).
+    With `labels_required`, records without a label are skipped with their place."""
     adapter = get_adapter(format_name)
     where = where or f"format {format_name!r}"
     options, fields = adapter.settings(options, fields, where)
@@ -44,13 +45,17 @@ def read_files(format_name, paths, options=None, fields=None, task_type=None, la
                          f"{', '.join(adapter.task_types)} tasks, not {task_type}")
     paths = [str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
     report = report if report is not None else ReadReport()
+    report.labels_required = labels_required
     examples = adapter().read(paths, options, fields, task_type, labels, report)
-    return _counted(examples, report)
+    return _counted(examples, report, paths)
 
 
 def read_task(task, split, data_root, report=None):
     """Typed examples of one split of a task (a registry TaskSpec or anything with
     .name .format .files .options .fields .type .labels).
+
+    Labels are required in every split but a test split (UNLABELLED_SPLITS): an
+    unlabelled train or dev record is skipped and counted with its place.
 
     Missing files raise FileNotFoundError here, before any example is read."""
     where = _spec_place(task)
@@ -68,11 +73,17 @@ def read_task(task, split, data_root, report=None):
     resolve = getattr(task, "resolve_labels", None)
     labels = resolve(data_root) if callable(resolve) else getattr(task, "labels", None)
     return read_files(task.format, paths, task.options, task.fields, task.type, labels,
-                      report, where=f"{where}: task {task.name!r}")
+                      report, where=f"{where}: task {task.name!r}",
+                      labels_required=split not in UNLABELLED_SPLITS)
 
 
-def _counted(examples, report):
+def _counted(examples, report, paths):
     for example in examples:
+        # The built-in adapters skip unlabelled records themselves, with their line;
+        # this catches a registered adapter that does not (placed by example id).
+        if report.labels_required and hasattr(example, "label") and example.label is None:
+            report.skip(NO_LABEL, ", ".join(map(str, paths)), f"id {example.id}")
+            continue
         report.add(example)
         yield example
 

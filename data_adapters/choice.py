@@ -64,6 +64,8 @@ class C3Adapter(Adapter):
                 report.skip("answer is not one of the choices", path, line)
                 return None
             label = choices.index(entry["answer"])
+        elif report.missing_label(path, line):
+            return None
         return ChoiceExample(context, str(entry.get("question", "")), choices, label, id_)
 
 
@@ -127,6 +129,8 @@ class ChidAdapter(Adapter):
         if label is not None and not (isinstance(label, int) and 0 <= label < len(candidates)):
             report.skip("answer is not an index into candidates", path, line)
             return
+        if label is None and report.missing_label(path, line):
+            return
         yield ChoiceExample(text, "", candidates, label, record.get("id"))
 
     @staticmethod
@@ -139,6 +143,8 @@ class ChidAdapter(Adapter):
                 label = None if answers is None else answers.get(marker)
                 if answers is not None and not (isinstance(label, int) and 0 <= label < len(candidates)):
                     report.skip("blank has no valid index in the answer file", path, line)
+                    continue
+                if label is None and report.missing_label(path, f"line {line}, {marker}"):
                     continue
                 context = fill_blanks(passage, CHID_MARKER, marker, CHID_BLANK)
                 yield ChoiceExample(context, "", candidates, label, marker)
@@ -181,6 +187,8 @@ class Cmrc2019Adapter(Adapter):
                 if not (isinstance(label, int) and 0 <= label < len(choices)):
                     report.skip("blank without a valid answer index", path, f"{where} [BLANK{number}]")
                     continue
+            elif report.missing_label(path, f"{where} [BLANK{number}]"):
+                continue
             context = fill_blanks(entry["context"], CMRC2019_MARKER, match.group(0), CMRC2019_BLANK)
             yield ChoiceExample(context, "", choices, label, f"{id_}-{number}")
 
@@ -237,6 +245,8 @@ class ChoiceJsonlAdapter(Adapter):
                     report.skip("label is not an index into the choices (use "
                                 "options.label_is_text if it holds the answer text)", path, line)
                     return None
+        elif report.missing_label(path, line):
+            return None
         id_ = lookup(record, fields["id"]) if fields.get("id") else None
         question = "" if question is MISSING or question is None else str(question)
         return ChoiceExample(context, question, choices, label, None if id_ is MISSING else id_)

@@ -40,6 +40,8 @@ class WscAdapter(Adapter):
         if reason:
             report.skip(reason, path, line)
             return None
+        if label is None and report.missing_label(path, line):
+            return None
         return CorefExample(text, spans[0], spans[1], label, record.get("idx"))
 
     @staticmethod

@@ -7,8 +7,8 @@ as CSL's keywords, is joined with `join`:
     fields: {text: abst, text_b: keyword, label: label}
     options: {join: "，", skip_labels: ["-"]}
 
-A record without the label key is read as unlabelled (test splits) and counted
-as such in the report.
+A record without the label key is read as unlabelled in a test split (and
+counted as such in the report); in any other split it is skipped with its line.
 """
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
@@ -37,6 +37,8 @@ def text_example(record, fields, options, rule, where, report):
     label, reason = rule.check(raw)
     if reason:
         report.skip(reason, path, line)
+        return None
+    if label is None and report.missing_label(path, line):
         return None
     id_ = lookup(record, fields["id"]) if fields.get("id") is not None else None
     return TextExample(text, text_b, label, None if id_ is MISSING else id_)

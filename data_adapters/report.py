@@ -10,6 +10,12 @@ or skipped) and "texts"/"entities"/"triples" (what came out) sit beside the
 example count. "spans" are the annotations that need a place in the text: entities, answers,
 triples (placed when both mentions are), event triggers and arguments, and the
 two spans of a coreference example. `spans` in `as_dict()` is placed + lost.
+
+Labels: in a labelled family (classification, matching, regression, choice,
+cloze, coreference) a record without a label is only usable where labels are
+optional, i.e. a released test split. Everywhere else (`labels_required`, set by
+`read_task` for every split but `test`) adapters skip it with its place
+(`missing_label`), so it is never trained as a class.
 """
 from collections import Counter
 
@@ -17,6 +23,9 @@ from data_adapters import examples as ex
 
 # How many file:line places to keep per reason: enough to find the pattern.
 KEEP_PLACES = 5
+# Splits whose rows may come without labels (the released test files).
+UNLABELLED_SPLITS = ("test",)
+NO_LABEL = "no label (only a test split may leave labels out)"
 
 
 def place(file, line=None):
@@ -28,8 +37,8 @@ def place(file, line=None):
 
 
 class ReadReport:
-    def __init__(self, keep=KEEP_PLACES):
-        self.keep = keep
+    def __init__(self, keep=KEEP_PLACES, labels_required=False):
+        self.keep, self.labels_required = keep, labels_required
         self.examples = 0
         self.units = Counter()  # texts, questions, entities, triples, events, ...
         self.spans_placed = 0
@@ -50,6 +59,13 @@ class ReadReport:
         """An annotation that cannot be placed; its record is kept without it."""
         self.spans_lost[reason] += count
         self._note("spans_lost", reason, file, line)
+
+    def missing_label(self, file, line=None):
+        """A record without a label: True (and skipped with its place) where labels
+        are required; False where it may stay (counted as unlabelled by `add`)."""
+        if self.labels_required:
+            self.skip(NO_LABEL, file, line)
+        return self.labels_required
 
     def filter(self, reason, count=1):
         """Annotations removed on purpose by an option (e.g. weibo's keep_suffix)."""

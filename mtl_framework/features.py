@@ -227,6 +227,11 @@ class Features:
     def report(self):
         return FeatureReport.from_dict(self.meta["report"])
 
+    @property
+    def num_examples(self):
+        """Distinct examples (questions, documents) behind the rows (windows, mlm pieces)."""
+        return self.meta["num_examples"]
+
     def splits(self, name):
         return self.arrays[("token_ids" if name in ALIGNED else name) + ".splits"]
 
@@ -383,14 +388,14 @@ class Featurizer:
         writer, report = FeatureWriter(directory), FeatureReport()
         self.start(writer)
         for chunk in _chunks(examples, chunk_size):
-            for example in chunk:
-                if not isinstance(example, self.example_types):
-                    expected = " or ".join(t.__name__ for t in self.example_types)
-                    raise TypeError(f"{self.task or self.family}: {self.family} features take "
-                                    f"{expected}, got {type(example).__name__}; check the "
-                                    "task's `type` against its `format`")
+            self.check_types(chunk)
             report.examples += len(chunk)
             self.encode_chunk(chunk, writer, report)
+        return self.finish(writer, report, directory)
+
+    def finish(self, writer, report, directory=None):
+        """Features from a filled writer: the arrays, and meta describing them
+        (`mtl_framework.prepare` fills the writer from chunks encoded in workers)."""
         arrays = writer.finish()
         tok = self.tokenizer
         meta = {"family": self.family, "task": self.task, **self.config(),
@@ -400,9 +405,20 @@ class Featurizer:
         features = Features(self.family, arrays, meta)
         report.rows = len(features)
         meta["report"] = report.as_dict()
+        # Distinct examples (questions, documents), not rows (windows, mlm pieces):
+        # what task sizes for sampling count.
+        meta["num_examples"] = report.examples - sum(report.dropped.values())
         if directory is not None:
             save_meta(features, directory)
         return features
+
+    def check_types(self, chunk):
+        for example in chunk:
+            if not isinstance(example, self.example_types):
+                expected = " or ".join(t.__name__ for t in self.example_types)
+                raise TypeError(f"{self.task or self.family}: {self.family} features take "
+                                f"{expected}, got {type(example).__name__}; check the "
+                                "task's `type` against its `format`")
 
     def start(self, writer):
         """Declare the ragged arrays up front, so an empty split still has them."""
@@ -897,9 +913,14 @@ class MLMFeaturizer(Featurizer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.settings["whole_word"]:
-            import jieba  # whole-word masking needs it (a pinned dependency)
-            jieba.setLogLevel(60)
-            self.jieba = jieba
+            self.jieba  # whole-word masking needs it (a pinned dependency): fail early
+
+    @property
+    def jieba(self):
+        # Imported, not stored: a featurizer is pickled to worker processes (prepare.py).
+        import jieba
+        jieba.setLogLevel(60)
+        return jieba
 
     def ragged_fields(self):
         fields = super().ragged_fields()

@@ -83,6 +83,33 @@ def plan_run(experiment_path, output=None, data_root=None, resume=None):
     return plan
 
 
+MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer
+
+
+def mlm_settings(entry):
+    """The featurizer settings an mlm entry gives (whole_word, mask_rate)."""
+    return {key: entry[key] for key in MLM_SETTINGS if key in entry}
+
+
+def mlm_corpus_task(experiment, entry):
+    """The TaskSpec of an mlm entry's `corpus`: a text file or a folder of them (one
+    document per line, the `text_lines` format), relative to the experiment file."""
+    from mtl_framework.registry import TaskSpec
+
+    return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type="mlm", format="text_lines",
+                    files={"train": experiment.resolve_path(entry["corpus"])}, options={},
+                    fields={}, labels=None, label_file=None, multi_label=False,
+                    max_length=experiment.max_length, metric="none", spec_path=experiment.path)
+
+
+def vocab_sources(plan):
+    """What a from-scratch run's vocab is counted from: the tasks' train text and the
+    mlm entry's corpus, if it has one."""
+    mlm = plan.entries.get(MLM_TASK, {})
+    return list(plan.tasks) + ([mlm_corpus_task(plan.experiment, mlm)] if mlm.get("corpus")
+                               else [])
+
+
 def resolved_experiment(experiment, data_root):
     """The experiment as the run directory keeps it: every path absolute."""
     raw = {**experiment.raw, "data_root": os.path.abspath(data_root)}

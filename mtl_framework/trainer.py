@@ -35,14 +35,11 @@ from mtl_framework.features import event_role_groups
 from mtl_framework.heads import build_head
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.presets import backbone_config
-from mtl_framework.preflight import MLM_TASK, check_run_dir, plan_run, resolved_experiment  # noqa: F401
+from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task,  # noqa: F401
+                                    mlm_settings, plan_run, resolved_experiment, vocab_sources)
 from mtl_framework.sampling import TaskSampler, format_rates, rates_from_config
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
-
-MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer
-
 
 class Mixture:
     """Task sampler + one batch stream per task: next() -> (task, batch)."""
@@ -65,40 +62,23 @@ class Mixture:
             self.streams[task].restore(stream_state)
 
 
-def prepare_vocab(plan, scratch, log):
+def prepare_vocab(plan, log):
     """(Tokenizer, path of its vocab.txt): the run directory's own vocab once it holds
     checkpoints, else the vocab the experiment names (or its backbone folder's), else one
-    built from the tasks' train text (and the mlm corpus) into the folder `scratch`
-    (`Run.train` copies it into the run directory)."""
+    built from the tasks' train text and the mlm corpus (in worker processes, kept in the
+    cache root; `Run.train` copies it into the run directory)."""
     own = os.path.join(plan.run_dir, files.VOCAB)
     if plan.checkpoints and os.path.exists(own):
         return Tokenizer(own), own
     if plan.vocab:
         return Tokenizer(plan.vocab), plan.vocab
-    from data_adapters import read_task
+    from mtl_framework.prepare import cached_vocab
 
     experiment = plan.experiment
-    mlm = plan.entries.get(MLM_TASK, {})
-    sources = list(plan.tasks) + ([mlm_corpus_task(experiment, mlm)] if mlm.get("corpus") else [])
-    texts = (t for task in sources for ex in read_task(task, "train", plan.data_root)
-             for t in example_texts(ex))
-    built = os.path.join(scratch, files.VOCAB)
-    write_vocab(build_vocab(count_units(texts), max_size=experiment.backbone.get(
-        "vocab_size", 12000)), built)
-    log("built a character vocab from the tasks' train text")
-    return Tokenizer(built), built
-
-
-def mlm_corpus_task(experiment, entry):
-    """The TaskSpec of an mlm entry's `corpus`: a text file or a folder of them (one
-    document per line), relative to the experiment file like its other paths."""
-    from mtl_framework.registry import TaskSpec
-
-    return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type="mlm", format="text_lines",
-                    files={"train": experiment.resolve_path(entry["corpus"])}, options={},
-                    fields={}, labels=None, label_file=None, multi_label=False,
-                    max_length=experiment.max_length,
-                    metric="none", spec_path=experiment.path)
+    path = str(cached_vocab(vocab_sources(plan), plan.data_root,
+                            experiment.backbone.get("vocab_size", 12000),
+                            experiment.resolve_path(experiment.raw.get("cache_dir")), log=log))
+    return Tokenizer(path), path
 
 
 def build_backbone(experiment, tokenizer):
@@ -236,8 +216,7 @@ class Run:
             log(f"distribution: {self.distribution}, "
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
-        self._scratch = tempfile.TemporaryDirectory(prefix="mtl-vocab-")  # removed with the Run
-        self.tokenizer, self.vocab_path = prepare_vocab(plan, self._scratch.name, log)
+        self.tokenizer, self.vocab_path = prepare_vocab(plan, log)
         self.step = 0
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
             self.build(plan.entries)
@@ -301,6 +280,10 @@ class Run:
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()
         hidden, layers = self.backbone.config["hidden_size"], self.backbone.config["num_layers"]
+        from mtl_framework.prepare import experiment_jobs, prepare  # cold caches: in workers
+
+        prepare(experiment_jobs(exp, self.tasks), self.tokenizer, self.data_root, cache_dir,
+                log=self.log)
         for i, task in enumerate(self.tasks):
             entry = entries.get(task.name) or entries.get(task.dataset) or {}
             length = min(task.max_length, exp.max_length)
@@ -354,7 +337,7 @@ class Run:
         """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
         from every task's train texts in turn. Size for the rates: documents / examples."""
         exp = self.experiment
-        settings = {key: entry[key] for key in MLM_SETTINGS if key in entry}
+        settings = mlm_settings(entry)
         sources = [mlm_corpus_task(exp, entry)] if entry.get("corpus") else self.tasks
         features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
                                     max_length=min(exp.max_length, t.max_length), family="mlm",

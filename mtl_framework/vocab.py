@@ -5,6 +5,7 @@ punctuation mark is a token, and other strings (Latin words, digits) are
 spelled out as a first character plus `##`-pieces, so any word made of known
 characters tokenizes without [UNK].
 """
+import itertools
 from collections import Counter
 
 from tokenizers import pre_tokenizers
@@ -12,15 +13,25 @@ from tokenizers import pre_tokenizers
 from mtl_framework.tokenizer import SPECIAL_TOKENS, bert4keras_normalizer
 
 
-def count_units(texts, lowercase=True):
-    """Counts of vocabulary units (a character, or `##` + character inside a word)."""
+def count_units(texts, lowercase=True, batch=4096):
+    """Counts of vocabulary units (a character, or `##` + character inside a word).
+    Streams: texts are taken `batch` at a time, and a text repeated in a batch
+    (a context shared by several questions) is split once and counted times its repeats."""
     normalizer = bert4keras_normalizer(lowercase)
     pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     counts = Counter()
-    for text in texts:
-        for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
-            counts[word[0]] += 1
-            counts.update("##" + ch for ch in word[1:])
+    iterator = iter(texts)
+    while group := Counter(itertools.islice(iterator, batch)):
+        for text, repeats in group.items():
+            units = []
+            for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text)):
+                units.append(word[0])
+                units.extend("##" + ch for ch in word[1:])
+            if repeats == 1:
+                counts.update(units)
+            else:
+                for unit, n in Counter(units).items():
+                    counts[unit] += n * repeats
     return counts
 
 

@@ -1,11 +1,15 @@
 """Feature cache (content-hash keys, mmap loads, atomic writes) and TaskStream."""
 import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import data_adapters
 from mtl_framework import cache as C
+from mtl_framework import features as F
+from mtl_framework import vocab as V
 from mtl_framework.features import make_featurizer
 from mtl_framework.registry import load_paths
 from mtl_framework.tokenizer import Tokenizer
@@ -109,16 +113,191 @@ def test_content_changes_miss_the_cache(setup):
     assert CountingTokenizer.calls == 0 and len(folders(tmp_path)) == 5
 
 
-def test_featurizer_settings_and_version_are_in_the_key(setup, monkeypatch):
+def test_featurizer_settings_and_code_are_in_the_key(setup, monkeypatch):
     tmp_path, task, tok = setup
     featurizer = make_featurizer("classification", tok, 32, ["neg", "pos"], task="toy")
     digest, inputs = C.cache_key(task, "train", featurizer, tmp_path / "data")
     assert inputs["adapter"].startswith("jsonl:") and inputs["tokenizer"] == tok.fingerprint()
-    monkeypatch.setattr(C.F, "source_version", lambda: "changed")
+    assert inputs["storage"] == C.STORAGE_VERSION
+    monkeypatch.setattr(C, "STORAGE_VERSION", C.STORAGE_VERSION + 1)
     assert C.cache_key(task, "train", featurizer, tmp_path / "data")[0] != digest
     monkeypatch.undo()
     mlm = make_featurizer("mlm", tok, 32, task="toy", whole_word=True)
     assert C.cache_key(task, "train", mlm, tmp_path / "data")[0] != digest
+
+
+def edited(monkeypatch, *objects):
+    """Pretend the source of `objects` was edited (what code_version reads)."""
+    original = C.inspect.getsource
+    monkeypatch.setattr(C.inspect, "getsource",
+                        lambda obj: original(obj) + ("\n# edited" if obj in objects else ""))
+
+
+def family_keys():
+    C._VERSIONS.clear()  # computed once per process; here the "source" changes under it
+    return {family: C.code_version(cls) for family, cls in F.FEATURIZERS.items()}
+
+
+def changed(before, after):
+    return sorted(f for f in before if before[f] != after[f])
+
+
+def test_the_key_follows_the_family_code_not_the_whole_module(monkeypatch):
+    before = family_keys()
+    assert len(set(before.values())) == len(before)  # every family its own key
+    edited(monkeypatch, F.MRCFeaturizer.encode_chunk)
+    assert changed(before, family_keys()) == ["mrc_span"]
+    monkeypatch.undo()
+    edited(monkeypatch, F.TextFeaturizer.label_of)  # the base of three families
+    assert changed(before, family_keys()) == ["classification", "matching", "regression"]
+    monkeypatch.undo()
+    monkeypatch.setattr(F.ChoiceFeaturizer, "family", "multiple_choice")  # same value: same key
+    assert changed(before, family_keys()) == []
+    monkeypatch.setattr(F.MRCFeaturizer, "defaults", {"stride": 64, "max_question_length": 64})
+    assert changed(before, family_keys()) == ["mrc_span"]  # a class setting
+    monkeypatch.undo()
+    edited(monkeypatch, F.TokenLocator.locate)  # a helper: the families that call it
+    assert changed(before, family_keys()) == ["coreference", "extraction_event",
+                                              "extraction_ner", "extraction_relation", "mrc_span"]
+    monkeypatch.undo()
+    edited(monkeypatch, V.example_texts)  # imported inside MLMFeaturizer.encode_chunk
+    assert changed(before, family_keys()) == ["mlm"]
+    monkeypatch.undo()
+    edited(monkeypatch, F._collate_text, F.mrc_answer)  # batch-time code: not in the cache
+    assert changed(before, family_keys()) == []
+    monkeypatch.undo()
+    edited(monkeypatch, F.FeatureWriter.add)  # storage code shared by all
+    assert changed(before, family_keys()) == sorted(before)
+    monkeypatch.undo()
+    monkeypatch.setattr(F, "__doc__", F.__doc__ + "edited")  # the module docstring: nothing
+    monkeypatch.setattr(F, "NO_WINDOW", "another reason text")  # a constant mrc writes in reports
+    assert changed(before, family_keys()) == ["mrc_span"]
+
+
+def test_pickling_a_featurizer_does_not_change_its_key(setup):
+    """pickle adds __slotnames__ to the class: a worker's pickle must not move the key."""
+    import pickle
+
+    tmp_path, task, tok = setup
+    featurizer = make_featurizer("classification", Tokenizer(tok.vocab_path), 32, ["neg", "pos"],
+                                 task="toy")
+    C._VERSIONS.clear()
+    before = C.cache_key(task, "train", featurizer, tmp_path / "data")[0]
+    pickle.dumps(featurizer)
+    C._VERSIONS.clear()
+    assert C.cache_key(task, "train", featurizer, tmp_path / "data")[0] == before
+
+
+# ---------------------------------------------------------------- corrupt folders
+
+
+def damage_truncated_tokens(folder):
+    path = folder / "token_ids.npy"
+    path.write_bytes(path.read_bytes()[:-10])
+
+
+def damage_label_garbage(folder):
+    path = folder / "label.npy"
+    data = bytearray(path.read_bytes())
+    data[-8:] = b"\x05\x05\x05\x05\x05\x05\x05\x05"  # 84215045: same shape, nonsense
+    path.write_bytes(bytes(data))
+
+
+def damage_meta_deleted(folder):
+    (folder / "meta.json").unlink()
+
+
+def damage_array_deleted(folder):
+    (folder / "segment_ids.npy").unlink()
+
+
+def damage_splits_swapped(folder):
+    splits = np.load(folder / "token_ids.splits.npy")
+    np.save(folder / "token_ids.splits.npy", splits[::-1].copy())
+
+
+def damage_meta_garbage(folder):
+    (folder / "meta.json").write_text("{not json", encoding="utf-8")
+
+
+@pytest.mark.parametrize("damage", [damage_truncated_tokens, damage_label_garbage,
+                                    damage_meta_deleted, damage_array_deleted,
+                                    damage_splits_swapped, damage_meta_garbage],
+                         ids=lambda f: f.__name__[len("damage_"):])
+def test_a_damaged_folder_is_rebuilt_with_a_warning_naming_it(setup, capsys, damage):
+    tmp_path, task, tok = setup
+    first = build(tmp_path, task, tok)
+    expected = {name: np.array(first[name]) for name in first.arrays}
+    folder = tmp_path / "cache" / "toy" / folders(tmp_path)[0]
+    del first
+    damage(folder)
+    assert C.check_folder(folder) is not None
+    capsys.readouterr()
+    again = build(tmp_path, task, tok)
+    err = capsys.readouterr().err
+    assert err.startswith(f"mtl: warning: {folder}: ") and err.rstrip().endswith("rebuilding it")
+    assert err.count("\n") == 1
+    assert sorted(again.arrays) == sorted(expected)
+    for name, values in expected.items():
+        assert np.array_equal(again[name], values)
+    assert folders(tmp_path) == [folder.name]  # replaced in place, nothing left aside
+    assert C.check_folder(folder) is None
+    build(tmp_path, task, tok)  # and the next run loads it quietly
+    assert capsys.readouterr().err == ""
+
+
+def test_labels_outside_the_range_name_the_values(setup):
+    tmp_path, task, tok = setup
+    build(tmp_path, task, tok)
+    folder = tmp_path / "cache" / "toy" / folders(tmp_path)[0]
+    damage_label_garbage(folder)
+    assert C.check_folder(folder) == "label values 0..84215045 outside 0..1"
+    damage_meta_deleted(folder)
+    assert C.check_folder(folder) == "no meta.json (an interrupted or damaged cache folder)"
+
+
+# ---------------------------------------------------------------- where, and shared
+
+
+def test_cache_root_env_wins_then_the_experiment_then_a_home_default(tmp_path, monkeypatch):
+    monkeypatch.delenv(C.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    assert C.cache_root() == tmp_path / "xdg" / "mtl_framework" / "features"
+    assert C.cache_root("exp_cache") == Path("exp_cache")
+    monkeypatch.setenv(C.CACHE_ENV, str(tmp_path / "env"))
+    assert C.cache_root("exp_cache") == tmp_path / "env"
+    monkeypatch.delenv(C.CACHE_ENV)
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert C.cache_root() == tmp_path / "home" / ".cache" / "mtl_framework" / "features"
+
+
+def test_concurrent_builders_build_once(setup, monkeypatch):
+    tmp_path, task, tok = setup
+    built = []
+    original = C.build_features
+    monkeypatch.setattr(C, "build_features", lambda *a, **k: built.append(1) or original(*a, **k))
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: build(tmp_path, task, tok), range(4)))
+    assert len(built) == 1  # one built, three waited for its lock and loaded
+    assert len(folders(tmp_path)) == 1
+    assert all(np.array_equal(r["label"], results[0]["label"]) for r in results)
+    assert not [p for p in (tmp_path / "cache" / "toy").iterdir() if ".tmp-" in p.name]
+
+
+def test_num_examples_counts_questions_and_documents_not_rows(setup):
+    tmp_path, task, tok = setup
+    assert build(tmp_path, task, tok).num_examples == 40
+    texts = ["我爱北京天安门" * 20, "今天", "  "]  # the first is several rows, the last no text
+    mlm = make_featurizer("mlm", tok, 16, task="toy").featurize(texts)
+    assert len(mlm) > 3 and mlm.num_examples == 2
+    from data_adapters.examples import Span, SpanQAExample
+
+    context = "我爱北京天安门" * 10
+    questions = [SpanQAExample("我爱", context, [Span(2, 4, "北京")]) for _ in range(3)]
+    mrc = make_featurizer("mrc_span", tok, 16, task="toy").featurize(questions)
+    assert len(mrc) > 3 and mrc.num_examples == 3
 
 
 def test_failed_build_leaves_nothing(setup, monkeypatch):

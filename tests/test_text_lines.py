@@ -112,3 +112,20 @@ def test_run_mlm_reads_its_own_corpus(tmp_path, whole_word):
             for word in np.unique(word_of):
                 split_words += len(set(labelled[word_of == word].tolist())) > 1
         assert split_words == 0 and (np.diff(word_of) == 0).any()  # multi-char words exist
+
+
+def test_editing_a_corpus_file_changes_its_cache_key(tmp_path):
+    """A folder corpus is keyed by every file in it, not by the folder's own mtime."""
+    from mtl_framework.cache import data_files
+    from mtl_framework.preflight import mlm_corpus_task
+
+    (tmp_path / "corpus" / "sub").mkdir(parents=True)
+    (tmp_path / "corpus" / "a.txt").write_text(DOCS[0] + "\n", encoding="utf-8")
+    (tmp_path / "corpus" / "sub" / "b.txt").write_text(DOCS[1] + "\n", encoding="utf-8")
+    experiment = type("Experiment", (), {"path": str(tmp_path / "x.yaml"), "max_length": 32,
+                                         "resolve_path": lambda self, p: str(tmp_path / p)})()
+    task = mlm_corpus_task(experiment, {"corpus": "corpus"})
+    before = data_files(task, "train", tmp_path)
+    assert [entry[0].rsplit("/", 1)[-1] for entry in before] == ["a.txt", "b.txt"]
+    (tmp_path / "corpus" / "sub" / "b.txt").write_text(DOCS[1] + DOCS[2] + "\n", encoding="utf-8")
+    assert data_files(task, "train", tmp_path) != before

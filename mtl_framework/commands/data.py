@@ -1,4 +1,5 @@
 """`mtl data stats`: read tasks' data and report examples, skipped rows and lost spans.
+`mtl data prepare`: build an experiment's vocab and feature caches in worker processes.
 
     mtl data stats cmrc2018 cluener --data-root ../shared/data
     mtl data stats --split dev --json
@@ -8,7 +9,9 @@ With --vocab, every split is also turned into features (through the feature
 cache) and each row says how many examples truncation cut and how many
 answer/entity spans it cost, at the spec's max_length or --max-length.
 
-Exit status 0 when every split was read (skips are reported, not failures),
+    mtl data prepare experiments/demo.yaml --workers 2
+
+Exit status (stats) 0 when every split was read (skips are reported, not failures),
 1 when a split could not be read at all (missing file, bad option), 2 for an
 unknown task name or invalid specs.
 """
@@ -21,7 +24,7 @@ from mtl_framework import registry as reg
 
 def register(subparsers):
     parser = subparsers.add_parser("data", help="inspect what the adapters read from task data")
-    commands = parser.add_subparsers(dest="data_command", metavar="{stats}")
+    commands = parser.add_subparsers(dest="data_command", metavar="{stats,prepare}")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
     stats = commands.add_parser("stats", help="per task and split: examples, skipped rows, lost spans")
@@ -40,10 +43,41 @@ def register(subparsers):
     stats.add_argument("--max-length", type=int, metavar="N", default=None,
                        help="with --vocab: this max_length instead of each spec's")
     stats.add_argument("--cache-dir", metavar="DIR", default=None,
-                       help="with --vocab: feature cache folder (default: $MTL_CACHE_DIR, "
-                            "else ./.cache/features)")
+                       help="with --vocab: feature cache folder ($MTL_CACHE_DIR wins; "
+                            "default ~/.cache/mtl_framework/features)")
     stats.add_argument("--json", action="store_true", help="a JSON list of rows instead of a table")
     stats.set_defaults(func=run_stats)
+
+    prepare = commands.add_parser(
+        "prepare", help="build an experiment's vocab and feature caches in worker processes")
+    prepare.add_argument("experiment", help="experiment YAML (see experiments/demo.yaml)")
+    prepare.add_argument("--workers", type=int, default=None, metavar="N",
+                         help="worker processes (default: this machine's cores; 1 = this process)")
+    prepare.add_argument("--data-root", metavar="DIR", default=None,
+                         help="folder the specs' file paths are relative to (default: the "
+                              "experiment's data_root, else $MTL_DATA_ROOT, else ./data)")
+    prepare.set_defaults(func=run_prepare)
+
+
+def run_prepare(args):
+    from mtl_framework.errors import UserError
+    from mtl_framework.experiment import ExperimentError
+    from mtl_framework.prepare import prepare_experiment
+
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be >= 1, got {args.workers}")
+    try:
+        vocab, features = prepare_experiment(args.experiment, args.workers, args.data_root,
+                                             log=lambda m: print(m, file=sys.stderr))
+    except (ExperimentError, reg.SpecValidationError, reg.UnknownTaskError) as error:
+        raise UserError(str(error)) from None
+    except (FileNotFoundError, KeyError) as error:  # a data file or split the specs name
+        raise UserError(str(error).strip("'\"")) from None
+    print(f"vocab: {vocab}")
+    for name, entry in features.items():
+        print(f"{name}: {entry.num_examples} examples, {len(entry)} rows "
+              f"(max_length {entry.meta['max_length']})")
+    return 0
 
 
 def run_stats(args):

@@ -1,0 +1,410 @@
+"""Data preparation at scale: an experiment's vocab and feature caches, built in
+worker processes with a progress bar per stage.
+
+    mtl data prepare experiments/demo.yaml --workers 2
+
+    jobs = experiment_jobs(experiment, tasks, with_dev=True, with_mlm=True)
+    prepare(jobs, tokenizer, data_root, cache_dir, workers=2)
+
+Stages, each a tqdm bar (examples/s, ETA):
+1. count: read (not featurize) the splits still to build, one job per worker,
+   so the next bars know their totals;
+2. vocab (from-scratch experiments only): character units counted over the
+   tasks' train text in chunks, in the workers; the counts are summed in
+   order, so the vocab is the one a single process builds; kept in the cache
+   root under a hash of what decides it (`cached_vocab`);
+3. features: every cold (task, split, family) cache. The parent reads the
+   examples and hands chunks of CHUNK examples to the workers, which
+   tokenize and encode them (`encode_chunk`); the parent appends each result in
+   chunk order to the cache's files (`ChunkMerger`), shifting the row numbers
+   that point into earlier chunks. The arrays are the ones
+   `Featurizer.featurize` writes in one process (tests/test_prepare.py checks
+   every family), and a big task keeps every worker busy. At most `2 x
+   workers` chunks are in flight, so memory is bounded by a few chunks
+   whatever the data size.
+
+Workers are started with `spawn` (never forked from a process that has
+TensorFlow's threads running) and tokenize on one thread each (RAYON_NUM_THREADS=1),
+so N workers use N cores. `workers <= 1` featurizes in this process, exactly
+as `cached_features` always did.
+"""
+import collections
+import hashlib
+import json
+import os
+import pickle
+import sys
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from multiprocessing import get_context
+
+from mtl_framework import cache as C
+from mtl_framework import features as F
+from mtl_framework import vocab as V
+
+CHUNK = 512  # examples per chunk: Featurizer.featurize's chunk, so the arrays are the same
+SMALL = 2 * CHUNK  # a job this small is built whole in one worker (beside the others)
+# Arrays holding row numbers of another ragged array (shifted by the rows of
+# earlier chunks when chunks are joined); every `X.splits` is shifted by the values of X.
+ROW_INDEXES = {"example_index": "example_id", "context_index": "context",
+               "choices.splits": "token_ids"}
+
+
+def default_workers():
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+@dataclass
+class Job:
+    """One feature cache to have: a task's split at a max_length, for its own family or mlm."""
+    task: object
+    split: str
+    max_length: int
+    family: str = None
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def name(self):
+        return f"{self.task.name} {self.split}" + (" (mlm)" if self.family == "mlm" else "")
+
+
+def experiment_jobs(experiment, tasks, with_dev=None, with_mlm=None):
+    """The caches a run of `experiment` reads: each task's train split; dev when the
+    run evaluates (eval_every > 0); each task's train text for mlm when it has mlm.
+    max_length as the trainer takes it: the smaller of the task's and the experiment's."""
+    names = {t["name"] for t in experiment.tasks}
+    with_mlm = "mlm" in names if with_mlm is None else with_mlm
+    with_dev = bool(experiment.eval_every) if with_dev is None else with_dev
+    jobs = []
+    for task in tasks:
+        length = min(task.max_length, experiment.max_length)
+        jobs.append(Job(task, "train", length))
+        if with_dev and "dev" in (task.files or {}):
+            jobs.append(Job(task, "dev", length))
+    if with_mlm:
+        from mtl_framework.preflight import MLM_TASK, mlm_corpus_task, mlm_settings
+
+        entry = next((t for t in experiment.tasks if t["name"] == MLM_TASK), {})
+        sources = [mlm_corpus_task(experiment, entry)] if entry.get("corpus") else tasks
+        jobs += [Job(t, "train", min(experiment.max_length, t.max_length), "mlm",
+                     mlm_settings(entry)) for t in sources]
+    return jobs
+
+
+# ---------------------------------------------------------------- workers
+
+
+class Workers:
+    """A spawn-started process pool with ordered, bounded maps (`workers <= 1`: in this process)."""
+
+    def __init__(self, workers):
+        self.count = max(1, int(workers))
+        self.pool = None
+        if self.count > 1:
+            self.pool = ProcessPoolExecutor(self.count, mp_context=get_context("spawn"),
+                                            initializer=_worker_start)
+
+    def map(self, fn, items, window=None):
+        """fn(item) for each item, in order; at most `window` (2 x workers) pending."""
+        if self.pool is None:
+            yield from map(fn, items)
+            return
+        pending, window = collections.deque(), window or 2 * self.count
+        for item in items:
+            pending.append(self.pool.submit(fn, item))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _worker_start():
+    # One tokenizer thread per worker: N workers, N cores (not N x the rayon pool).
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+_FEATURIZER = {}  # one unpickled featurizer per worker, by the digest of its pickle
+
+
+def _featurizer(blob):
+    key = hashlib.sha256(blob).digest()
+    if key not in _FEATURIZER:
+        _FEATURIZER.clear()
+        _FEATURIZER[key] = pickle.loads(blob)
+    return _FEATURIZER[key]
+
+
+def encode_chunk(blob, chunk):
+    """(arrays, FeatureReport) of one chunk, encoded as `featurize` encodes it,
+    with row numbers counted from this chunk's start."""
+    featurizer = _featurizer(blob)
+    writer, report = F.FeatureWriter(), F.FeatureReport()
+    featurizer.start(writer)
+    featurizer.check_types(chunk)
+    report.examples += len(chunk)
+    featurizer.encode_chunk(chunk, writer, report)
+    return writer.finish(), report
+
+
+def count_chunk(texts):
+    return V.count_units(texts)
+
+
+def count_examples(job_and_root):
+    job, data_root = job_and_root
+    from data_adapters import read_task
+
+    return sum(1 for _ in read_task(job.task, job.split, data_root))
+
+
+# ---------------------------------------------------------------- joining chunks
+
+
+class ChunkMerger:
+    """Appends encoded chunks, in order, to one features folder."""
+
+    def __init__(self, featurizer, directory=None):
+        self.featurizer = featurizer
+        self.writer, self.report = F.FeatureWriter(directory), F.FeatureReport()
+        featurizer.start(self.writer)  # the arrays an empty split has, as featurize declares them
+        self.length = collections.Counter(
+            {name: entry[3] for name, entry in self.writer.files.items()} if directory is not None
+            else {name: sum(len(p) for p in parts) for name, parts in self.writer.parts.items()})
+        self.directory = directory
+
+    def add(self, arrays, report):
+        offsets = {}
+        for name in arrays:
+            if name in ROW_INDEXES:
+                offsets[name] = self.length[ROW_INDEXES[name] + ".splits"] - 1
+            elif name.endswith(".splits"):
+                offsets[name] = self.length[name[:-len(".splits")]]
+        for name, array in arrays.items():
+            if name.endswith(".splits"):
+                array = array[1:]  # the chunk's leading 0 is the previous chunk's end
+            if offsets.get(name):
+                array = array + array.dtype.type(offsets[name])
+            self.writer.add(name, array)
+            self.length[name] += len(array)
+        merge_reports(self.report, report)
+
+    def finish(self):
+        return self.featurizer.finish(self.writer, self.report, self.directory)
+
+
+def merge_reports(total, part):
+    for key in ("examples", "spans", "spans_widened", "unlabelled"):
+        setattr(total, key, getattr(total, key) + getattr(part, key))
+    for key in ("truncated", "spans_lost", "dropped"):
+        getattr(total, key).update(getattr(part, key))
+
+
+def featurize_in_workers(workers, featurizer, examples, directory=None, progress=None, chunk=CHUNK):
+    """What featurizer.featurize(examples, directory, chunk) returns, chunks encoded by `workers`."""
+    merger = ChunkMerger(featurizer, directory)
+    encode = partial(encode_chunk, pickle.dumps(featurizer))
+    for arrays, report in workers.map(encode, F._chunks(examples, chunk)):
+        merger.add(arrays, report)
+        if progress is not None:
+            progress.update(report.examples)
+    return merger.finish()
+
+
+def builder(workers, progress=None):
+    """A `build=` for cache.cached_features that featurizes in `workers`."""
+    from data_adapters import ReadReport, read_task
+
+    def build(task, split, featurizer, data_root, temporary):
+        read_report = ReadReport()
+        examples = read_task(task, split, data_root, read_report)
+        if workers.pool is None:
+            features = featurizer.featurize(_counting(examples, progress), temporary)
+        else:
+            features = featurize_in_workers(workers, featurizer, examples, temporary, progress)
+        return features, read_report
+
+    return build
+
+
+def _counting(examples, progress):
+    for example in examples:
+        if progress is not None:
+            progress.update(1)
+        yield example
+
+
+# ---------------------------------------------------------------- vocab
+
+
+def vocab_key(tasks, data_root, max_size):
+    """What decides a vocab built from the tasks' train text."""
+    inputs = {"tasks": [{"task": t.name, "spec": {k: getattr(t, k, None) for k in C.SPEC_KEYS},
+                         "data": C.data_files(t, "train", data_root),
+                         "adapter": C.adapter_version(t.format)} for t in tasks],
+              "max_size": max_size,
+              "code": C.code_version(V.count_units, V.build_vocab, V.example_texts)}
+    text = json.dumps(inputs, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None, log=None,
+                 total=None):
+    """Path of the character vocab built from the tasks' train text (in the cache
+    root; built once, in `workers` processes, with a progress bar)."""
+    final = C.cache_root(cache_dir) / ".vocab" / vocab_key(tasks, data_root, max_size)[:16]
+    path = final / "vocab.txt"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with C.folder_lock(final):
+        if path.is_file():
+            return path
+        own = workers is None
+        workers = Workers(default_workers()) if own else workers
+        try:
+            if total is None:
+                total = sum(count_jobs([Job(t, "train", 0) for t in tasks], data_root,
+                                       workers).values())
+            counts = count_vocab(tasks, data_root, workers, total)
+        finally:
+            if own:
+                workers.close()
+        temporary = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        temporary.mkdir()
+        V.write_vocab(V.build_vocab(counts, max_size=max_size), temporary / "vocab.txt")
+        os.replace(temporary, final)
+    if log:
+        log(f"built a character vocab from the tasks' train text: {path}")
+    return path
+
+
+def count_vocab(tasks, data_root, workers, total=None):
+    from data_adapters import read_task
+
+    counts = collections.Counter()
+    with progress_bar("vocab", total) as bar:
+        for task in tasks:
+            examples = read_task(task, "train", data_root)
+            for part, n in workers.map(_count_with_size, _text_chunks(examples)):
+                counts.update(part)
+                bar.update(n)
+    return counts
+
+
+def _text_chunks(examples):
+    for chunk in F._chunks(examples, CHUNK):
+        yield len(chunk), [text for example in chunk for text in V.example_texts(example)]
+
+
+def _count_with_size(item):
+    n, texts = item
+    return V.count_units(texts), n
+
+
+# ---------------------------------------------------------------- the whole preparation
+
+
+def progress_bar(stage, total=None):
+    from tqdm import tqdm
+
+    interactive = sys.stderr.isatty()
+    return tqdm(total=total, desc=stage, unit="ex", unit_scale=True, dynamic_ncols=True,
+                mininterval=0.5 if interactive else 15, file=sys.stderr)
+
+
+def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print, workers_pool=None):
+    """Build every job's cache that is not there yet (cold ones only); returns those jobs.
+    Jobs of at most SMALL examples are built whole, one per worker, while the
+    bigger ones are cut into chunks for all the workers."""
+    pending = [job for job in jobs if not C.is_cached(job.task, job.split, tokenizer, data_root,
+                                                       cache_dir, job.max_length, job.family,
+                                                       **job.settings)]
+    if not pending:
+        return []
+    pool = workers_pool or Workers(workers or default_workers())
+    try:
+        sizes = count_jobs(pending, data_root, pool)
+        size = {job.name: sizes[(job.task.name, job.split, job.family)] for job in pending}
+        log(f"preparing {len(pending)} of {len(jobs)} feature caches "
+            f"({sum(size.values())} examples read) with {pool.count} worker(s)")
+        with progress_bar("features", sum(size.values())) as bar:
+            whole = [job for job in pending if pool.pool is not None and size[job.name] <= SMALL]
+            futures = []
+            for job in whole:
+                futures.append(pool.pool.submit(build_whole, (job, tokenizer, data_root, cache_dir)))
+                futures[-1].add_done_callback(lambda _, n=size[job.name]: bar.update(n))
+            build = builder(pool, bar)
+            for job in pending:
+                if job not in whole:
+                    bar.set_postfix_str(job.name, refresh=False)
+                    C.cached_features(job.task, job.split, tokenizer, data_root, cache_dir,
+                                      job.max_length, job.family, build=build, **job.settings)
+            for future in futures:
+                future.result()
+    finally:
+        if pool is not workers_pool:
+            pool.close()
+    return pending
+
+
+def build_whole(item):
+    """(In a worker) one small job's cache, featurized in that worker."""
+    job, tokenizer, data_root, cache_dir = item
+    C.cached_features(job.task, job.split, tokenizer, data_root, cache_dir, job.max_length,
+                      job.family, **job.settings)
+
+
+_COUNTS = {}  # (task, split, its data files' stat) -> examples read, for this process
+
+
+def count_jobs(jobs, data_root, workers):
+    """{(task, split, family): examples read}: one read per task split, in the workers
+    (a split already counted by this process with the same files is not read again)."""
+    keys = {(job.task.name, job.split): (job.task.name, job.split, json.dumps(
+        C.data_files(job.task, job.split, data_root))) for job in jobs}
+    by_name = {job.task.name: job.task for job in jobs}
+    todo = [pair for pair, key in keys.items() if key not in _COUNTS]
+    if todo:
+        items = [(Job(by_name[name], split, 0), data_root) for name, split in todo]
+        with progress_bar("count", None) as bar:
+            for pair, n in zip(todo, workers.map(count_examples, items)):
+                _COUNTS[keys[pair]] = n
+                bar.update(n)
+    return {(job.task.name, job.split, job.family): _COUNTS[keys[(job.task.name, job.split)]]
+            for job in jobs}
+
+
+def prepare_experiment(experiment_path, workers=None, data_root=None, log=print):
+    """`mtl data prepare`: the vocab (when the experiment builds one) and every cache
+    a run of the experiment reads. Returns (vocab path, {job name: Features})."""
+    from mtl_framework.preflight import plan_run, vocab_sources
+    from mtl_framework.tokenizer import Tokenizer
+
+    plan = plan_run(experiment_path, data_root=data_root)  # every check `mtl train` makes first
+    experiment, data_root = plan.experiment, plan.data_root
+    cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
+    jobs = experiment_jobs(experiment, plan.tasks)
+    with Workers(workers or default_workers()) as pool:
+        vocab = plan.vocab or cached_vocab(vocab_sources(plan), data_root,
+                                           experiment.backbone.get("vocab_size", 12000),
+                                           cache_dir, pool, log)
+        tokenizer = Tokenizer(str(vocab))
+        prepare(jobs, tokenizer, data_root, cache_dir, log=log, workers_pool=pool)
+    return vocab, {job.name: C.cached_features(job.task, job.split, tokenizer, data_root,
+                                               cache_dir, job.max_length, job.family, **job.settings)
+                   for job in jobs}

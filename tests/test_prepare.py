@@ -1,0 +1,177 @@
+"""Preparation in worker processes (mtl_framework.prepare) gives the arrays one
+process gives, for every family; `mtl data prepare` builds what a run reads."""
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from data_adapters import read_task
+from data_adapters.examples import Entity, Event, EventExample
+from mtl_framework import cache as C
+from mtl_framework import prepare as P
+from mtl_framework.experiment import load_experiment
+from mtl_framework.features import featurizer_for_task, make_featurizer
+from mtl_framework.registry import load_registry
+from mtl_framework.tokenizer import Tokenizer
+from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "experiments" / "demo.yaml"
+CHUNK = 64  # small chunks: several per task, with a partial last one
+
+
+@pytest.fixture(scope="module")
+def workers():
+    with P.Workers(2) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+def same_features(a, b):
+    assert sorted(a.arrays) == sorted(b.arrays)
+    for name in a.arrays:
+        x, y = np.asarray(a[name]), np.asarray(b[name])
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        assert x.tobytes() == y.tobytes(), name  # byte-identical (NaN labels included)
+    assert a.meta == b.meta
+
+
+def parallel_and_single(workers, featurizer, examples, tmp_path):
+    (tmp_path / "single").mkdir()
+    (tmp_path / "parallel").mkdir()
+    single = featurizer.featurize(examples, tmp_path / "single", chunk_size=CHUNK)
+    parallel = P.featurize_in_workers(workers, featurizer, iter(examples), tmp_path / "parallel",
+                                      chunk=CHUNK)
+    return single, parallel
+
+
+# One task per family with real data in ../shared/data (extraction_event has none: below).
+REAL = [("tnews", None, 300), ("afqmc", None, 300), ("stsb_zh", None, 300),
+        ("cmrc2018", None, 150), ("c3_m", None, 150), ("chid", None, 150),
+        ("cluener", None, 300), ("duie_spo", None, 200), ("cluewsc", None, 300),
+        ("tnews", "mlm", 300), ("cmrc2018", "mlm", 100)]
+
+
+@pytest.mark.parametrize("name,family,limit", REAL, ids=[f"{n}-{f or 'own'}" for n, f, _ in REAL])
+def test_workers_give_the_single_process_arrays(shared_data, registry, workers, tmp_path,
+                                                name, family, limit):
+    task = registry.tasks[name]
+    examples = list(itertools.islice(read_task(task, "train", shared_data), limit))
+    texts = [t for e in examples for t in example_texts(e)]
+    write_vocab(build_vocab(count_units(texts), max_size=3000), tmp_path / "vocab.txt")
+    tokenizer = Tokenizer(str(tmp_path / "vocab.txt"))
+    settings = {"whole_word": True} if family == "mlm" and name == "cmrc2018" else {}
+    featurizer = featurizer_for_task(task, tokenizer, shared_data, 64, family, **settings)
+    single, parallel = parallel_and_single(workers, featurizer, examples, tmp_path)
+    assert len(single) > CHUNK  # several chunks were joined
+    same_features(single, parallel)
+    rows = np.arange(len(single))[:8]
+    rng = lambda: np.random.default_rng(0)  # noqa: E731
+    a, b = single.batch(rows, rng()), parallel.batch(rows, rng())
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_workers_give_the_single_process_event_arrays(workers, tmp_path):
+    text = "毛主席在北京看书他在上海写字"
+    roles = ["读:trigger", "读:人", "读:地", "写:trigger", "写:地"]
+    events = [Event("读", Entity(6, 8, "trigger"), [Entity(0, 3, "人"), Entity(4, 6, "地")]),
+              Event("写", Entity(12, 14, "trigger"), [Entity(10, 12, "地"), Entity(8, 9, "人")])]
+    examples = [EventExample(text[:8 + i % 7], [e for e in events if e.trigger.end <= 8 + i % 7])
+                for i in range(150)]
+    write_vocab(build_vocab(count_units([text])), tmp_path / "vocab.txt")
+    featurizer = make_featurizer("extraction_event", Tokenizer(str(tmp_path / "vocab.txt")), 12, roles)
+    single, parallel = parallel_and_single(workers, featurizer, examples, tmp_path)
+    same_features(single, parallel)
+
+
+def test_a_featurizer_error_in_a_worker_reaches_the_caller(workers, tmp_path):
+    write_vocab(build_vocab(count_units(["我爱北京"])), tmp_path / "vocab.txt")
+    featurizer = make_featurizer("classification", Tokenizer(str(tmp_path / "vocab.txt")), 16,
+                                 ["a"], task="toy")
+    with pytest.raises(TypeError, match="toy: classification features take TextExample"):
+        P.featurize_in_workers(workers, featurizer, ["not an example"] * 3, chunk=2)
+
+
+def test_jobs_follow_the_experiment(registry):
+    experiment = load_experiment(str(DEMO))
+    tasks = registry.select([t["name"] for t in experiment.tasks if t["name"] != "mlm"])
+    jobs = P.experiment_jobs(experiment, tasks)
+    names = [job.name for job in jobs]
+    assert len(names) == 3 * len(tasks)  # train, dev (eval_every > 0), mlm per task
+    assert "cmrc2018 dev" in names and "tnews train (mlm)" in names
+    assert {job.max_length for job in jobs if job.task.name == "cmrc2018"} == {128}  # min(512, 128)
+    raw = {**experiment.raw, "eval_every": 0, "tasks": ["tnews"]}
+    quiet = type(experiment)(path=experiment.path, raw=raw, tasks=[{"name": "tnews"}])
+    assert [job.name for job in P.experiment_jobs(quiet, tasks[:1])] == ["tnews train"]
+
+
+def run_cli(*args, env):
+    return subprocess.run([sys.executable, "-m", "mtl_framework.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def small_experiment(tmp_path):
+    """Three of the demo's tasks (text, windows, choices) + mlm, evaluated: train, dev, mlm jobs."""
+    path = tmp_path / "small.yaml"
+    path.write_text(f"""data_root: {REPO / "experiments" / "demo" / "data"}
+backbone: {{num_layers: 1, hidden_size: 32, num_heads: 1, vocab_size: 3000}}
+tasks: [tnews, cmrc2018, c3_d, mlm]
+eval_every: 10
+max_length: 128
+""", encoding="utf-8")
+    return path
+
+
+def test_cli_prepare_builds_the_vocab_and_every_cache_a_run_reads(tmp_path, registry, monkeypatch):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MTL_CACHE_DIR": str(tmp_path / "cache")}
+    path = small_experiment(tmp_path)
+    done = run_cli("data", "prepare", str(path), "--workers", "2", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "features: 100%" in done.stderr and "ex/s" in done.stderr  # tqdm bars
+    assert "cmrc2018 train: 224 examples, 1964 rows" in done.stdout  # questions, not windows
+    vocab = Path(done.stdout.splitlines()[0].split(": ", 1)[1])
+    # The vocab is the one a single process counts from the tasks' train text.
+    experiment = load_experiment(str(path))
+    data_root = experiment.resolve_path(experiment.raw["data_root"])
+    tasks = registry.select([t["name"] for t in experiment.tasks if t["name"] != "mlm"])
+    texts = (t for task in tasks for e in read_task(task, "train", data_root) for t in example_texts(e))
+    assert vocab.read_text(encoding="utf-8").split("\n")[:-1] == build_vocab(count_units(texts), 3000)
+    # Every cache is there and equals the single-process build in another cache root.
+    tokenizer = Tokenizer(str(vocab))
+    jobs = P.experiment_jobs(experiment, tasks)
+    monkeypatch.setenv("MTL_CACHE_DIR", str(tmp_path / "cache"))
+    parallel = {}
+    for job in jobs:
+        assert C.is_cached(job.task, job.split, tokenizer, data_root, None, job.max_length,
+                           job.family), job.name
+        parallel[job.name] = C.cached_features(job.task, job.split, tokenizer, data_root, None,
+                                               job.max_length, job.family)
+    monkeypatch.setenv("MTL_CACHE_DIR", str(tmp_path / "single"))
+    for job in jobs:
+        single = C.cached_features(job.task, job.split, tokenizer, data_root, None,
+                                   job.max_length, job.family)
+        assert single.meta == parallel[job.name].meta
+        same_features(single, parallel[job.name])
+    again = run_cli("data", "prepare", str(path), "--workers", "2", env=env)  # warm: nothing built
+    assert again.returncode == 0 and "preparing" not in again.stderr
+
+
+def test_cli_prepare_refuses_bad_input_in_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MTL_CACHE_DIR": str(tmp_path / "cache")}
+    done = run_cli("data", "prepare", str(DEMO), "--workers", "0", env=env)
+    assert done.returncode == 2 and done.stderr.strip() == "error: --workers must be >= 1, got 0"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tasks: [tnews]\ndata_root: nowhere\n", encoding="utf-8")
+    done = run_cli("data", "prepare", str(bad), env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "train file of task 'tnews' not found" in done.stderr
+    assert not (tmp_path / "cache" / "tnews").exists() or \
+        not any(p.name.startswith("train-") for p in (tmp_path / "cache" / "tnews").iterdir())

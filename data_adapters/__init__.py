@@ -50,12 +50,18 @@ def read_files(format_name, paths, options=None, fields=None, task_type=None, la
     return _counted(examples, report, paths)
 
 
+# Task types whose examples carry a label to learn (mlm and the span families do not).
+LABELLED_TYPES = ("classification", "matching", "regression", "multiple_choice", "cloze",
+                  "coreference")
+
+
 def read_task(task, split, data_root, report=None):
     """Typed examples of one split of a task (a registry TaskSpec or anything with
     .name .format .files .options .fields .type .labels).
 
-    Labels are required in every split but a test split (UNLABELLED_SPLITS): an
-    unlabelled train or dev record is skipped and counted with its place.
+    Labels are required in every split but a test split (UNLABELLED_SPLITS) of a
+    labelled task type: an unlabelled train or dev record is skipped and counted with
+    its place.
 
     Missing files raise FileNotFoundError here, before any example is read."""
     where = _spec_place(task)
@@ -74,7 +80,8 @@ def read_task(task, split, data_root, report=None):
     labels = resolve(data_root) if callable(resolve) else getattr(task, "labels", None)
     return read_files(task.format, paths, task.options, task.fields, task.type, labels,
                       report, where=f"{where}: task {task.name!r}",
-                      labels_required=split not in UNLABELLED_SPLITS)
+                      labels_required=split not in UNLABELLED_SPLITS
+                      and task.type in LABELLED_TYPES)
 
 
 def _counted(examples, report, paths):

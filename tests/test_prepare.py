@@ -106,8 +106,10 @@ def test_jobs_follow_the_experiment(registry):
     jobs = P.experiment_jobs(experiment, tasks)
     names = [job.name for job in jobs]
     assert len(names) == 3 * len(tasks)  # train, dev (eval_every > 0), mlm per task
-    assert "cmrc2018 dev" in names and "tnews train (mlm)" in names
-    assert {job.max_length for job in jobs if job.task.name == "cmrc2018"} == {128}  # min(512, 128)
+    assert "cluener dev" in names and "tnews train (mlm)" in names
+    cluener = registry.select(["cluener"])[0]
+    assert experiment.max_length < cluener.max_length  # the experiment's cap wins
+    assert {job.max_length for job in jobs if job.task.name == "cluener"} == {experiment.max_length}
     raw = {**experiment.raw, "eval_every": 0, "tasks": ["tnews"]}
     quiet = type(experiment)(path=experiment.path, raw=raw, tasks=[{"name": "tnews"}])
     assert [job.name for job in P.experiment_jobs(quiet, tasks[:1])] == ["tnews train"]
@@ -169,9 +171,11 @@ def test_cli_prepare_refuses_bad_input_in_one_line(tmp_path):
     done = run_cli("data", "prepare", str(DEMO), "--workers", "0", env=env)
     assert done.returncode == 2 and done.stderr.strip() == "error: --workers must be >= 1, got 0"
     bad = tmp_path / "bad.yaml"
-    bad.write_text("tasks: [tnews]\ndata_root: nowhere\n", encoding="utf-8")
+    bad.write_text("tasks: [tnews]\ndata_root: nowhere\n"
+                   "backbone: {num_layers: 1, hidden_size: 32, num_heads: 2}\n", encoding="utf-8")
     done = run_cli("data", "prepare", str(bad), env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "train file of task 'tnews' not found" in done.stderr
+    assert done.stderr.count("\n") == 1 and f"{bad}:2: data_root " in done.stderr \
+        and "nowhere: no such folder" in done.stderr  # preflight's check, before any work
     assert not (tmp_path / "cache" / "tnews").exists() or \
         not any(p.name.startswith("train-") for p in (tmp_path / "cache" / "tnews").iterdir())

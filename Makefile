@@ -22,7 +22,7 @@ $(STAMP): requirements.txt setup.py
 	touch $(STAMP)
 
 # bert4keras 0.11.5 and keras-hub 0.32 for the parity tests and benchmarks.
-# --no-deps on purpose (../shared/PITFALLS.md); their tests skip if this fails.
+# --no-deps on purpose (pip would backtrack bert4keras to 0.8.1); their tests skip if this fails.
 interop: $(INTEROP_STAMP)
 
 $(INTEROP_STAMP): $(STAMP) requirements-interop.txt

@@ -1,4 +1,4 @@
-"""Experiment YAML: what to train, on which tasks, how (DESIGN.md "Public contract").
+"""Experiment YAML: what to train, on which tasks, how (the keys: README "Commands", docs/architecture.md).
 
 Read with the one YAML loader (yaml_io: a key given twice is an error). Every
 unknown key, wrong type and impossible value (`lr: fast`, `keep_checkpoints:

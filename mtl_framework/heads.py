@@ -1,4 +1,4 @@
-"""Task heads, one layer per family (DESIGN.md "Task families and heads").
+"""Task heads, one layer per family (bert4keras practice per family; docs/architecture.md).
 
 Every head sits on the backbone's sequence output `hidden` [B, L, H] and reads
 the batch keys of docs/batches.md:

@@ -1,4 +1,4 @@
-"""Loss-weight invariance through `mtl train` (DESIGN.md, "The mixed training step").
+"""Loss-weight invariance through `mtl train` (gradient_norm balancing: README "Training: the mixture").
 
 Under `balancing: gradient_norm` each micro-batch's gradient is divided by its
 backbone norm, so multiplying one task's loss by 1000 leaves the summed update,

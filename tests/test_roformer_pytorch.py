@@ -317,7 +317,8 @@ def test_run_starts_from_every_folder(kind, key, exported, trained, batch, run_d
                                   cache_dir=str(run_dir.parent / "cache"),
                                   backbone={key: str(directory), "dropout": 0.1})
     run = Run(str(experiment), output=str(tmp_path / "run"), log=lambda *_: None)
-    assert (tmp_path / "run" / "vocab.txt").read_bytes() == (run_dir / "vocab.txt").read_bytes()
+    # the folder's own vocab (the run directory gets a copy when training starts)
+    assert Path(run.vocab_path).read_bytes() == (run_dir / "vocab.txt").read_bytes()
     assert run.backbone.config["dropout"] == 0.1
     # keras keeps a = 0.3 as trained; bert4keras and roformer hold it folded (a = 1)
     assert float(run.backbone.residual_alpha) == pytest.approx(0.3 if kind == "keras" else 1.0)
@@ -333,7 +334,7 @@ def test_run_refuses_dims_that_differ_from_the_folder(exported, run_dir, tmp_pat
     experiment = write_experiment(
         tmp_path / "dims.yaml", tasks=["tnews"], cache_dir=str(run_dir.parent / "cache"),
         backbone={"checkpoint": str(exported["roformer-pytorch"]), "num_layers": 3})
-    with pytest.raises(ValueError, match=r"dims.yaml: backbone.num_layers is 3 but "
+    with pytest.raises(ValueError, match=r"dims.yaml:\d+: backbone.num_layers is 3 but "
                                          r".*roformer-pytorch/config.json has 2"):
         Run(str(experiment), output=str(tmp_path / "run"), log=lambda *_: None)
 

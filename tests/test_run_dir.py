@@ -14,7 +14,6 @@ from mtl_framework import run_dir as files
 from mtl_framework.cli import main as mtl
 
 REPO = Path(__file__).resolve().parents[1]
-DEMO_DATA = REPO / "experiments" / "demo" / "data"
 FORMAT1 = REPO / "tests" / "fixtures" / "run_format1"
 PACKAGES = ("mtl_framework", "data_adapters")
 
@@ -135,11 +134,12 @@ def test_evaluations_tolerate_a_cut_last_line_but_not_a_broken_one(tmp_path):
 # --- the format-1 fixture: resume, export, evaluate ------------------------------------------
 
 def format1_copy(tmp_path):
-    """A copy of the fixture run whose experiment.yaml points at this checkout's demo data."""
+    """A copy of the fixture run whose experiment.yaml points at the data it was trained
+    on (the demo samples of that time, kept in the fixture: the demo's have grown since)."""
     run = tmp_path / "run"
-    shutil.copytree(FORMAT1, run, ignore=shutil.ignore_patterns("PROVENANCE.md"))
+    shutil.copytree(FORMAT1, run, ignore=shutil.ignore_patterns("PROVENANCE.md", "data"))
     experiment = yaml.safe_load((run / "experiment.yaml").read_text(encoding="utf-8"))
-    experiment.update(data_root=str(DEMO_DATA), cache_dir=str(tmp_path / "cache"))
+    experiment.update(data_root=str(FORMAT1 / "data"), cache_dir=str(tmp_path / "cache"))
     (run / "experiment.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False),
                                          encoding="utf-8")
     return run

@@ -312,8 +312,7 @@ def init_backbone(directory, spec, vocab_size, source="experiment"):
     if spec.get("checkpoint") and spec.get("init"):
         raise UserError(f"{source}: backbone has both init and checkpoint: keep one")
     kind = pretrained.layout(directory, source)
-    config_path = os.path.join(directory, "bert_config.json" if kind == "bert4keras"
-                               else "config.json")
+    config_path = os.path.join(directory, pretrained.CONFIG_FILES[kind])
     config = backbone_config(**pretrained.read_config(directory, kind))
     asked = {k: spec[k] for k in SHAPE_KEYS if spec.get(k) is not None}
     if spec.get("size"):

@@ -10,6 +10,7 @@
 import numpy as np
 
 METHODS = ("proportional", "temperature", "uniform", "fixed")
+OPTIONS = ("temperature", "cap")  # what `sampling: {method, ...}` may set beside the method
 
 
 def task_rates(sizes, method="proportional", temperature=1.0, cap=None, rates=None):
@@ -95,7 +96,7 @@ def rates_from_config(sizes, sampling, fixed_rates=None):
         sampling = {"method": sampling}
     sampling = dict(sampling or {"method": "proportional"})
     method = sampling.pop("method", "proportional")
-    unknown = set(sampling) - {"temperature", "cap"}
+    unknown = set(sampling) - set(OPTIONS)
     if unknown:
         raise ValueError(f"unknown sampling option(s) {sorted(unknown)}; "
                          "allowed: method, temperature, cap")

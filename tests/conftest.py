@@ -34,8 +34,6 @@ def real_sentences(shared_data):
 def real_batch(real_sentences, tmp_path_factory):
     """(token_ids, segment_ids, vocab_size): the sentences tokenized with a vocab built
     from them, padded to the longest (bert4keras-style [CLS] a [SEP] b [SEP])."""
-    import numpy as np
-
     from mtl_framework.tokenizer import Tokenizer
     from mtl_framework.vocab import build_vocab, count_units, write_vocab
 
@@ -46,10 +44,17 @@ def real_batch(real_sentences, tmp_path_factory):
     tokenizer = Tokenizer(str(vocab_path))
     encoded = [tokenizer.encode(t, max_length=64) for t in titles]
     encoded += [tokenizer.encode(a, b, max_length=64) for a, b in pairs]
+    return (*padded_batch(encoded), tokenizer.vocab_size)
+
+
+def padded_batch(encoded):
+    """(token_ids, segment_ids) [rows, longest] int32 of `Tokenizer.encode` pairs, zero-padded."""
+    import numpy as np
+
     length = max(len(ids) for ids, _ in encoded)
     token_ids = np.zeros((len(encoded), length), dtype="int32")
     segment_ids = np.zeros_like(token_ids)
     for row, (ids, segments) in enumerate(encoded):
         token_ids[row, : len(ids)] = ids
         segment_ids[row, : len(ids)] = segments
-    return token_ids, segment_ids, tokenizer.vocab_size
+    return token_ids, segment_ids

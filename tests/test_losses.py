@@ -159,16 +159,22 @@ def dense_scores(pair, start, end):
     return pair[:, None] + end[:, :, None, :] + start[..., None]
 
 
-@pytest.mark.parametrize("tril", [True, False])
-def test_factored_globalpointer_loss_equals_dense_with_gradients_float64(tril):
-    pair, start, end, labels = factored_case("float64", tril=tril)
+def dense_and_factored(pair, start, end, labels):
+    """(dense loss, factored loss, [(dense gradient, factored gradient) per part])."""
     parts = [tf.constant(x) for x in (pair, start, end)]
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(parts)
         dense = losses.globalpointer_crossentropy(labels, dense_scores(*parts))
         factored = losses.factored_globalpointer_crossentropy(labels, *parts)
+    return dense, factored, list(zip(tape.gradient(dense, parts), tape.gradient(factored, parts)))
+
+
+@pytest.mark.parametrize("tril", [True, False])
+def test_factored_globalpointer_loss_equals_dense_with_gradients_float64(tril):
+    pair, start, end, labels = factored_case("float64", tril=tril)
+    dense, factored, gradients = dense_and_factored(pair, start, end, labels)
     np.testing.assert_allclose(float(factored), float(dense), rtol=1e-12)
-    for want, got in zip(tape.gradient(dense, parts), tape.gradient(factored, parts)):
+    for want, got in gradients:
         assert np.isfinite(got.numpy()).all()
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-14)
 
@@ -177,11 +183,7 @@ def test_factored_globalpointer_loss_float32_and_large_scores():
     """float32 as in training, scores spread over +-60: tight agreement, no NaN."""
     for spread in (1.0, 20.0):
         pair, start, end, labels = factored_case("float32", spread=spread)
-        parts = [tf.constant(x) for x in (pair, start, end)]
-        with tf.GradientTape(persistent=True) as tape:
-            tape.watch(parts)
-            dense = losses.globalpointer_crossentropy(labels, dense_scores(*parts))
-            factored = losses.factored_globalpointer_crossentropy(labels, *parts)
+        dense, factored, gradients = dense_and_factored(pair, start, end, labels)
         np.testing.assert_allclose(float(factored), float(dense), rtol=2e-6)
-        for want, got in zip(tape.gradient(dense, parts), tape.gradient(factored, parts)):
+        for want, got in gradients:
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-6)

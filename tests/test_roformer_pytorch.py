@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import padded_batch
+
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
@@ -83,12 +85,7 @@ def batch(run_dir, request):
     tokenizer = Tokenizer(str(run_dir / "vocab.txt"))
     encoded = ([tokenizer.encode(t, max_length=48) for t in titles]
                + [tokenizer.encode(a, b, max_length=48) for a, b in pairs])
-    length = max(len(ids) for ids, _ in encoded)
-    token_ids = np.zeros((len(encoded), length), dtype="int32")
-    segment_ids = np.zeros_like(token_ids)
-    for row, (ids, segments) in enumerate(encoded):
-        token_ids[row, : len(ids)] = ids
-        segment_ids[row, : len(ids)] = segments
+    token_ids, segment_ids = padded_batch(encoded)
     assert (token_ids == 0).any() and (segment_ids == 1).any()
     return token_ids, segment_ids, titles + [list(p) for p in pairs]
 

@@ -299,37 +299,17 @@ SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "he
 head_metadata = files.head_metadata  # its home is run_dir.py; kept importable here
 
 
-def init_backbone(directory, spec, vocab_size, source="experiment"):
+def init_backbone(directory, spec, source="experiment"):
     """The backbone of a folder `pretrained.layout` knows (keras export, bert4keras,
-    roformer-pytorch) for a new run.
-
-    `spec`: the experiment's backbone mapping; dims in it must equal the folder's;
-    dropout/attention_dropout may differ; alpha_warmup_steps defaults to 0 (the
-    export's residual scale is kept, not warmed up again)."""
+    roformer-pytorch) for a new run: dims and weights from the folder; dropout and
+    attention_dropout from `spec` (the experiment's backbone mapping) where it gives them;
+    alpha_warmup_steps 0 unless given (the export's residual scale is kept, not warmed up
+    again). preflight.plan_run has checked the experiment's dims and vocab against it."""
     from mtl_framework import pretrained
-    from mtl_framework.backbone import backbone_config
 
-    if spec.get("checkpoint") and spec.get("init"):
-        raise UserError(f"{source}: backbone has both init and checkpoint: keep one")
-    kind = pretrained.layout(directory, source)
-    config_path = os.path.join(directory, pretrained.CONFIG_FILES[kind])
-    config = backbone_config(**pretrained.read_config(directory, kind))
-    asked = {k: spec[k] for k in SHAPE_KEYS if spec.get(k) is not None}
-    if spec.get("size"):
-        asked = {**{k: v for k, v in backbone_config(spec["size"]).items() if k in
-                    ("num_layers", "hidden_size", "num_heads")}, **asked}
-    for key, value in asked.items():
-        if config.get(key) != value:
-            raise ExperimentError(f"{source}: backbone.{key} is {value} but {config_path} has "
-                             f"{config.get(key)}: drop backbone.{key} (init takes the dims from "
-                             "the export) or init from another export")
-    if config["vocab_size"] != vocab_size:
-        raise ExperimentError(f"{source}: the vocab has {vocab_size} tokens but {config_path} has "
-                         f"vocab_size {config['vocab_size']}: use the export's vocab.txt "
-                         "(drop backbone.vocab)")
     overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
     overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    return pretrained.load_backbone(directory, kind, **overrides)
+    return pretrained.load_backbone(directory, pretrained.layout(directory, source), **overrides)
 
 
 def init_heads(directory, heads, types, backbone, log=print):

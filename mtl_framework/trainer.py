@@ -90,8 +90,7 @@ def build_backbone(experiment, tokenizer):
     if folder:  # keras export, bert4keras or roformer-pytorch: dims and weights from it
         from mtl_framework.export import init_backbone
 
-        return init_backbone(experiment.resolve_path(folder), spec, tokenizer.vocab_size,
-                             source=experiment.path)
+        return init_backbone(experiment.resolve_path(folder), spec, source=experiment.path)
     for key in ("vocab", "init", "checkpoint"):
         spec.pop(key, None)
     size = spec.pop("size", None)

@@ -332,3 +332,12 @@ def test_init_export_vocab_size_is_checked(trained, tmp_path, capsys):
     path = experiment(tmp_path, backbone={"init": str(export)})
     message = assert_nothing_written(capsys, ["train", path], tmp_path / "run")
     assert f"has {size} tokens but {export / 'config.json'} has vocab_size 300" in message
+
+
+def test_init_and_checkpoint_together_are_refused(trained, tmp_path, capsys):
+    """backbone.init starts a new run from a model, backbone.checkpoint continues one: both
+    at once is refused before anything is read or written."""
+    _, run = trained
+    path = experiment(tmp_path, backbone={"checkpoint": str(run), "init": str(run)})
+    message = assert_nothing_written(capsys, ["train", path], tmp_path / "run")
+    assert message == f"{path}:{line_of(path, 'init:')}: backbone has both checkpoint and init: keep one"

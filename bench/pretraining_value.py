@@ -234,6 +234,8 @@ def write_report(result, output):
 
 
 def plot(result, path):
+    """Left: held-out scores per arm and task (mean, 95% interval over seeds); right: the
+    paired differences B-A, B-C, B-D per task and for the suite mean, with a zero line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -241,19 +243,31 @@ def plot(result, path):
 
     tasks, arms = result["tasks"], result["arms"]
     summary = {(s["arm"], s["task"]): s for s in result["summary"]}
+    half = lambda ci: (ci[1] - ci[0]) / 2 if ci else 0  # noqa: E731
     width = 0.8 / len(arms)
-    fig, ax = plt.subplots(figsize=(2 + 1.6 * len(tasks), 4))
+    fig, (scores, diffs) = plt.subplots(1, 2, figsize=(4 + 2.6 * len(tasks), 4.6))
     for i, arm in enumerate(arms):
-        means = [summary[(arm, t)]["mean"] for t in tasks]
-        errors = [(summary[(arm, t)]["ci95"][1] - summary[(arm, t)]["ci95"][0]) / 2
-                  if summary[(arm, t)]["ci95"] else 0 for t in tasks]
-        ax.bar([x + i * width for x in range(len(tasks))], means, width, yerr=errors, capsize=3,
-               label=f"{arm}: {ARMS[arm]}")
-    ax.set_xticks([x + width * (len(arms) - 1) / 2 for x in range(len(tasks))], tasks)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("dev score after fine-tuning")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title("Held-out tasks: mean and 95% interval over seeds")
+        cells = [summary[(arm, t)] for t in tasks]
+        scores.bar([x + i * width for x in range(len(tasks))], [c["mean"] for c in cells], width,
+                   yerr=[half(c["ci95"]) for c in cells], capsize=3, label=f"{arm}: {ARMS[arm]}")
+    scores.set_xticks([x + width * (len(arms) - 1) / 2 for x in range(len(tasks))], tasks)
+    scores.set_ylabel("dev score after fine-tuning")
+    scores.set_title("Held-out tasks: mean, 95% interval over seeds", fontsize=10)
+    scores.axhline(0, color="black", linewidth=0.5)
+    scores.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    columns = tasks + ["suite mean"]
+    pairs = sorted({p["pair"] for p in result["paired"]})
+    step = 0.8 / max(1, len(pairs))
+    for i, pair in enumerate(pairs):
+        cells = [next(p for p in result["paired"] if p["pair"] == pair and p["task"] == t)
+                 for t in columns]
+        diffs.errorbar([x + i * step for x in range(len(columns))], [100 * c["mean"] for c in cells],
+                       yerr=[100 * half(c["ci95"]) for c in cells], fmt="o", capsize=3, label=pair)
+    diffs.axhline(0, color="black", linewidth=0.8)
+    diffs.set_xticks([x + step * (len(pairs) - 1) / 2 for x in range(len(columns))], columns)
+    diffs.set_ylabel("paired difference (points)")
+    diffs.set_title("Paired differences, 95% interval", fontsize=10)
+    diffs.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -267,7 +281,15 @@ def main():
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--work-dir", default=None)
     parser.add_argument("--quick", action="store_true", help="smoke check of the pipeline")
+    parser.add_argument("--report-from", metavar="JSON",
+                        help="only rewrite the .md and .png beside an earlier result JSON")
     args = parser.parse_args()
+    if args.report_from:
+        output = Path(args.report_from)
+        result = json.loads(output.read_text(encoding="utf-8"))
+        write_report(result, output)
+        plot(result, output.with_suffix(".png"))
+        return
     data_root = Path(args.data_root).resolve()
     work = Path(args.work_dir or REPO / ("runs/pretraining_value_quick" if args.quick
                                          else "runs/pretraining_value")).resolve()

@@ -116,7 +116,7 @@ def rates_from_config(sizes, sampling, fixed_rates=None):
     unknown = set(sampling) - set(OPTIONS)
     if unknown:
         raise ValueError(f"unknown sampling option(s) {sorted(unknown)}; "
-                         "allowed: method, temperature, cap")
+                         f"allowed: method, {', '.join(OPTIONS)}")
     return task_rates(sizes, method, rates=fixed_rates, **sampling)
 
 
@@ -296,7 +296,8 @@ def iterate_batches(features, batch_size, pad_to=None, seed=0):
 
 
 class RoundRobin:
-    """MLM batches taken from each task's text in turn (one stream state per task)."""
+    """MLM batches taken from each task's text in turn (one stream state per task):
+    one stream to the Mixture, so mlm's rate is one rate however many texts feed it."""
 
     def __init__(self, streams):
         self.streams, self.turn = streams, 0
@@ -310,6 +311,10 @@ class RoundRobin:
         return {"turn": self.turn, "streams": [s.state() for s in self.streams]}
 
     def restore(self, state):
+        if len(state["streams"]) != len(self.streams):
+            raise ValueError(f"cannot resume mlm: the saved round robin had "
+                             f"{len(state['streams'])} text streams, this one "
+                             f"{len(self.streams)} (resume with the run's own experiment)")
         self.turn = state["turn"]
         for stream, s in zip(self.streams, state["streams"]):
             stream.restore(s)
@@ -319,7 +324,14 @@ class RoundRobin:
 
 
 class Mixture:
-    """Task sampler + one batch stream per task: next() -> (task, batch)."""
+    """Task sampler + one batch stream per task: next() -> (task, batch).
+
+    The sampler's index i is the i-th stream in `streams`' order (the order its
+    rates were given in). `state()` is what every checkpoint's trainer.json keeps
+    under "mixture": {"sampler": {seed, step}, "streams": {task: stream state}};
+    that layout is read back by runs written long ago (tests/fixtures/run_format1),
+    so it does not change.
+    """
 
     def __init__(self, streams, sampler):
         self.streams, self.sampler = streams, sampler
@@ -334,6 +346,10 @@ class Mixture:
                 "streams": {t: s.state() for t, s in self.streams.items()}}
 
     def restore(self, state):
+        if set(state["streams"]) != set(self.streams):
+            raise ValueError(f"cannot resume: the saved mixture has tasks "
+                             f"{sorted(state['streams'])}, this one {sorted(self.streams)} "
+                             "(resume with the run's own experiment)")
         self.sampler.set_state(state["sampler"])
         for task, stream_state in state["streams"].items():
             self.streams[task].restore(stream_state)

@@ -37,8 +37,8 @@ from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream,
                                    format_rates, rates_from_config)
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.presets import backbone_config
-from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task,  # noqa: F401
-                                    mlm_settings, plan_run, resolved_experiment, vocab_sources)
+from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task, mlm_settings,
+                                    plan_run, vocab_sources)
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
 

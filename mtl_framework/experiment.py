@@ -193,8 +193,9 @@ def _check_sampling(sampling, error):
         method = sampling
     if isinstance(sampling, (str, dict)) and method not in SAMPLING:
         where = ("sampling", "method") if isinstance(sampling, dict) else ("sampling",)
-        error(where, f"sampling must be one of {', '.join(SAMPLING)} (or {{method: ..., "
-                     f"temperature: ..., cap: ...}}), got {method!r}")
+        keys = ", ".join(f"{key}: ..." for key in SAMPLING_KEYS)
+        error(where, f"sampling must be one of {', '.join(SAMPLING)} (or {{{keys}}}), "
+                     f"got {method!r}")
 
 
 def _check_optimizer(optimizer, error):

@@ -89,7 +89,8 @@ def prepare(args, work):
     from data_adapters import read_task
     from mtl_framework.bert4keras_io import bert_config_from_config
     from mtl_framework.backbone import backbone_config
-    from mtl_framework.cache import TaskStream, cached_features, iterate_batches
+    from mtl_framework.cache import cached_features
+    from mtl_framework.mixture import TaskStream, iterate_batches
     from mtl_framework.registry import load_registry
     from mtl_framework.tokenizer import Tokenizer
     from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab

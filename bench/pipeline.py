@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
 from mtl_framework import cache as C  # noqa: E402
+from mtl_framework.mixture import TaskStream  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
@@ -137,7 +138,7 @@ def main():
 
         load_s, loaded = timed(load, args.repeat)
         touch_s, _ = timed(lambda: touch_all(load()), args.repeat)
-        stream = C.TaskStream(loaded, args.batch_size, seed=0)
+        stream = TaskStream(loaded, args.batch_size, seed=0)
         stream.next_batch()  # builds the epoch plan (lengths of every row)
         tokens, start = 0, time.perf_counter()
         for _ in range(args.stream_batches):

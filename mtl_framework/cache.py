@@ -1,10 +1,8 @@
-"""Feature cache and per-task batch streams.
+"""Feature cache: keys, folders, locks, building and loading.
 
     features = cached_features(task, "train", tokenizer, data_root)  # built once, then mmap'd
-    stream = TaskStream(features, batch_size=32, seed=0)
-    batch = stream.next_batch()          # dict of arrays, docs/batches.md
-    state = stream.state()               # {"epoch": ..., "index": ...}, JSON-able
-    stream.restore(state)                # the same batches again, bit for bit
+    batch = features.batch(rows, rng)    # dict of arrays, docs/batches.md
+    (batches of a whole split: mixture.TaskStream for training, mixture.iterate_batches)
 
 Features are written once per content hash of everything that decides them:
 the task's spec content (type, format, files, options, fields, labels), the
@@ -392,95 +390,3 @@ def check_labels(arrays, meta):
     if low < lowest or top > high:
         return f"label values {low}..{top} outside {lowest}..{high}"
     return None
-
-
-# ---------------------------------------------------------------- streams
-
-
-class TaskStream:
-    """Endless batches of one task's features, padded to each batch's longest row.
-
-    Length buckets: each epoch shuffles the rows (seeded by (seed, epoch)),
-    cuts the order into buffers of `batch_size * bucket_batches` rows, sorts
-    each buffer by length and slices it into batches, then shuffles the batch
-    order, so a batch holds rows of similar length and padding stays small.
-    The whole plan is a function of (seed, epoch); the position is
-    (epoch, index of the next batch), which is all `state()` needs. mlm masks
-    come from an rng seeded by (seed, epoch, index): a restored stream repeats
-    them exactly.
-    """
-
-    def __init__(self, features, batch_size, seed=0, bucket_batches=32, shuffle=True,
-                 drop_remainder=False, pad_to=None):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if len(features) == 0:
-            raise ValueError(f"task {features.meta.get('task')!r} has no feature rows to batch "
-                             f"({features.report.summary()})")
-        if drop_remainder and len(features) < batch_size:
-            raise ValueError(f"task {features.meta.get('task')!r} has {len(features)} rows, "
-                             f"fewer than one batch of {batch_size} with drop_remainder")
-        self.features, self.batch_size, self.seed = features, batch_size, seed
-        self.bucket_batches, self.shuffle = bucket_batches, shuffle
-        self.drop_remainder, self.pad_to = drop_remainder, pad_to
-        self.epoch, self.index = 0, 0
-        self._plan = (None, None)
-
-    def plan(self, epoch):
-        """The epoch's batches: a list of row-index arrays."""
-        if self._plan[0] == epoch:
-            return self._plan[1]
-        rng = np.random.default_rng([self.seed, epoch])
-        n = len(self.features)
-        order = rng.permutation(n) if self.shuffle else np.arange(n)
-        lengths = self.features.lengths()
-        buffer = self.batch_size * max(1, self.bucket_batches)
-        batches = []
-        for start in range(0, n, buffer):
-            chunk = order[start:start + buffer]
-            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-            batches.extend(chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
-        if self.drop_remainder:
-            batches = [b for b in batches if len(b) == self.batch_size]
-        if self.shuffle:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
-        self._plan = (epoch, batches)
-        return batches
-
-    def batches_per_epoch(self):
-        return len(self.plan(self.epoch))
-
-    def next_batch(self):
-        batches = self.plan(self.epoch)
-        if self.index >= len(batches):
-            self.epoch, self.index = self.epoch + 1, 0
-            batches = self.plan(self.epoch)
-        rows = batches[self.index]
-        rng = np.random.default_rng([self.seed, self.epoch, self.index, 1])
-        self.index += 1
-        return self.features.batch(rows, rng, self.pad_to)
-
-    def __iter__(self):
-        while True:
-            yield self.next_batch()
-
-    def state(self):
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed,
-                "batch_size": self.batch_size, "rows": len(self.features)}
-
-    def restore(self, state):
-        """Continue from `state()`; refuses a state from other data or settings."""
-        for key, mine in (("seed", self.seed), ("batch_size", self.batch_size),
-                          ("rows", len(self.features))):
-            if key in state and state[key] != mine:
-                raise ValueError(f"cannot resume task {self.features.meta.get('task')!r}: the saved "
-                                 f"stream had {key}={state[key]}, this one {mine} (same data, "
-                                 "seed and batch_size are needed to repeat the order)")
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
-
-
-def iterate_batches(features, batch_size, pad_to=None, seed=0):
-    """One pass in row order (evaluation): no shuffling, no bucketing."""
-    for start in range(0, len(features), batch_size):
-        rows = np.arange(start, min(start + batch_size, len(features)))
-        yield features.batch(rows, np.random.default_rng([seed, start]), pad_to)

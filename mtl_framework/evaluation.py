@@ -24,7 +24,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from mtl_framework.cache import cached_features, iterate_batches
+from mtl_framework.cache import cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment

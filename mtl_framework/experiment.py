@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from mtl_framework.errors import UserError
-from mtl_framework import sampling as sampling_rates
+from mtl_framework import mixture
 from mtl_framework.presets import PRESETS, backbone_config
 from mtl_framework.yaml_io import YamlDocument, load_yaml
 
@@ -34,8 +34,9 @@ BACKBONE_MINIMUM = {"vocab_size": 6, "num_layers": 1, "hidden_size": 1, "num_hea
                     "intermediate_size": 1, "head_size": 2, "embedding_size": 1,
                     "alpha_warmup_steps": 0}
 BACKBONE_PATHS = ("checkpoint", "init", "vocab")
-SAMPLING = sampling_rates.METHODS
-SAMPLING_KEYS = ("method",) + sampling_rates.OPTIONS
+SAMPLING = mixture.METHODS
+SAMPLING_KEYS = ("method",) + mixture.OPTIONS
+# Loss balancing modes: training.MultiTaskModel implements them and reads this list.
 BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
 OPTIMIZERS = ("adamw", "lamb", "adam", "sgd")
 # What build_optimizer reads (schedule) plus each Keras optimizer's own arguments.
@@ -181,7 +182,7 @@ def _check_sampling(sampling, error):
             if key not in SAMPLING_KEYS:
                 error(("sampling", key), f"unknown sampling key {key!r}; known: "
                                          f"{', '.join(SAMPLING_KEYS)}")
-            elif key in sampling_rates.OPTIONS:
+            elif key in mixture.OPTIONS:
                 number = _number(value)
                 if number is None or number <= 0:
                     error(("sampling", key), f"sampling.{key} must be a number > 0, got {value!r}")
@@ -192,8 +193,9 @@ def _check_sampling(sampling, error):
         method = sampling
     if isinstance(sampling, (str, dict)) and method not in SAMPLING:
         where = ("sampling", "method") if isinstance(sampling, dict) else ("sampling",)
-        error(where, f"sampling must be one of {', '.join(SAMPLING)} (or {{method: ..., "
-                     f"temperature: ..., cap: ...}}), got {method!r}")
+        keys = ", ".join(f"{key}: ..." for key in SAMPLING_KEYS)
+        error(where, f"sampling must be one of {', '.join(SAMPLING)} (or {{{keys}}}), "
+                     f"got {method!r}")
 
 
 def _check_optimizer(optimizer, error):

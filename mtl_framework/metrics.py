@@ -245,6 +245,7 @@ def _named(keys, fn):
     return metric
 
 
+# The one list of metric names: a spec's `metric` (spec_schema.METRICS is its keys).
 METRICS = {
     "accuracy": _named(("accuracy",), accuracy),
     "macro_f1": _named(("macro_f1", "accuracy"),
@@ -258,6 +259,11 @@ METRICS = {
     "pearson": _named(("pearson",), pearson),
     "mrr": _named(("mrr",), mrr),
 }
+# Set metrics score predicted sets of spans, triples or event arguments by F1.
+SET_METRICS = ("span_f1", "triple_f1", "event_f1")
+# The interval each metric's score lies in: fractions, and correlations in [-1, 1].
+RANGES = {name: (-1.0, 1.0) if name in ("spearman", "pearson") else (0.0, 1.0)
+          for name in METRICS}
 
 
 def compute_metric(name, predictions, references):
@@ -274,7 +280,7 @@ def primary_score(name, result):
     metrics, else the metric itself."""
     if name == "em_f1":
         return (result["em"] + result["f1"]) / 2
-    if name in ("span_f1", "triple_f1", "event_f1"):
+    if name in SET_METRICS:
         return result["f1"]
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; expected one of: "
@@ -308,7 +314,7 @@ def majority_predictions(name, references, train_labels=None, num_candidates=Non
         return [list(label) if isinstance(label, tuple) else label] * n
     if name in ("spearman", "pearson"):
         return [float(np.mean(np.asarray(source, dtype=np.float64)))] * n
-    if name in ("span_f1", "triple_f1", "event_f1"):
+    if name in SET_METRICS:
         return [[] for _ in range(n)]
     if name == "em_f1":
         return [""] * n

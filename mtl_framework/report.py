@@ -23,6 +23,7 @@ matplotlib.use("Agg")  # files only: no display needed, none wanted on servers
 import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 
 from mtl_framework.errors import UserError  # noqa: E402
+from mtl_framework.metrics import RANGES  # noqa: E402
 
 
 class ReportError(UserError, ValueError):
@@ -149,15 +150,10 @@ def draw_counts(records, task):
 
 # --- plots --------------------------------------------------------------------
 
-# Metrics bounded to [0, 1] are drawn on a 0-1 axis (an auto-scaled axis makes noise of
-# 0.01 look like a collapse); correlations on -1..1.
-METRIC_RANGES = {**dict.fromkeys(("accuracy", "macro_f1", "micro_f1", "em_f1", "span_f1",
-                                  "triple_f1", "event_f1", "mrr"), (0.0, 1.0)),
-                 "spearman": (-1.0, 1.0), "pearson": (-1.0, 1.0)}
-
-
+# Dev scores are drawn on their metric's whole range (metrics.RANGES: 0-1, correlations
+# -1..1): an auto-scaled axis makes noise of 0.01 look like a collapse.
 def bounded_01(metric):
-    return METRIC_RANGES.get(metric) == (0.0, 1.0)
+    return RANGES.get(metric) == (0.0, 1.0)
 
 
 def subplot_grid(count, title):
@@ -255,7 +251,7 @@ def plot_dev_scores(evaluations, path):
             bounds = (0.0, 1.0) if all(bounded_01(x.get("metric")) for e in evaluations
                                        for x in e["tasks"].values()) else None
         else:
-            bounds = METRIC_RANGES.get(metric)
+            bounds = RANGES.get(metric)
         if bounds:
             axis.set_ylim(*bounds)
         axis.set_title(f"{panel} ({metric})" if metric else panel)

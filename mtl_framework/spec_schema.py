@@ -5,6 +5,8 @@ a value is fine, else a message saying what is wrong and how to fix it.
 """
 import re
 
+from mtl_framework import metrics as metric_functions
+
 # Task type (family) -> whether its tasks need `labels` / `label_file`.
 TASK_TYPES = {
     "classification": True,
@@ -22,10 +24,8 @@ TASK_TYPES = {
 # Only a softmax-over-classes head can be switched to sigmoid-per-class.
 MULTI_LABEL_TYPES = ("classification",)
 
-METRICS = (
-    "accuracy", "macro_f1", "micro_f1", "em_f1", "span_f1",
-    "triple_f1", "event_f1", "spearman", "pearson", "mrr",
-)
+# The metric names a spec may give: metrics.py's table (NumPy only, no TensorFlow).
+METRICS = tuple(metric_functions.METRICS)
 
 DATASET_ID = re.compile(r"^[a-z0-9_]+$")
 # Task names end up in cache and run-directory paths: no slashes or spaces.

@@ -26,40 +26,21 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework.backbone import RoFormerV2Backbone
-from mtl_framework.cache import TaskStream, cached_features
+from mtl_framework.cache import cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
 from mtl_framework.features import event_role_groups
 from mtl_framework.heads import build_head
+from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream, example_count,
+                                   format_rates, rates_from_config)
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.presets import backbone_config
-from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task,  # noqa: F401
-                                    mlm_settings, plan_run, resolved_experiment, vocab_sources)
-from mtl_framework.sampling import TaskSampler, format_rates, rates_from_config
+from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task, mlm_settings,
+                                    plan_run, vocab_sources)
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
-
-class Mixture:
-    """Task sampler + one batch stream per task: next() -> (task, batch)."""
-
-    def __init__(self, streams, sampler):
-        self.streams, self.sampler = streams, sampler
-        self.names = list(streams)
-
-    def next(self):
-        task = self.names[next(self.sampler)]
-        return task, self.streams[task].next_batch()
-
-    def state(self):
-        return {"sampler": self.sampler.get_state(),
-                "streams": {t: s.state() for t, s in self.streams.items()}}
-
-    def restore(self, state):
-        self.sampler.set_state(state["sampler"])
-        for task, stream_state in state["streams"].items():
-            self.streams[task].restore(stream_state)
 
 
 def prepare_vocab(plan, log):
@@ -347,7 +328,7 @@ class Run:
             raise UserError(f"{exp.path}: mlm has no text to learn from "
                             + ("(its corpus has no non-blank line)" if entry.get("corpus")
                                else "(the tasks' train splits have none)"))
-        return _RoundRobin(streams), sum(example_count(f) for f in features)
+        return RoundRobin(streams), sum(example_count(f) for f in features)
 
     # --- checkpoints ----------------------------------------------------------
 
@@ -454,30 +435,3 @@ class Run:
         return (f"{self.run_dir}: training stopped at update {logger.step + 1}: {error} "
                 f"(first skipped in update {since}; {good}, no checkpoint of the non-finite "
                 "state was written)")
-
-
-def example_count(features):
-    """A task's size for the sampling rates: its examples (questions, documents, texts
-    for mlm) that made it into the features, not its rows (mrc windows, mlm rows)."""
-    report = features.report
-    return max(0, report.examples - sum(report.dropped.values()))
-
-
-class _RoundRobin:
-    """MLM batches taken from each task's text in turn (one stream state per task)."""
-
-    def __init__(self, streams):
-        self.streams, self.turn = streams, 0
-
-    def next_batch(self):
-        stream = self.streams[self.turn % len(self.streams)]
-        self.turn += 1
-        return stream.next_batch()
-
-    def state(self):
-        return {"turn": self.turn, "streams": [s.state() for s in self.streams]}
-
-    def restore(self, state):
-        self.turn = state["turn"]
-        for stream, s in zip(self.streams, state["streams"]):
-            stream.restore(s)

@@ -51,10 +51,9 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework.distributed import shard_batch
+from mtl_framework.experiment import BALANCING
 from mtl_framework.heads import backbone_inputs
 from mtl_framework.run_dir import layer_variable_names, optimizer_variable_names
-
-BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
 
 
 class NonFiniteLossError(RuntimeError):

@@ -1,3 +1,4 @@
+import json
 import os
 from pathlib import Path
 
@@ -8,6 +9,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MTL_SHARED_DATA", REPO.parent / "shared" / "data"))
+DEMO_DATA = REPO / "experiments" / "demo" / "data"
+TINY_BACKBONE = {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size": 128,
+                 "dropout": 0.0, "vocab_size": 1500}
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +62,17 @@ def padded_batch(encoded):
         token_ids[row, : len(ids)] = ids
         segment_ids[row, : len(ids)] = segments
     return token_ids, segment_ids
+
+
+def write_tiny_experiment(path, **overrides):
+    """A tiny experiment on the demo data at `path` (tnews + afqmc, TINY_BACKBONE, 3 steps,
+    nothing checkpointed or evaluated on the way, a cache beside it), written as JSON (JSON
+    is YAML). A key in `overrides` replaces the default whole (`backbone=` a whole backbone)."""
+    experiment = {
+        "name": "tiny", "data_root": str(DEMO_DATA), "cache_dir": str(path.parent / "cache"),
+        "backbone": dict(TINY_BACKBONE), "tasks": ["tnews", "afqmc"], "batch_size": 4,
+        "max_length": 48, "tasks_per_update": 2, "steps": 3, "checkpoint_every": 0,
+        "eval_every": 0, "seed": 0, "optimizer": {"name": "adamw", "lr": 0.003}, **overrides,
+    }
+    path.write_text(json.dumps(experiment))
+    return path

@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import write_tiny_experiment
+
 from mtl_framework.benchmark import initial_export, load_suite, mean_ci, t_quantile
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
@@ -28,16 +30,10 @@ tasks:
 
 
 def write_experiment(path, lr=3e-3, steps=3):
-    experiment = {
-        "name": "tiny", "data_root": str(DEMO_DATA), "cache_dir": str(path.parent / "cache"),
-        "backbone": {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
-                     "dropout": 0.1, "vocab_size": 800, "alpha_warmup_steps": 0},
-        "tasks": ["tnews", "afqmc"], "batch_size": 4, "max_length": 32, "tasks_per_update": 2,
-        "steps": steps, "checkpoint_every": 0, "eval_every": 0, "seed": 0,
-        "optimizer": {"name": "adamw", "lr": lr, "weight_decay": 0.0},
-    }
-    path.write_text(json.dumps(experiment))  # JSON is YAML
-    return path
+    backbone = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
+                "dropout": 0.1, "vocab_size": 800, "alpha_warmup_steps": 0}
+    return write_tiny_experiment(path, backbone=backbone, max_length=32, steps=steps,
+                                 optimizer={"name": "adamw", "lr": lr, "weight_decay": 0.0})
 
 
 @pytest.fixture(scope="module")

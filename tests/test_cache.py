@@ -1,4 +1,4 @@
-"""Feature cache (content-hash keys, mmap loads, atomic writes) and TaskStream."""
+"""Feature cache (content-hash keys, mmap loads, atomic writes) and the batch streams read from it."""
 import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -9,6 +9,7 @@ import pytest
 import data_adapters
 from mtl_framework import cache as C
 from mtl_framework import features as F
+from mtl_framework import mixture as M
 from mtl_framework import vocab as V
 from mtl_framework.features import make_featurizer
 from mtl_framework.registry import load_paths
@@ -342,9 +343,9 @@ def same(a, b):
 
 
 def test_stream_is_deterministic_from_the_seed(features):
-    a = take(C.TaskStream(features, 16, seed=3), 30)
-    b = take(C.TaskStream(features, 16, seed=3), 30)
-    c = take(C.TaskStream(features, 16, seed=4), 30)
+    a = take(M.TaskStream(features, 16, seed=3), 30)
+    b = take(M.TaskStream(features, 16, seed=3), 30)
+    c = take(M.TaskStream(features, 16, seed=4), 30)
     assert all(same(x, y) for x, y in zip(a, b))
     assert not all(same(x, y) for x, y in zip(a, c))
 
@@ -354,7 +355,7 @@ def take(stream, n):
 
 
 def test_every_row_once_per_epoch_and_buckets_cut_padding(features):
-    stream = C.TaskStream(features, 16, seed=0, bucket_batches=4)
+    stream = M.TaskStream(features, 16, seed=0, bucket_batches=4)
     plan = stream.plan(0)
     assert sorted(np.concatenate(plan).tolist()) == list(range(len(features)))
     assert [len(b) for b in plan].count(16) == len(features) // 16
@@ -370,24 +371,24 @@ def test_every_row_once_per_epoch_and_buckets_cut_padding(features):
 
 
 def test_stream_resumes_exactly_across_epochs(features):
-    stream = C.TaskStream(features, 16, seed=5)
+    stream = M.TaskStream(features, 16, seed=5)
     per_epoch = stream.batches_per_epoch()
     take(stream, per_epoch - 3)
     state = json.loads(json.dumps(stream.state()))  # saved with a checkpoint
     expected = take(stream, 10)  # crosses into epoch 1 (masks included: mlm)
     assert stream.state()["epoch"] == 1
-    resumed = C.TaskStream(features, 16, seed=5)
+    resumed = M.TaskStream(features, 16, seed=5)
     resumed.restore(state)
     assert all(same(x, y) for x, y in zip(expected, take(resumed, 10)))
     with pytest.raises(ValueError, match="seed=5, this one 6"):
-        C.TaskStream(features, 16, seed=6).restore(state)
+        M.TaskStream(features, 16, seed=6).restore(state)
 
 
 def test_stream_batches_follow_the_contract(features):
-    batch = C.TaskStream(features, 8, seed=0, pad_to=64).next_batch()
+    batch = M.TaskStream(features, 8, seed=0, pad_to=64).next_batch()
     assert batch["token_ids"].shape == (8, 64) and batch["token_ids"].dtype == np.int32
     assert batch["mlm_labels"].shape == (8, 64) and batch["segment_ids"].dtype == np.int32
-    rows = [b["token_ids"].shape[0] for b in C.iterate_batches(features, 50)]
+    rows = [b["token_ids"].shape[0] for b in M.iterate_batches(features, 50)]
     assert rows == [50, 50, 50, 50, len(features) - 200]
     with pytest.raises(ValueError, match="pad_to=8 is shorter"):
-        C.TaskStream(features, 8, seed=0, pad_to=8).next_batch()
+        M.TaskStream(features, 8, seed=0, pad_to=8).next_batch()

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import write_tiny_experiment
+
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
@@ -19,18 +21,8 @@ TASKS = ["tnews", "afqmc", "cluener"]
 
 
 def write_experiment(path, **overrides):
-    experiment = {
-        "name": "tiny", "data_root": str(DEMO_DATA), "cache_dir": str(path.parent / "cache"),
-        "backbone": {"num_layers": 2, "hidden_size": 64, "num_heads": 4,
-                     "intermediate_size": 128, "dropout": 0.0, "vocab_size": 1500},
-        "tasks": TASKS + [{"name": "mlm", "rate": 0.2}],
-        "batch_size": 4, "max_length": 48, "tasks_per_update": 2, "steps": 3,
-        "checkpoint_every": 0, "eval_every": 0, "seed": 0,
-        "optimizer": {"name": "adamw", "lr": 0.003},
-    }
-    experiment.update(overrides)
-    path.write_text(json.dumps(experiment))  # JSON is YAML
-    return path
+    return write_tiny_experiment(path, **{"tasks": TASKS + [{"name": "mlm", "rate": 0.2}],
+                                          **overrides})
 
 
 @pytest.fixture(scope="module")

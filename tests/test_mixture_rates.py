@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mtl_framework.sampling import task_rates
+from mtl_framework.mixture import task_rates
 from mtl_framework.trainer import Run
 
 REPO = Path(__file__).resolve().parents[1]

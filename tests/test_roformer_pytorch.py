@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import padded_batch
+from conftest import TINY_BACKBONE, padded_batch, write_tiny_experiment
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
@@ -28,18 +28,8 @@ ALPHA_WARMUP, STEPS = 10, 3  # exported before the warm-up ends: a = 0.3
 
 
 def write_experiment(path, backbone=None, **overrides):
-    experiment = {
-        "name": "tiny", "data_root": str(DEMO_DATA), "cache_dir": str(path.parent / "cache"),
-        "backbone": backbone or {"num_layers": 2, "hidden_size": 64, "num_heads": 4,
-                                 "intermediate_size": 128, "dropout": 0.0, "vocab_size": 1500,
-                                 "alpha_warmup_steps": ALPHA_WARMUP},
-        "tasks": ["tnews", "afqmc"], "batch_size": 4, "max_length": 48, "tasks_per_update": 2,
-        "steps": STEPS, "checkpoint_every": 0, "eval_every": 0, "seed": 0,
-        "optimizer": {"name": "adamw", "lr": 0.003},
-    }
-    experiment.update(overrides)
-    path.write_text(json.dumps(experiment))  # JSON is YAML
-    return path
+    backbone = backbone or {**TINY_BACKBONE, "alpha_warmup_steps": ALPHA_WARMUP}
+    return write_tiny_experiment(path, backbone=backbone, **{"steps": STEPS, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,355 @@
+"""The task mixture: which task each micro-batch comes from, and its batches.
+
+Reads top to bottom as one training run uses it:
+
+    sizes = {t: example_count(features[t]) for t in features}  # examples, not rows
+    rates = rates_from_config(sizes, "temperature")             # or task_rates(...)
+    sampler = TaskSampler([rates[t] for t in features], seed=42)
+    streams = {t: TaskStream(features[t], batch_size=32, seed=i) for i, t in ...}
+    streams["mlm"] = RoundRobin([TaskStream(...), ...])        # mlm text from every task
+    mixture = Mixture(streams, sampler)
+    task, batch = mixture.next()                                # batch: docs/batches.md
+    state = mixture.state()          # JSON-able, in every checkpoint's trainer.json
+    mixture.restore(state)           # the very same tasks and batches again, bit for bit
+
+Nothing here imports TensorFlow; features come from cache.cached_features.
+"""
+import numpy as np
+
+METHODS = ("proportional", "temperature", "uniform", "fixed")
+OPTIONS = ("temperature", "cap")  # what `sampling: {method, ...}` may set beside the method
+
+
+# ---------------------------------------------------------------- rates
+
+
+def example_count(features):
+    """A task's size for the sampling rates: its examples (questions, documents, texts
+    for mlm) that made it into the features, not its rows (mrc windows, mlm rows)."""
+    report = features.report
+    return max(0, report.examples - sum(report.dropped.values()))
+
+
+def task_rates(sizes, method="proportional", temperature=1.0, cap=None, rates=None):
+    """Normalised sampling rates {task: rate} in the order of `sizes`.
+
+    sizes: {task: number of training examples} (questions, documents: not windows).
+    rates: {task: rate} of the tasks whose rate was given explicitly (spec or
+      experiment entry). Under `fixed` every task needs one and they are the
+      mixture's weights, normalised. Under every other method a given rate PINS
+      that task's share: the pinned tasks get exactly their rates, the others
+      share the rest (1 - sum of pins) by the method:
+    proportional: n_i / sum n (with `cap`: min(n_i, cap), T5's
+      examples-proportional mixing).
+    temperature: min(n_i, cap) ** (1 / T), normalised (T5; T = 1 is
+      proportional, T -> inf uniform).
+    uniform: equal shares.
+    """
+    names = list(sizes)
+    if not names:
+        raise ValueError("no tasks to sample from: the experiment lists no tasks")
+    if method not in METHODS:
+        raise ValueError(f"unknown sampling method {method!r}; "
+                         f"expected one of: {', '.join(METHODS)}")
+    rates = {t: r for t, r in (rates or {}).items() if r is not None and t in sizes}
+    for t, r in rates.items():
+        if not isinstance(r, (int, float)) or not np.isfinite(r) or r < 0:
+            raise ValueError(f"task {t!r}: rate {r!r} is not a number >= 0")
+    if method == "fixed":
+        missing = [t for t in names if t not in rates]
+        if missing:
+            raise ValueError(
+                f"sampling 'fixed' needs a rate for every task; missing for: "
+                f"{', '.join(missing)} (add `rate:` to the task spec or the "
+                "experiment's task entry)")
+        return _normalised({t: float(rates[t]) for t in names}, method)
+    pinned = sum(rates.values())
+    if pinned > 1 + 1e-9:
+        raise ValueError(f"pinned rates sum to {pinned:g} > 1: "
+                         + ", ".join(f"{t}: {r:g}" for t, r in rates.items())
+                         + "; lower them so they leave a share for the other tasks")
+    free = [t for t in names if t not in rates]
+    if not free:  # every task pinned: the pins are the mixture
+        return _normalised(dict(rates), "pinned")
+    if pinned >= 1 - 1e-9:
+        raise ValueError(f"pinned rates sum to 1 ({', '.join(rates)}), leaving nothing for "
+                         f"{', '.join(free)}: lower the pins or drop those tasks")
+    rest = _normalised(_method_weights({t: sizes[t] for t in free}, method, temperature, cap),
+                       method)
+    return {t: float(rates[t]) if t in rates else (1.0 - pinned) * rest[t] for t in names}
+
+
+def _method_weights(sizes, method, temperature, cap):
+    if method == "uniform":
+        return {t: 1.0 for t in sizes}
+    weights = {t: float(n) for t, n in sizes.items()}
+    if cap is not None:
+        if cap <= 0:
+            raise ValueError(f"sampling cap must be > 0, got {cap}")
+        weights = {t: min(w, float(cap)) for t, w in weights.items()}
+    if method == "temperature":
+        if temperature <= 0:
+            raise ValueError(f"sampling temperature must be > 0, got {temperature}")
+        weights = {t: w ** (1.0 / temperature) for t, w in weights.items()}
+    return weights
+
+
+def _normalised(weights, method):
+    for t, w in weights.items():
+        if not np.isfinite(w) or w < 0:
+            raise ValueError(f"task {t!r}: sampling weight {w} is not a number >= 0")
+    total = sum(weights.values())
+    if total <= 0:
+        raise ValueError(f"all sampling weights are 0 ({method}): no task could "
+                         "ever be picked; check the task sizes or rates")
+    return {t: w / total for t, w in weights.items()}
+
+
+def rates_from_config(sizes, sampling, fixed_rates=None):
+    """task_rates from an experiment's `sampling` value: a method name or a
+    mapping {method, temperature, cap}; fixed_rates: the explicitly given rates
+    (spec or experiment entry), pinned under every method."""
+    if isinstance(sampling, str):
+        sampling = {"method": sampling}
+    sampling = dict(sampling or {"method": "proportional"})
+    method = sampling.pop("method", "proportional")
+    unknown = set(sampling) - set(OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown sampling option(s) {sorted(unknown)}; "
+                         f"allowed: method, {', '.join(OPTIONS)}")
+    return task_rates(sizes, method, rates=fixed_rates, **sampling)
+
+
+def format_rates(rates, sizes=None, method=None, pinned=(), counted=None):
+    """The effective mixture as a text table for the run log; pinned tasks are
+    marked, and `counted` says what the size column counts."""
+    names = list(rates)
+    width = max(len("task"), *(len(str(t)) for t in names))
+    lines = [f"sampling: {method}" if method else "sampling"]
+    if counted:
+        lines.append(f"sizes count {counted}")
+    if pinned:
+        lines.append("* = rate pinned by the spec or the experiment; the other tasks share the rest")
+    lines.append(f"{'task':<{width}}  {'size':>10}  {'rate':>8}")
+    for t in names:
+        n = "" if sizes is None or t not in sizes else f"{sizes[t]:,}"
+        mark = " *" if t in pinned else ""
+        lines.append(f"{str(t):<{width}}  {n:>10}  {100 * rates[t]:7.3f}%{mark}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- sampler
+
+
+class TaskSampler:
+    """Task indices drawn i.i.d. from the rates, reproducible from the seed.
+
+    Draw k comes from block k // block_size, whose uniforms are generated by
+    a NumPy generator seeded with (seed, block): the state is just the step
+    counter, so a resumed run continues the very same sequence.
+    """
+
+    block_size = 1024
+
+    def __init__(self, rates, seed=0):
+        if isinstance(rates, dict):
+            self.names, rates = list(rates), list(rates.values())
+        else:
+            self.names = list(range(len(rates)))
+        rates = np.asarray(rates, dtype=np.float64)
+        if rates.ndim != 1 or not len(rates) or (rates < 0).any() or rates.sum() <= 0:
+            raise ValueError(f"rates must be >= 0 with a positive sum, got {rates.tolist()}")
+        self.rates = rates / rates.sum()
+        self.cdf = np.cumsum(self.rates)
+        self.cdf[-1] = 1.0  # uniforms are < 1: the last task with a rate is reachable
+        self.seed = int(seed)
+        self.step = 0
+        self._block = (None, None)
+
+    def _uniforms(self, block):
+        if self._block[0] != block:
+            rng = np.random.default_rng([self.seed, block])
+            self._block = (block, rng.random(self.block_size))
+        return self._block[1]
+
+    def sample(self, n):
+        """The next n task indices (int array)."""
+        out = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            block, offset = divmod(self.step + i, self.block_size)
+            u = self._uniforms(block)[offset]
+            out[i] = np.searchsorted(self.cdf, u, side="right")
+        self.step += n
+        return out
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return int(self.sample(1)[0])
+
+    def get_state(self):
+        return {"seed": self.seed, "step": self.step}
+
+    def set_state(self, state):
+        if int(state["seed"]) != self.seed:
+            raise ValueError(
+                f"sampler state was saved with seed {state['seed']}, this run "
+                f"uses seed {self.seed}: resume with the run's own experiment")
+        self.step = int(state["step"])
+        return self
+
+
+# ---------------------------------------------------------------- streams
+
+
+class TaskStream:
+    """Endless batches of one task's features, padded to each batch's longest row.
+
+    Length buckets: each epoch shuffles the rows (seeded by (seed, epoch)),
+    cuts the order into buffers of `batch_size * bucket_batches` rows, sorts
+    each buffer by length and slices it into batches, then shuffles the batch
+    order, so a batch holds rows of similar length and padding stays small.
+    The whole plan is a function of (seed, epoch); the position is
+    (epoch, index of the next batch), which is all `state()` needs. mlm masks
+    come from an rng seeded by (seed, epoch, index): a restored stream repeats
+    them exactly.
+    """
+
+    def __init__(self, features, batch_size, seed=0, bucket_batches=32, shuffle=True,
+                 drop_remainder=False, pad_to=None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if len(features) == 0:
+            raise ValueError(f"task {features.meta.get('task')!r} has no feature rows to batch "
+                             f"({features.report.summary()})")
+        if drop_remainder and len(features) < batch_size:
+            raise ValueError(f"task {features.meta.get('task')!r} has {len(features)} rows, "
+                             f"fewer than one batch of {batch_size} with drop_remainder")
+        self.features, self.batch_size, self.seed = features, batch_size, seed
+        self.bucket_batches, self.shuffle = bucket_batches, shuffle
+        self.drop_remainder, self.pad_to = drop_remainder, pad_to
+        self.epoch, self.index = 0, 0
+        self._plan = (None, None)
+
+    def plan(self, epoch):
+        """The epoch's batches: a list of row-index arrays."""
+        if self._plan[0] == epoch:
+            return self._plan[1]
+        rng = np.random.default_rng([self.seed, epoch])
+        n = len(self.features)
+        order = rng.permutation(n) if self.shuffle else np.arange(n)
+        lengths = self.features.lengths()
+        buffer = self.batch_size * max(1, self.bucket_batches)
+        batches = []
+        for start in range(0, n, buffer):
+            chunk = order[start:start + buffer]
+            chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+            batches.extend(chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size))
+        if self.drop_remainder:
+            batches = [b for b in batches if len(b) == self.batch_size]
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        self._plan = (epoch, batches)
+        return batches
+
+    def batches_per_epoch(self):
+        return len(self.plan(self.epoch))
+
+    def next_batch(self):
+        batches = self.plan(self.epoch)
+        if self.index >= len(batches):
+            self.epoch, self.index = self.epoch + 1, 0
+            batches = self.plan(self.epoch)
+        rows = batches[self.index]
+        rng = np.random.default_rng([self.seed, self.epoch, self.index, 1])
+        self.index += 1
+        return self.features.batch(rows, rng, self.pad_to)
+
+    def __iter__(self):
+        while True:
+            yield self.next_batch()
+
+    def state(self):
+        return {"epoch": self.epoch, "index": self.index, "seed": self.seed,
+                "batch_size": self.batch_size, "rows": len(self.features)}
+
+    def restore(self, state):
+        """Continue from `state()`; refuses a state from other data or settings."""
+        for key, mine in (("seed", self.seed), ("batch_size", self.batch_size),
+                          ("rows", len(self.features))):
+            if key in state and state[key] != mine:
+                raise ValueError(f"cannot resume task {self.features.meta.get('task')!r}: the saved "
+                                 f"stream had {key}={state[key]}, this one {mine} (same data, "
+                                 "seed and batch_size are needed to repeat the order)")
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+
+def iterate_batches(features, batch_size, pad_to=None, seed=0):
+    """One pass in row order (evaluation): no shuffling, no bucketing."""
+    for start in range(0, len(features), batch_size):
+        rows = np.arange(start, min(start + batch_size, len(features)))
+        yield features.batch(rows, np.random.default_rng([seed, start]), pad_to)
+
+
+# ---------------------------------------------------------------- round robin
+
+
+class RoundRobin:
+    """MLM batches taken from each task's text in turn (one stream state per task):
+    one stream to the Mixture, so mlm's rate is one rate however many texts feed it."""
+
+    def __init__(self, streams):
+        self.streams, self.turn = streams, 0
+
+    def next_batch(self):
+        stream = self.streams[self.turn % len(self.streams)]
+        self.turn += 1
+        return stream.next_batch()
+
+    def state(self):
+        return {"turn": self.turn, "streams": [s.state() for s in self.streams]}
+
+    def restore(self, state):
+        if len(state["streams"]) != len(self.streams):
+            raise ValueError(f"cannot resume mlm: the saved round robin had "
+                             f"{len(state['streams'])} text streams, this one "
+                             f"{len(self.streams)} (resume with the run's own experiment)")
+        self.turn = state["turn"]
+        for stream, s in zip(self.streams, state["streams"]):
+            stream.restore(s)
+
+
+# ---------------------------------------------------------------- mixture
+
+
+class Mixture:
+    """Task sampler + one batch stream per task: next() -> (task, batch).
+
+    The sampler's index i is the i-th stream in `streams`' order (the order its
+    rates were given in). `state()` is what every checkpoint's trainer.json keeps
+    under "mixture": {"sampler": {seed, step}, "streams": {task: stream state}};
+    that layout is read back by runs written long ago (tests/fixtures/run_format1),
+    so it does not change.
+    """
+
+    def __init__(self, streams, sampler):
+        self.streams, self.sampler = streams, sampler
+        self.names = list(streams)
+
+    def next(self):
+        task = self.names[next(self.sampler)]
+        return task, self.streams[task].next_batch()
+
+    def state(self):
+        return {"sampler": self.sampler.get_state(),
+                "streams": {t: s.state() for t, s in self.streams.items()}}
+
+    def restore(self, state):
+        if set(state["streams"]) != set(self.streams):
+            raise ValueError(f"cannot resume: the saved mixture has tasks "
+                             f"{sorted(state['streams'])}, this one {sorted(self.streams)} "
+                             "(resume with the run's own experiment)")
+        self.sampler.set_state(state["sampler"])
+        for task, stream_state in state["streams"].items():
+            self.streams[task].restore(stream_state)

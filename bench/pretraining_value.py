@@ -326,7 +326,7 @@ def main():
 
     stage2_dev = {}
     for arm in ("B", "C"):
-        from mtl_framework.evaluation import read_evaluations
+        from mtl_framework.run_dir import read_evaluations
 
         last = [line for line in read_evaluations(runs[arm]) if line["split"] == "dev"][-1]
         config = yaml.safe_load((work / "experiments" / f"stage2_{arm}.yaml").read_text())

@@ -141,11 +141,15 @@ def metrics(run_dir):
 
 
 def train_and_export(name, work, data_root, overrides, log):
+    """(run directory, seconds `mtl train` took); a stage exported before is not run again,
+    and its seconds are read back from the study's record of them (None if none)."""
     run_dir = work / name
     export = run_dir / "export"
+    record = work / "train_seconds.json"
+    seconds = json.loads(record.read_text()) if record.exists() else {}
     if (export / "config.json").exists():
         print(f"{name}: done before ({export})", flush=True)
-        return run_dir, None
+        return run_dir, seconds.get(name)
     path = experiment(name, work, data_root, overrides)
     # a warm cache first, so that an arm's wall time is its training alone
     mtl("data", "prepare", path, log=log)
@@ -153,6 +157,7 @@ def train_and_export(name, work, data_root, overrides, log):
     resume = ["--resume"] if (run_dir / "checkpoints").is_dir() else []
     mtl("train", path, "--output", run_dir, *resume, log=log)
     wall = time.time() - started
+    record.write_text(json.dumps({**seconds, name: wall}, indent=1))
     mtl("export", run_dir, "--format", "keras", "--output", export, log=log)
     return run_dir, wall
 

@@ -31,7 +31,8 @@ from mtl_framework.experiment import load_experiment
 from mtl_framework.export import checkpoint_backbone, read_run
 from mtl_framework.families import family
 from mtl_framework.heads import build_head
-from mtl_framework.metrics import compute_metric, majority_baseline, primary_score
+from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,
+                                   primary_score)
 from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
 from mtl_framework.run_dir import read_evaluations  # noqa: F401 (evaluation's reader, kept here)
@@ -124,10 +125,12 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     predictor = predictor or TaskPredictor(model)
     head = model.heads[task.name]
     rows = evaluation_rows(features, max_examples)
+    task_family = family(features.family)
+    if task.metric == "mrr" and task_family.rank_groups is not None:
+        return ranking_entry(predictor, task, features, rows, batch_size, train_features)
     predictions, references, windows = predict(predictor, task.name, head, features, rows,
                                                batch_size)
     entry = {"metric": task.metric}
-    task_family = family(features.family)
     if task_family.windows:
         predictions, references = task_family.window_answers(features, windows)
         entry["windows"] = len(windows)
@@ -146,8 +149,8 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
         return {**entry, "score": None, "note": "no labelled examples in this split"}
     metric = task.metric
     if metric == "mrr":
-        # Ranking needs the candidates grouped by question, which pair features do not keep.
-        metric, entry["note"] = "accuracy", "mrr not computed (candidates not grouped); accuracy"
+        # Ranking needs candidates grouped by question: only matching features give them.
+        metric, entry["note"] = "accuracy", f"mrr not computed for {features.family} tasks; accuracy"
         entry["metric"] = metric
     result = compute_metric(metric, predictions, references)
     entry["result"] = result
@@ -158,6 +161,31 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
         entry["baseline"] = primary_score(metric, baseline)
     except ValueError:
         entry["baseline"] = None
+    return entry
+
+
+def ranking_entry(predictor, task, features, rows, batch_size, train_features=None):
+    """mrr: candidates grouped per question (the family's rank_groups), ranked by the
+    head's score for the right label; the baseline ranks candidate positions by how often
+    each was right in train (metrics.majority_predictions)."""
+    task_family = family(features.family)
+    scores = np.concatenate([task_family.rank_scores(predictor(task.name, batch))
+                             for batch in _batches(features, rows, batch_size)])
+    predictions, references, unanswered = task_family.rank_groups(features, rows, scores)
+    entry = {"metric": "mrr", "examples": len(references)}
+    if unanswered:
+        entry["questions_without_answer"] = unanswered
+    if not references:
+        return {**entry, "score": None, "note": "no question with a right candidate in this split"}
+    entry["result"] = compute_metric("mrr", predictions, references)
+    entry["score"] = primary_score("mrr", entry["result"])
+    train = None
+    if train_features is not None:
+        train = task_family.rank_groups(train_features, np.arange(len(train_features)))[1]
+    most = max(len(p) for p in predictions)
+    prior = majority_predictions("mrr", references, train or None, num_candidates=most)[0]
+    baseline = compute_metric("mrr", [prior[:len(p)] for p in predictions], references)
+    entry["baseline"] = primary_score("mrr", baseline)
     return entry
 
 

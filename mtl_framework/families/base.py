@@ -81,6 +81,10 @@ class Family:
     window_answers: Optional[Callable] = None  # (features, windows) -> (predictions, references)
     window_outputs: Optional[Callable] = None  # (features, windows) -> per example output
     output: Optional[Callable] = None  # (prediction, example, labels, features, row) -> JSON
+    # mrr: rank_groups(features, rows, scores) -> (per question the candidates' scores, the
+    # positions of the right ones, questions left out); rank_scores(head outputs) -> scores
+    rank_groups: Optional[Callable] = None
+    rank_scores: Optional[Callable] = None
 
     @property
     def labelled(self):

@@ -100,6 +100,40 @@ def number_output(prediction, example, labels, features, row):
     return float(prediction)
 
 
+def question_groups(features, rows):
+    """Rows grouped by their first text (the question of a question/candidate pair), in
+    first-seen order: the same text gives the same segment-0 tokens. Unlabelled rows
+    are left out."""
+    groups, labels = {}, features["label"]
+    for i, row in enumerate(rows):
+        if labels[row] >= 0:
+            tokens = features.ragged("token_ids", row)
+            first = tokens[features.ragged("segment_ids", row) == 0]
+            groups.setdefault(first.tobytes(), []).append(i)
+    return list(groups.values())
+
+
+def rank_groups(features, rows, scores=None):
+    """mrr: (per question its candidates' scores, per question the positions of its right
+    candidates, questions without a right candidate, left out). The right candidates are
+    the rows labelled with the second label (`labels: ["0", "1"]`: "1")."""
+    predictions, references, unanswered = [], [], 0
+    for members in question_groups(features, rows):
+        right = [k for k, i in enumerate(members) if features["label"][rows[i]] == 1]
+        if not right:
+            unanswered += 1
+            continue
+        predictions.append(None if scores is None else np.asarray(scores)[members])
+        references.append(right)
+    return predictions, references, unanswered
+
+
+def rank_scores(logits):
+    """A pair's score for ranking: how much more the head believes the second label."""
+    logits = np.asarray(logits, dtype=np.float64)
+    return logits[:, 1] - logits[:, 0]
+
+
 CLASS_LABEL = {"label": ("int32", 1)}
 MULTI_HOT = {"label": ("float32", 2)}  # multi-label: 0/1 per label
 FAMILIES = (
@@ -111,7 +145,8 @@ FAMILIES = (
     Family("matching", MatchingFeaturizer, collate_text, CLASS_LABEL, "ClassificationHead",
            needs_labels=True, min_labels=2,
            too_few_labels_hint="; for a real-valued score use type: regression",
-           unlabelled=negative_label, output=label_output),
+           unlabelled=negative_label, output=label_output, rank_groups=rank_groups,
+           rank_scores=rank_scores),
     Family("regression", RegressionFeaturizer, collate_text, {"label": ("float32", 1)},
            "RegressionHead", unlabelled=no_number, output=number_output),
 )

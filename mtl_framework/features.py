@@ -1,5 +1,10 @@
 """Features: typed examples -> NumPy arrays per task family (docs/batches.md).
 
+What every family shares: the storage (FeatureWriter, FeatureReport, Features,
+memory-mapped folders), the base Featurizer and helpers. Each family's own
+featurizer and batch function live in mtl_framework/families/.
+
+    from mtl_framework.families import featurizer_for_task
     featurizer = featurizer_for_task(task, tokenizer, data_root)
     features = featurizer.featurize(read_task(task, "train", data_root))
     print(features.report.summary())
@@ -25,7 +30,7 @@ Per family:
   `context_index` [examples] int32; per context (stored once for the
   questions next to each other that share it, as in SQuAD files)
   `context` (UTF-8 bytes, ragged) and `context_offsets` ragged [t, 2] int32
-  (char span of each context token). `mrc_answer` maps a predicted token
+  (char span of each context token). `families.mrc.mrc_answer` maps a predicted token
   span back to characters.
 - multiple_choice/cloze: `token_ids`/`segment_ids` ragged per choice row,
   `choices.splits` [n + 1] (example -> its choice rows), `label` [n] int32.

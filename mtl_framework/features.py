@@ -59,7 +59,6 @@ import bisect
 import hashlib
 import itertools
 import json
-import math
 from collections import Counter
 from pathlib import Path
 

@@ -12,7 +12,6 @@ listed in MODULES, and its head class in heads.py. No TensorFlow or Keras is
 imported (the spec checks and the feature workers run before TensorFlow loads).
 """
 from mtl_framework.families import choice, coreference, mlm, mrc, spans, text
-from mtl_framework.families.base import Family  # noqa: F401 (the record type)
 from mtl_framework.features import read_features
 
 MODULES = (text, mrc, choice, spans, coreference, mlm)

@@ -160,7 +160,7 @@ def run_ours(args, config, name, info, seed, old=False):
     import tensorflow as tf
 
     from mtl_framework.backbone import RoFormerV2Backbone
-    from mtl_framework.heads import _spans_from_scores, build_head  # noqa: F401
+    from mtl_framework.heads import build_head
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
@@ -304,7 +304,7 @@ def markdown(result):
         for label, entry in diffs.items():
             lines.append(f"| {name} | {label} | {entry['mean']:+.4f} | "
                          f"[{entry['ci95'][0]:+.4f}, {entry['ci95'][1]:+.4f}] |")
-    lines += ["", f"Train seconds per run (mean): " + ", ".join(
+    lines += ["", "Train seconds per run (mean): " + ", ".join(
         f"{name} {side} {np.mean([r['train_s'] for r in result['runs'] if r['task'] == name and r['side'] == side]):.0f}"
         for name in result["summary"] for side in result["summary"][name]),
         f"Written by an invocation of {result['wall_s']:.0f} s on {result['cpu']} (load average "

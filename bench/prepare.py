@@ -23,7 +23,6 @@ The machine is shared: every result records the load average and CPU seconds
 (this process and its workers) beside wall times (bench/load.py).
 """
 import argparse
-import itertools
 import json
 import os
 import platform

@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from mtl_framework import features as F
+from mtl_framework.families import featurizer_for_task, load_features
 
 CACHE_ENV = "MTL_CACHE_DIR"
 # Version of the folder layout (file names, meta.json keys): bump it when that changes.
@@ -252,7 +253,7 @@ def cached_features(task, split, tokenizer, data_root, cache_dir=None, max_lengt
     them, else read + featurized once and written. `log(message)` hears which.
     `build(task, split, featurizer, data_root, temporary)` replaces the
     single-process featurizing (mtl_framework.prepare passes its workers')."""
-    featurizer = F.featurizer_for_task(task, tokenizer, data_root, max_length, family, **settings)
+    featurizer = featurizer_for_task(task, tokenizer, data_root, max_length, family, **settings)
     digest, inputs = cache_key(task, split, featurizer, data_root)
     final = cache_path(task, split, digest, cache_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -261,17 +262,17 @@ def cached_features(task, split, tokenizer, data_root, cache_dir=None, max_lengt
         if final.exists() and problem is None:
             if log:
                 log(f"{task.name} {split}: features from cache {final}")
-            return F.load_features(final)
+            return load_features(final)
         if problem:
             warn(f"{final}: {problem}; rebuilding it")
         build_features(task, split, featurizer, data_root, final, inputs, log, build)
-    return F.load_features(final)
+    return load_features(final)
 
 
 def is_cached(task, split, tokenizer, data_root, cache_dir=None, max_length=None, family=None,
               **settings):
     """True when `cached_features` would load (a complete, consistent folder)."""
-    featurizer = F.featurizer_for_task(task, tokenizer, data_root, max_length, family, **settings)
+    featurizer = featurizer_for_task(task, tokenizer, data_root, max_length, family, **settings)
     final = cache_path(task, split, cache_key(task, split, featurizer, data_root)[0], cache_dir)
     return final.exists() and check_folder(final) is None
 
@@ -316,7 +317,7 @@ def build_features(task, split, featurizer, data_root, final, inputs=None, log=N
         os.replace(temporary, final)
         if log:
             log(f"{task.name} {split}: {read_report.summary()}; features: "
-                f"{F.load_features(final).report.summary()} -> {final}")
+                f"{load_features(final).report.summary()} -> {final}")
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise

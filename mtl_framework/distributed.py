@@ -22,7 +22,7 @@ import keras
 import tensorflow as tf
 
 from mtl_framework.experiment import DISTRIBUTION, PRECISION, ExperimentError
-from mtl_framework.heads import MLMHead
+from mtl_framework.families import family
 
 
 def make_strategy(distribution="none"):
@@ -62,11 +62,9 @@ def is_chief(strategy=None):
 
 
 def loss_denominator(head, batch):
-    """What the head's loss averages over: masked tokens for mlm, rows for every other head
-    (their losses are means over the batch of per-example losses)."""
-    if isinstance(head, MLMHead):
-        return tf.reduce_sum(tf.cast(batch["mlm_labels"] > 0, tf.float32))
-    return tf.cast(tf.shape(batch["token_ids"])[0], tf.float32)
+    """What the head's loss averages over, as its family says: masked tokens for mlm, rows
+    for every other head (their losses are means over the batch of per-example losses)."""
+    return family(head.family).loss_denominator(batch)
 
 
 def shard_batch(head, batch, replica_id, num_replicas):

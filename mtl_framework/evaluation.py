@@ -29,17 +29,16 @@ from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
 from mtl_framework.export import checkpoint_backbone, read_run
-from mtl_framework import features as F
+from mtl_framework.families import family
 from mtl_framework.heads import build_head
-from mtl_framework.metrics import compute_metric, majority_baseline, primary_score
+from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,
+                                   primary_score)
 from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
-from mtl_framework.run_dir import read_evaluations  # noqa: F401 (evaluation's reader, kept here)
 from mtl_framework import run_dir as files
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel
 
-SPAN_FAMILIES = ("extraction_ner", "extraction_relation", "extraction_event")
 # Lost spans that are not gold for the task (a type the task does not predict).
 NOT_GOLD = "not in the task's labels"
 EVALUATIONS = files.EVALUATIONS
@@ -64,9 +63,7 @@ def evaluation_rows(features, max_examples=None):
     """Feature rows of the first `max_examples` examples (all windows of an MRC question)."""
     if not max_examples:
         return np.arange(len(features))
-    if features.family == "mrc_span":
-        return np.flatnonzero(np.asarray(features["example_index"]) < max_examples)
-    return np.arange(min(max_examples, len(features)))
+    return family(features.family).example_rows(features, max_examples)
 
 
 def _batches(features, rows, batch_size):
@@ -76,48 +73,18 @@ def _batches(features, rows, batch_size):
 
 
 def predict(predictor, task_name, head, features, rows, batch_size):
-    """(predictions, references, extra) over `rows`, in row order. MRC rows give
-    decoded window spans in `extra["windows"]` instead of predictions."""
+    """(predictions, references, windows) over `rows`, in row order. Rows that are
+    windows (mrc_span) give decoded window spans in `windows` instead of predictions."""
     predictions, references, windows = [], [], []
+    windowed = family(features.family).windows
     for batch in _batches(features, rows, batch_size):
         outputs = predictor(task_name, batch)
-        if features.family == "mrc_span":
+        if windowed:
             windows += head.decode(outputs, batch)
         else:
             predictions += head.decode(outputs, batch)
             references += head.targets(batch)
     return predictions, references, windows
-
-
-def best_windows(features, windows):
-    """{example index: (its best-scoring window, its lowest null score)}, examples in order:
-    a question's answer is the best real span over all its windows (shared with predict)."""
-    best, null = {}, {}
-    for window in windows:
-        example = int(features["example_index"][window["window_id"]])
-        null[example] = min(null.get(example, np.inf), window["null_score"])
-        # `not in best`: a question whose windows hold no context token (score -inf) still
-        # gets its (empty) answer rather than vanishing from the results
-        if example not in best or window["score"] > best[example]["score"]:
-            best[example] = window
-    return {example: (best[example], null[example]) for example in sorted(best)}
-
-
-def mrc_predictions(features, windows):
-    """Per question (example index) the answer text of its best window, and the
-    gold answers: a window's real span wins over "no answer" when it scores higher
-    than the question's lowest null score (SQuAD 2.0 practice; CMRC2018 always
-    has an answer, so the best span there is the best real one)."""
-    predictions, references = [], []
-    for example, (window, null) in best_windows(features, windows).items():
-        gold = F.mrc_gold(features, example)
-        if not gold and window["score"] <= null:
-            text = ""
-        else:
-            text = F.mrc_answer(features, window["window_id"], window["start"], window["end"])["text"]
-        predictions.append(text)
-        references.append(gold)
-    return predictions, references
 
 
 def lost_gold(features, examples=None):
@@ -130,22 +97,19 @@ def lost_gold(features, examples=None):
     return lost
 
 
-def _labelled(family, predictions, references):
+def _labelled(family_name, predictions, references):
     """Drop unlabelled rows (-1 / NaN targets); returns (predictions, references, dropped)."""
-    if family in ("classification", "matching", "multiple_choice", "cloze", "coreference"):
-        keep = [i for i, r in enumerate(references) if not (isinstance(r, int) and r < 0)]
-    elif family == "regression":
-        keep = [i for i, r in enumerate(references) if not np.isnan(r)]
-    else:
+    unlabelled = family(family_name).unlabelled
+    if unlabelled is None:
         return predictions, references, 0
+    keep = [i for i, r in enumerate(references) if not unlabelled(r)]
     return ([predictions[i] for i in keep], [references[i] for i in keep],
             len(references) - len(keep))
 
 
 def train_labels(features):
     """Train labels for the majority baseline, where the family has a label array."""
-    if features is None or features.family not in ("classification", "matching", "regression",
-                                                   "multiple_choice", "cloze", "coreference"):
+    if features is None or not family(features.family).labelled:
         return None
     labels = np.asarray(features["label"])
     if labels.ndim == 2:  # multi-label rows
@@ -160,16 +124,19 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     predictor = predictor or TaskPredictor(model)
     head = model.heads[task.name]
     rows = evaluation_rows(features, max_examples)
+    task_family = family(features.family)
+    if task.metric == "mrr" and task_family.rank_groups is not None:
+        return ranking_entry(predictor, task, features, rows, batch_size, train_features)
     predictions, references, windows = predict(predictor, task.name, head, features, rows,
                                                batch_size)
     entry = {"metric": task.metric}
-    if features.family == "mrc_span":
-        predictions, references = mrc_predictions(features, windows)
+    if task_family.windows:
+        predictions, references = task_family.window_answers(features, windows)
         entry["windows"] = len(windows)
     predictions, references, unlabelled = _labelled(features.family, predictions, references)
     if unlabelled:
         entry["unlabelled"] = unlabelled
-    if features.family in SPAN_FAMILIES:
+    if task_family.counts_lost_gold:
         lost = lost_gold(features, len(rows))
         if lost:
             # Sentinel gold items no prediction can match: recall counts them as missed.
@@ -181,8 +148,8 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
         return {**entry, "score": None, "note": "no labelled examples in this split"}
     metric = task.metric
     if metric == "mrr":
-        # Ranking needs the candidates grouped by question, which pair features do not keep.
-        metric, entry["note"] = "accuracy", "mrr not computed (candidates not grouped); accuracy"
+        # Ranking needs candidates grouped by question: only matching features give them.
+        metric, entry["note"] = "accuracy", f"mrr not computed for {features.family} tasks; accuracy"
         entry["metric"] = metric
     result = compute_metric(metric, predictions, references)
     entry["result"] = result
@@ -193,6 +160,31 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
         entry["baseline"] = primary_score(metric, baseline)
     except ValueError:
         entry["baseline"] = None
+    return entry
+
+
+def ranking_entry(predictor, task, features, rows, batch_size, train_features=None):
+    """mrr: candidates grouped per question (the family's rank_groups), ranked by the
+    head's score for the right label; the baseline ranks candidate positions by how often
+    each was right in train (metrics.majority_predictions)."""
+    task_family = family(features.family)
+    scores = np.concatenate([task_family.rank_scores(predictor(task.name, batch))
+                             for batch in _batches(features, rows, batch_size)])
+    predictions, references, unanswered = task_family.rank_groups(features, rows, scores)
+    entry = {"metric": "mrr", "examples": len(references)}
+    if unanswered:
+        entry["questions_without_answer"] = unanswered
+    if not references:
+        return {**entry, "score": None, "note": "no question with a right candidate in this split"}
+    entry["result"] = compute_metric("mrr", predictions, references)
+    entry["score"] = primary_score("mrr", entry["result"])
+    train = None
+    if train_features is not None:
+        train = task_family.rank_groups(train_features, np.arange(len(train_features)))[1]
+    most = max(len(p) for p in predictions)
+    prior = majority_predictions("mrr", references, train or None, num_candidates=most)[0]
+    baseline = compute_metric("mrr", [prior[:len(p)] for p in predictions], references)
+    entry["baseline"] = primary_score("mrr", baseline)
     return entry
 
 
@@ -259,7 +251,8 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     experiment = load_experiment(files.experiment_file(run_dir))
     checkpoint = read_run(run_dir, log)
     registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)
-    names = [task for task, meta in checkpoint_heads(checkpoint).items() if meta["type"] != "mlm"]
+    names = [task for task, meta in checkpoint_heads(checkpoint).items()
+             if family(meta["type"]).scored]
     unknown = sorted(set(tasks or []) - set(names))
     if unknown:
         raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
@@ -291,7 +284,8 @@ def checkpoint_model(checkpoint, experiment):
         backbone = checkpoint_backbone(checkpoint)
         heads = {}
         for task, meta in checkpoint_heads(checkpoint).items():
-            tied = {"embeddings": backbone.token_embedding} if meta["type"] == "mlm" else {}
+            tied = {"embeddings": backbone.token_embedding} \
+                if family(meta["type"]).tied_embedding else {}
             heads[task] = build_head(meta["type"], meta["num_labels"],
                                      backbone.config["hidden_size"], name=task, **meta["config"],
                                      **tied)

@@ -238,6 +238,7 @@ def _check_optimizer(optimizer, error):
 
 
 TASK_ENTRY_KEYS = {"name", "rate", "loss_weight"}
+MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
 MLM_ENTRY_KEYS = TASK_ENTRY_KEYS | {"corpus", "whole_word", "mask_rate"}  # the mlm entry's own
 MLM_CHECKS = {
     "corpus": (lambda v: isinstance(v, str) and bool(v),
@@ -256,7 +257,7 @@ def _check_tasks(entries, error):
         if isinstance(entry, str):
             entry = {"name": entry}
         elif not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
-                  and set(entry) <= (MLM_ENTRY_KEYS if entry["name"] == "mlm"
+                  and set(entry) <= (MLM_ENTRY_KEYS if entry["name"] == MLM_TASK
                                      else TASK_ENTRY_KEYS)):
             error(where, f"tasks[{i}] must be a task name or {{name, rate, loss_weight}} "
                          f"(mlm also: corpus, whole_word, mask_rate), got {entry!r}")

@@ -1,5 +1,10 @@
 """Features: typed examples -> NumPy arrays per task family (docs/batches.md).
 
+What every family shares: the storage (FeatureWriter, FeatureReport, Features,
+memory-mapped folders), the base Featurizer and helpers. Each family's own
+featurizer and batch function live in mtl_framework/families/.
+
+    from mtl_framework.families import featurizer_for_task
     featurizer = featurizer_for_task(task, tokenizer, data_root)
     features = featurizer.featurize(read_task(task, "train", data_root))
     print(features.report.summary())
@@ -25,7 +30,7 @@ Per family:
   `context_index` [examples] int32; per context (stored once for the
   questions next to each other that share it, as in SQuAD files)
   `context` (UTF-8 bytes, ragged) and `context_offsets` ragged [t, 2] int32
-  (char span of each context token). `mrc_answer` maps a predicted token
+  (char span of each context token). `families.mrc.mrc_answer` maps a predicted token
   span back to characters.
 - multiple_choice/cloze: `token_ids`/`segment_ids` ragged per choice row,
   `choices.splits` [n + 1] (example -> its choice rows), `label` [n] int32.
@@ -54,18 +59,12 @@ import bisect
 import hashlib
 import itertools
 import json
-import math
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from data_adapters.examples import (ChoiceExample, CorefExample, EventExample, NERExample,
-                                    RelationExample, SpanQAExample, TextExample)
-
 FEATURES_VERSION = 1
-FAMILIES = ("classification", "matching", "regression", "mrc_span", "multiple_choice", "cloze",
-            "extraction_ner", "extraction_relation", "extraction_event", "coreference", "mlm")
 
 
 def source_version():
@@ -210,15 +209,22 @@ class FeatureWriter:
 
 class Features:
     """The arrays of one task split (see the module docstring) plus `meta`
-    (family, labels, max_length, settings, vocab ids, report)."""
+    (family, labels, max_length, settings, vocab ids, report). `collate` is the
+    family's batch function (mtl_framework.families gives it; without it the
+    arrays can be read but not batched)."""
 
-    def __init__(self, family, arrays, meta):
+    def __init__(self, family, arrays, meta, collate=None):
         self.family, self.arrays, self.meta = family, arrays, meta
+        self.collate = collate
         self._lengths = None
 
     def __len__(self):
-        key = "choices.splits" if self.family in CHOICE_FAMILIES else "token_ids.splits"
-        return len(self.arrays[key]) - 1
+        return len(self.arrays[self.rows_key]) - 1
+
+    @property
+    def rows_key(self):
+        """The splits that count rows: an example's choice rows form one row (CHOICES)."""
+        return CHOICES if CHOICES in self.arrays else "token_ids.splits"
 
     def __getitem__(self, name):
         return self.arrays[name]
@@ -243,8 +249,8 @@ class Features:
         """Tokens per row (the longest choice for multiple_choice/cloze): what buckets sort by."""
         if self._lengths is None:
             lengths = np.diff(self.arrays["token_ids.splits"])
-            if self.family in CHOICE_FAMILIES:
-                starts = np.asarray(self.arrays["choices.splits"][:-1])
+            if CHOICES in self.arrays:
+                starts = np.asarray(self.arrays[CHOICES][:-1])
                 lengths = np.maximum.reduceat(lengths, starts) if len(starts) else lengths[:0]
             self._lengths = lengths.astype(np.int32)
         return self._lengths
@@ -255,10 +261,14 @@ class Features:
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             raise ValueError("batch() needs at least one row")
-        return COLLATE[self.family](self, rows, rng, pad_to)
+        if self.collate is None:
+            raise ValueError(f"features of {self.family!r} have no batch function: load them with "
+                             "mtl_framework.families.load_features")
+        return self.collate(self, rows, rng, pad_to)
 
 
 ALIGNED = ("segment_ids", "offsets", "word_starts")  # share token_ids.splits
+CHOICES = "choices.splits"  # multiple_choice / cloze: example -> its choice rows
 
 
 def save_meta(features, directory):
@@ -266,15 +276,16 @@ def save_meta(features, directory):
         json.dump(features.meta, f, ensure_ascii=False, indent=1)
 
 
-def load_features(directory):
-    """Features from a folder of `.npy` files + meta.json, memory-mapped (nothing read yet)."""
+def read_features(directory, collate=None):
+    """Features from a folder of `.npy` files + meta.json, memory-mapped (nothing read yet);
+    `families.load_features` adds the family's batch function."""
     directory = Path(directory)
     meta_path = directory / "meta.json"
     if not meta_path.is_file():
         raise FileNotFoundError(f"{meta_path} not found: {directory} is not a features folder")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     arrays = {p.name[:-4]: np.load(p, mmap_mode="r") for p in sorted(directory.glob("*.npy"))}
-    return Features(meta["family"], arrays, meta)
+    return Features(meta["family"], arrays, meta, collate)
 
 
 # ---------------------------------------------------------------- helpers
@@ -314,7 +325,7 @@ class TokenLocator:
         return "covers no token"
 
 
-def _segment_tokens(encoding, segment=0):
+def segment_tokens(encoding, segment=0):
     """(offsets, positions) of the content tokens of one segment (no specials)."""
     offsets, positions = [], []
     for i, ((s, e), seg) in enumerate(zip(encoding.offsets, encoding.segment_ids)):
@@ -342,17 +353,16 @@ def truncate_longest_first(max_length, *sequences):
     return sequences
 
 
-def _utf8(texts):
-    return [t.encode("utf-8") for t in texts]
-
-
 # ---------------------------------------------------------------- featurizers
 
 
 class Featurizer:
-    """Base: tokenizer + task settings -> `featurize(examples)`."""
+    """Base: tokenizer + task settings -> `featurize(examples)`. The families
+    (mtl_framework/families/) subclass it; make a featurizer with
+    `families.make_featurizer`, which gives it its family's `collate`."""
 
     family = None
+    collate = None  # the family's batch function (batch-time code: not in the cache key)
     example_types = ()
     defaults = {}  # settings this family takes, with their defaults
     needs_labels = False
@@ -402,7 +412,7 @@ class Featurizer:
                 "vocab": {"size": tok.vocab_size, "pad": tok.pad_id, "unk": tok.unk_id,
                           "cls": tok.cls_id, "sep": tok.sep_id, "mask": tok.mask_id},
                 "version": source_version(), "report": report.as_dict()}
-        features = Features(self.family, arrays, meta)
+        features = Features(self.family, arrays, meta, self.collate)
         report.rows = len(features)
         meta["report"] = report.as_dict()
         # Distinct examples (questions, documents), not rows (windows, mlm pieces):
@@ -467,527 +477,6 @@ class Featurizer:
         return index, None
 
 
-class TextFeaturizer(Featurizer):
-    """classification / matching / regression: [CLS] text [SEP] (text_b [SEP])."""
-
-    example_types = (TextExample,)
-    family = "classification"
-
-    def start(self, writer):
-        super().start(writer)
-        if self.family == "regression":
-            writer.add("label", np.zeros(0, np.float32))
-        elif self.multi_label:
-            writer.add("label", np.zeros((0, len(self.labels)), np.uint8))
-        else:
-            writer.add("label", np.zeros(0, np.int32))
-
-    def encode_chunk(self, chunk, writer, report):
-        texts_b = [e.text_b for e in chunk]
-        encoded = self.encode([e.text for e in chunk],
-                              texts_b if any(b is not None for b in texts_b) else None)
-        kept, labels = [], []
-        for example, (encoding, truncated) in zip(chunk, encoded):
-            label, reason = self.label_of(example.label, report)
-            if reason:
-                report.dropped[reason] += 1
-                continue
-            if truncated:
-                report.truncated["text over max_length"] += 1
-            kept.append(encoding)
-            labels.append(label)
-        self.write_tokens(writer, kept)
-        if self.family == "regression":
-            writer.add("label", np.array(labels, np.float32))
-        elif self.multi_label:
-            writer.add("label", np.array(labels, np.uint8).reshape(-1, len(self.labels)))
-        else:
-            writer.add("label", np.array(labels, np.int32))
-
-    def label_of(self, label, report):
-        if label is None:
-            report.unlabelled += 1
-            if self.family == "regression":
-                return math.nan, None
-            return ([0] * len(self.labels) if self.multi_label else -1), None
-        if self.family == "regression":
-            try:
-                return float(label), None
-            except (TypeError, ValueError):
-                return None, f"label {label!r} is not a number"
-        if self.multi_label:
-            hot = [0] * len(self.labels)
-            for name in ([label] if isinstance(label, str) else label):
-                index, reason = self.index_label(name)
-                if reason:
-                    return None, reason
-                hot[index] = 1
-            return hot, None
-        return self.index_label(label)
-
-
-class ClassificationFeaturizer(TextFeaturizer):
-    family = "classification"
-    needs_labels = True
-
-
-class MatchingFeaturizer(TextFeaturizer):
-    family = "matching"
-    needs_labels = True
-
-
-class RegressionFeaturizer(TextFeaturizer):
-    family = "regression"
-
-
-NO_WINDOW = "answer in no single window (longer than a window, or cut by stride >= window)"
-
-
-class MRCFeaturizer(Featurizer):
-    """mrc_span: [CLS] question [SEP] context window [SEP]. Windows of the
-    context start every `stride` tokens (Google BERT's doc_stride: the step
-    between window starts, at most a window's length so no token is skipped)
-    until one reaches the context's end; each holds as many context tokens as
-    max_length leaves after the question. `stride: null` (the default) is half
-    a window, at most 128: 128 at max_length 512 (Google's default), about 55
-    at 128, so windows overlap by half and an answer shorter than that
-    overlap always lies wholly inside one. The question
-    keeps at most `max_question_length` tokens (more is counted as truncated).
-    A window's target is the first answer lying wholly inside it, else (0, 0)."""
-
-    example_types = (SpanQAExample,)
-    family = "mrc_span"
-    defaults = {"stride": None, "max_question_length": 64}
-
-    offsets = False  # context_offsets instead, once per example
-
-    def ragged_fields(self):
-        return super().ragged_fields() + [
-            ("context_offsets", np.int32, 2), ("context", np.uint8, None),
-            ("answers", np.int32, 2), ("example_id", np.uint8, None)]
-
-    def start(self, writer):
-        super().start(writer)
-        for name in ("start", "end", "example_index", "window_start", "context_position",
-                     "context_index"):
-            writer.add(name, np.zeros(0, np.int32))
-        self.examples_done = self.contexts_done = 0
-
-    def encode_chunk(self, chunk, writer, report):
-        stride, max_question = self.settings["stride"], self.settings["max_question_length"]
-        if stride is not None and (not isinstance(stride, int) or stride < 1):
-            raise ValueError(f"{self.task}: mrc_span stride must be a whole number >= 1 "
-                             f"(or null: half a window), got {stride!r}")
-        questions = self.tokenizer.encode_batch([e.question for e in chunk])
-        contexts = list(dict.fromkeys(e.context for e in chunk))  # SQuAD: questions share contexts
-        encoded = dict(zip(contexts, self.tokenizer.encode_batch(contexts)))
-        windows, starts, ends, example_index, window_starts, positions = [], [], [], [], [], []
-        answers = []
-        context_number = {c: self.contexts_done + i for i, c in enumerate(contexts)}
-        for example, question in zip(chunk, questions):
-            q_ids = question.token_ids[1:-1]
-            if len(q_ids) > max_question:
-                q_ids = q_ids[:max_question]
-                report.truncated["question over max_question_length"] += 1
-            context = encoded[example.context]
-            c_ids, c_offsets = context.token_ids[1:-1], context.offsets[1:-1]
-            room = self.max_length - len(q_ids) - 3
-            if room < 1:
-                raise ValueError(f"{self.task}: max_length {self.max_length} leaves no room for "
-                                 f"the context after a {len(q_ids)}-token question; raise "
-                                 "max_length or lower max_question_length")
-            locator = TokenLocator(c_offsets, list(range(len(c_ids))), example.context)
-            spans = []
-            for answer in example.answers:
-                span, note = locator.locate(answer.start, answer.end)
-                if span is None:
-                    report.spans_lost[f"answer {note}"] += 1
-                    continue
-                report.spans += 1
-                report.spans_widened += note
-                spans.append(span)
-            answers.append([(a.start, a.end) for a in example.answers])
-            head = [self.tokenizer.cls_id, *q_ids, self.tokenizer.sep_id]
-            placed = False
-            window_start = 0
-            while True:
-                window_end = min(window_start + room, len(c_ids))
-                ids = head + c_ids[window_start:window_end] + [self.tokenizer.sep_id]
-                start = end = 0
-                for first, last in spans:
-                    if first >= window_start and last < window_end:
-                        shift = len(head) - window_start
-                        start, end = first + shift, last + shift
-                        placed = True
-                        break
-                windows.append((ids, [0] * len(head) + [1] * (len(ids) - len(head))))
-                window_starts.append(window_start)
-                positions.append(len(head))
-                starts.append(start)
-                ends.append(end)
-                example_index.append(self.examples_done)
-                if window_end >= len(c_ids):
-                    break
-                window_start += min(stride, room) if stride else min(128, max(1, room // 2))
-            if spans and not placed:
-                report.spans_lost[NO_WINDOW] += len(spans)
-                report.spans -= len(spans)
-            self.examples_done += 1
-        writer.add_ragged("token_ids", [w[0] for w in windows], self.id_dtype)
-        writer.add_ragged("segment_ids", [w[1] for w in windows], np.int8)
-        writer.add("window_start", np.array(window_starts, np.int32))
-        writer.add("context_position", np.array(positions, np.int32))
-        writer.add("context_index", np.array([context_number[e.context] for e in chunk], np.int32))
-        writer.add_ragged("context_offsets", [encoded[c].offsets[1:-1] for c in contexts], np.int32, 2)
-        writer.add("start", np.array(starts, np.int32))
-        writer.add("end", np.array(ends, np.int32))
-        writer.add("example_index", np.array(example_index, np.int32))
-        writer.add_bytes("context", _utf8(contexts))
-        self.contexts_done += len(contexts)
-        writer.add_ragged("answers", answers, np.int32, 2)
-        writer.add_bytes("example_id", _utf8(["" if e.id is None else str(e.id) for e in chunk]))
-
-
-def mrc_answer(features, window_id, start, end):
-    """A predicted token span of window `window_id` as characters of its example:
-    {example_index, id, start, end (half-open), text}; text "" for (0, 0)."""
-    example = int(features["example_index"][window_id])
-    context_index = int(features["context_index"][example])
-    context = bytes(features.ragged("context", context_index)).decode("utf-8")
-    answer = {"example_index": example,
-              "id": bytes(features.ragged("example_id", example)).decode("utf-8")}
-    if start == 0 and end == 0:
-        return {**answer, "start": 0, "end": 0, "text": ""}
-    offsets = features.ragged("context_offsets", context_index)
-    shift = int(features["window_start"][window_id]) - int(features["context_position"][window_id])
-    if not (0 <= start + shift <= end + shift < len(offsets)):
-        raise ValueError(f"token span ({start}, {end}) is not on the context of window {window_id}")
-    char_start, char_end = int(offsets[start + shift][0]), int(offsets[end + shift][1])
-    return {**answer, "start": char_start, "end": char_end, "text": context[char_start:char_end]}
-
-
-def mrc_gold(features, example):
-    """The gold answer texts of one example (all of them, for EM/F1)."""
-    context_index = int(features["context_index"][example])
-    context = bytes(features.ragged("context", context_index)).decode("utf-8")
-    return [context[s:e] for s, e in features.ragged("answers", example)]
-
-
-class ChoiceFeaturizer(Featurizer):
-    """multiple_choice / cloze, as bert4keras's CLUE C3: per choice
-    [CLS] context [SEP] question [SEP] choice [SEP] (question left out when
-    empty); context and question are segment 0, the choice segment 1.
-    Too long: tokens come off the longest part first (bert4keras truncate_sequences)."""
-
-    example_types = (ChoiceExample,)
-    family = "multiple_choice"
-
-    def start(self, writer):
-        super().start(writer)
-        writer.add("choices.splits", np.zeros(1, np.int64))
-        writer.add("label", np.zeros(0, np.int32))
-        self.choice_rows = 0
-
-    def encode_chunk(self, chunk, writer, report):
-        tok = self.tokenizer
-        contexts = list(dict.fromkeys(e.context for e in chunk))
-        questions = list(dict.fromkeys(e.question for e in chunk if e.question.strip()))
-        choices = list(dict.fromkeys(c for e in chunk for c in e.choices))
-        encoded = {}
-        for texts in (contexts, questions, choices):
-            encoded.update((t, e.token_ids) for t, e in zip(texts, tok.encode_batch(texts)))
-        rows, labels, splits = [], [], []
-        for example in chunk:
-            if not example.choices:
-                report.dropped["no choices"] += 1
-                continue
-            label = example.label
-            if label is None:
-                report.unlabelled += 1
-                label = -1
-            elif not 0 <= label < len(example.choices):
-                report.dropped["label index out of range of the choices"] += 1
-                continue
-            truncated = False
-            for choice in example.choices:
-                context_ids = list(encoded[example.context])
-                question_ids = list(encoded[example.question][1:]) if example.question.strip() else []
-                choice_ids = list(encoded[choice][1:])
-                before = len(context_ids) + len(question_ids) + len(choice_ids)
-                truncate_longest_first(self.max_length, choice_ids, question_ids, context_ids)
-                truncated |= len(context_ids) + len(question_ids) + len(choice_ids) < before
-                first = len(context_ids) + len(question_ids)
-                rows.append((context_ids + question_ids + choice_ids,
-                             [0] * first + [1] * len(choice_ids)))
-            if truncated:
-                report.truncated["context+question+choice over max_length"] += 1
-            self.choice_rows += len(example.choices)
-            splits.append(self.choice_rows)
-            labels.append(label)
-        writer.add_ragged("token_ids", [r[0] for r in rows], self.id_dtype)
-        writer.add_ragged("segment_ids", [r[1] for r in rows], np.int8)
-        writer.add("choices.splits", np.array(splits, np.int64))
-        writer.add("label", np.array(labels, np.int32))
-
-
-class ClozeFeaturizer(ChoiceFeaturizer):
-    family = "cloze"
-
-
-class SpanFeaturizer(Featurizer):
-    """Shared by the span families: encode the text, locate char spans on tokens.
-    `spans` in the report counts entities, triples (both mentions placed) or
-    event roles, as the adapters' ReadReport does."""
-
-    offsets = True
-    needs_labels = True
-    span_field, span_width = None, None
-
-    def ragged_fields(self):
-        return super().ragged_fields() + [(self.span_field, np.int32, self.span_width)]
-
-    def encode_chunk(self, chunk, writer, report):
-        encoded = self.encode([e.text for e in chunk])
-        kept, spans = [], []
-        for example, (encoding, truncated) in zip(chunk, encoded):
-            if truncated:
-                report.truncated["text over max_length"] += 1
-            offsets, positions = _segment_tokens(encoding)
-            locator = TokenLocator(offsets, positions, example.text, truncated)
-            kept.append(encoding)  # kept even when its spans are lost: the rest still teaches
-            spans.append(self.spans_of(example, locator, report))
-        self.write_tokens(writer, kept, offsets=True)
-        writer.add_ragged(self.span_field, spans, np.int32, self.span_width)
-
-    def place(self, entity, locator, report, what):
-        """(start, end) token positions of an Entity, or None (counted as lost)."""
-        span, note = locator.locate(entity.start, entity.end)
-        if span is None:
-            report.spans_lost[f"{what} {note}"] += 1
-            return None
-        report.spans_widened += note
-        return span
-
-
-class NERFeaturizer(SpanFeaturizer):
-    example_types = (NERExample,)
-    family = "extraction_ner"
-    span_field, span_width = "entities", 3
-
-    def spans_of(self, example, locator, report):
-        row = []
-        for entity in example.entities:
-            type_index = self.label_index.get(entity.type)
-            if type_index is None:
-                report.spans_lost["entity type not in the task's labels"] += 1
-                continue
-            span = self.place(entity, locator, report, "entity")
-            if span is not None:
-                report.spans += 1
-                row.append((type_index, *span))
-        return row
-
-
-class RelationFeaturizer(SpanFeaturizer):
-    """GPLinker (bert4keras's DuIE example): per triple the subject and object
-    token spans; `batch` turns them into entity/head/tail pointer labels."""
-
-    example_types = (RelationExample,)
-    family = "extraction_relation"
-    span_field, span_width = "triples", 5
-
-    def spans_of(self, example, locator, report):
-        row = []
-        for triple in example.triples:
-            predicate = self.label_index.get(triple.predicate)
-            if predicate is None:
-                report.spans_lost["predicate not in the task's labels"] += 1
-                continue
-            subject = self.place(triple.subject, locator, report, "triple's subject")
-            object_ = subject and self.place(triple.object, locator, report, "triple's object")
-            if subject is not None and object_ is not None:
-                report.spans += 1
-                row.append((predicate, *subject, *object_))
-        return row
-
-
-def event_role_groups(labels):
-    """Each event label's event type (`<event type>:<role>`, or a bare event type for
-    its triggers): the EventHead's `role_groups`, so that decoding joins arguments
-    into events only within one event type."""
-    return [label.split(":", 1)[0] for label in labels]
-
-
-class EventFeaturizer(SpanFeaturizer):
-    """GPLinker for events (bert4keras's DuEE example). Roles are labels
-    `<event type>:<role>` with the trigger as role `trigger`; a label that is a
-    bare event type marks that type's triggers (its arguments have no role to
-    go to and are counted as lost)."""
-
-    example_types = (EventExample,)
-    family = "extraction_event"
-    span_field, span_width = "arguments", 4
-
-    def role(self, event_type, role):
-        index = self.label_index.get(f"{event_type}:{role}")
-        if index is None and role == "trigger":
-            index = self.label_index.get(event_type)
-        return index
-
-    def spans_of(self, example, locator, report):
-        row = []
-        for number, event in enumerate(example.events):
-            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
-            parts += [(argument.type, argument) for argument in event.arguments]
-            for role_name, entity in parts:
-                role = self.role(event.type, role_name)
-                if role is None:
-                    report.spans_lost["event role not in the task's labels"] += 1
-                    continue
-                span = self.place(entity, locator, report, "trigger" if role_name == "trigger"
-                                  else "argument")
-                if span is not None:
-                    report.spans += 1
-                    row.append((number, role, *span))
-        return row
-
-
-class CorefFeaturizer(SpanFeaturizer):
-    """coreference: the text, and both spans' token positions. An example whose
-    span is lost (truncated away) is dropped: it has nothing left to classify."""
-
-    example_types = (CorefExample,)
-    family = "coreference"
-
-    def ragged_fields(self):
-        return Featurizer.ragged_fields(self)
-
-    def start(self, writer):
-        super().start(writer)
-        for name in ("span1", "span2"):
-            writer.add(name, np.zeros((0, 2), np.int32))
-        writer.add("label", np.zeros(0, np.int32))
-
-    def encode_chunk(self, chunk, writer, report):
-        encoded = self.encode([e.text for e in chunk])
-        kept, rows = [], []
-        for example, (encoding, truncated) in zip(chunk, encoded):
-            if example.label is None:
-                label = -1
-            else:
-                label, reason = self.index_label(example.label)
-                if reason:
-                    report.dropped[reason] += 1
-                    continue
-            offsets, positions = _segment_tokens(encoding)
-            locator = TokenLocator(offsets, positions, example.text, truncated)
-            spans = [locator.locate(s.start, s.end) for s in (example.span1, example.span2)]
-            lost = [note for span, note in spans if span is None]
-            if lost:
-                report.dropped[f"span {lost[0]}"] += 1
-                continue
-            if truncated:
-                report.truncated["text over max_length"] += 1
-            report.unlabelled += example.label is None
-            report.spans += 2
-            report.spans_widened += sum(note for _, note in spans)
-            kept.append(encoding)
-            rows.append((spans[0][0], spans[1][0], label))
-        self.write_tokens(writer, kept, offsets=True)
-        writer.add("span1", np.array([r[0] for r in rows], np.int32).reshape(-1, 2))
-        writer.add("span2", np.array([r[1] for r in rows], np.int32).reshape(-1, 2))
-        writer.add("label", np.array([r[2] for r in rows], np.int32))
-
-
-class MLMFeaturizer(Featurizer):
-    """mlm: raw text cut into rows of max_length tokens (nothing truncated: a
-    long text gives several rows). Masking is dynamic, at batch time: `mask_rate`
-    of the tokens (at least one), 80% [MASK] / 10% random / 10% kept; with
-    `whole_word` the words jieba finds are masked as wholes."""
-
-    example_types = (str, TextExample, SpanQAExample, ChoiceExample, NERExample, RelationExample,
-                     EventExample, CorefExample)
-    family = "mlm"
-    defaults = {"whole_word": False, "mask_rate": 0.15}
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.settings["whole_word"]:
-            self.jieba  # whole-word masking needs it (a pinned dependency): fail early
-
-    @property
-    def jieba(self):
-        # Imported, not stored: a featurizer is pickled to worker processes (prepare.py).
-        import jieba
-        jieba.setLogLevel(60)
-        return jieba
-
-    def ragged_fields(self):
-        fields = super().ragged_fields()
-        if self.settings["whole_word"]:
-            fields.append(("word_starts", np.uint8, None))
-        return fields
-
-    def encode_chunk(self, chunk, writer, report):
-        from mtl_framework.vocab import example_texts
-        texts = []
-        for example in chunk:
-            found = [example] if isinstance(example, str) else list(example_texts(example))
-            found = [t for t in found if t.strip()]
-            if not found:
-                report.dropped["no text"] += 1
-            texts.extend(found)
-        piece = self.max_length - 2
-        rows, word_starts = [], []
-        for text, encoding in zip(texts, self.tokenizer.encode_batch(texts)):
-            ids, offsets = encoding.token_ids[1:-1], encoding.offsets[1:-1]
-            if not ids:
-                continue
-            if self.settings["whole_word"]:
-                boundaries, at = set(), 0
-                for word in self.jieba.cut(text):
-                    boundaries.add(at)
-                    at += len(word)
-                starts = [int(s in boundaries) for s, _ in offsets]
-            for begin in range(0, len(ids), piece):
-                rows.append([self.tokenizer.cls_id, *ids[begin:begin + piece], self.tokenizer.sep_id])
-                if self.settings["whole_word"]:
-                    word_starts.append([0, 1, *starts[begin + 1:begin + piece], 0])
-        writer.add_ragged("token_ids", rows, self.id_dtype)
-        writer.add_ragged("segment_ids", [[0] * len(r) for r in rows], np.int8)
-        if self.settings["whole_word"]:
-            writer.add_ragged("word_starts", word_starts, np.uint8)
-
-
-FEATURIZERS = {
-    "classification": ClassificationFeaturizer, "matching": MatchingFeaturizer,
-    "regression": RegressionFeaturizer, "mrc_span": MRCFeaturizer,
-    "multiple_choice": ChoiceFeaturizer, "cloze": ClozeFeaturizer,
-    "extraction_ner": NERFeaturizer, "extraction_relation": RelationFeaturizer,
-    "extraction_event": EventFeaturizer, "coreference": CorefFeaturizer, "mlm": MLMFeaturizer,
-}
-CHOICE_FAMILIES = ("multiple_choice", "cloze")
-
-
-def make_featurizer(family, tokenizer, max_length, labels=None, multi_label=False, task="",
-                    **settings):
-    if family not in FEATURIZERS:
-        raise ValueError(f"{task or 'features'}: no featurizer for family {family!r}; "
-                         f"families: {', '.join(FEATURIZERS)}")
-    return FEATURIZERS[family](tokenizer, max_length, labels, multi_label, task, **settings)
-
-
-def featurizer_for_task(task, tokenizer, data_root=None, max_length=None, family=None, **settings):
-    """The featurizer of a registry TaskSpec (labels resolved, label files read).
-    `family="mlm"` featurizes the task's texts for masked-LM instead."""
-    if family == "mlm":
-        return make_featurizer("mlm", tokenizer, max_length or task.max_length, task=task.name,
-                               **settings)
-    labels = task.resolve_labels(data_root) if hasattr(task, "resolve_labels") else task.labels
-    return make_featurizer(family or task.type, tokenizer, max_length or task.max_length, labels,
-                           getattr(task, "multi_label", False), task.name, **settings)
-
-
 # ---------------------------------------------------------------- batches
 
 
@@ -1011,7 +500,8 @@ def batch_length(features, rows, pad_to):
     return pad_to
 
 
-def _tokens(features, rows, pad_to):
+def pad_tokens(features, rows, pad_to):
+    """token_ids and segment_ids of `rows`, padded to the batch length."""
     length = batch_length(features, rows, pad_to)
     return {"token_ids": pad_rows(features, "token_ids", rows, length),
             "segment_ids": pad_rows(features, "segment_ids", rows, length)}
@@ -1027,145 +517,3 @@ def span_labels(groups, kinds):
                 out[b, kind, :len(spans)] = sorted(spans)
     return out
 
-
-def _collate_text(features, rows, rng, pad_to):
-    batch = _tokens(features, rows, pad_to)
-    label = features["label"][rows]
-    batch["label"] = label.astype(np.float32 if label.ndim == 2 or label.dtype.kind == "f" else np.int32)
-    return batch
-
-
-def _collate_mrc(features, rows, rng, pad_to):
-    batch = _tokens(features, rows, pad_to)
-    lengths = features.lengths()[rows]
-    position = np.arange(batch["token_ids"].shape[1])
-    # Context = segment 1 minus its closing [SEP].
-    batch["context_mask"] = ((batch["segment_ids"] == 1)
-                             & (position[None] < lengths[:, None] - 1)).astype(np.int32)
-    batch["start"] = features["start"][rows].astype(np.int32)
-    batch["end"] = features["end"][rows].astype(np.int32)
-    batch["window_id"] = rows.astype(np.int32)
-    return batch
-
-
-def _collate_choice(features, rows, rng, pad_to):
-    choice_splits = features["choices.splits"]
-    counts = [int(choice_splits[r + 1] - choice_splits[r]) for r in rows]
-    most = max(counts)
-    length = batch_length(features, rows, pad_to)
-    batch = {}
-    for name in ("token_ids", "segment_ids"):
-        out = np.zeros((len(rows), most, length), np.int32)
-        for b, row in enumerate(rows):
-            choice_rows = np.arange(choice_splits[row], choice_splits[row + 1])
-            out[b, :len(choice_rows)] = pad_rows(features, name, choice_rows, length)
-        batch[name] = out
-    batch["choice_mask"] = (np.arange(most)[None] < np.array(counts)[:, None]).astype(np.float32)
-    batch["label"] = features["label"][rows].astype(np.int32)
-    return batch
-
-
-def _collate_ner(features, rows, rng, pad_to):
-    batch = _tokens(features, rows, pad_to)
-    groups = []
-    for row in rows:
-        spans = {}
-        for type_, start, end in features.ragged("entities", row):
-            spans.setdefault(int(type_), set()).add((int(start), int(end)))
-        groups.append(spans)
-    batch["entity_labels"] = span_labels(groups, len(features.meta["labels"]))
-    return batch
-
-
-def _collate_relation(features, rows, rng, pad_to):
-    batch = _tokens(features, rows, pad_to)
-    entities, heads, tails = [], [], []
-    for row in rows:
-        entity, head, tail = {0: set(), 1: set()}, {}, {}
-        for p, sh, st, oh, ot in features.ragged("triples", row).tolist():
-            entity[0].add((sh, st))
-            entity[1].add((oh, ot))
-            head.setdefault(p, set()).add((sh, oh))
-            tail.setdefault(p, set()).add((st, ot))
-        entities.append(entity)
-        heads.append(head)
-        tails.append(tail)
-    predicates = len(features.meta["labels"])
-    batch["entity_labels"] = span_labels(entities, 2)
-    batch["head_labels"] = span_labels(heads, predicates)
-    batch["tail_labels"] = span_labels(tails, predicates)
-    return batch
-
-
-def _collate_event(features, rows, rng, pad_to):
-    batch = _tokens(features, rows, pad_to)
-    arguments, heads, tails = [], [], []
-    for row in rows:
-        argument, events = {}, {}
-        for number, role, start, end in features.ragged("arguments", row).tolist():
-            argument.setdefault(role, set()).add((start, end))
-            events.setdefault(number, []).append((start, end))
-        head, tail = set(), set()
-        # Link every two arguments of one event by starts and by ends (min, max).
-        for spans in events.values():
-            for (h1, t1), (h2, t2) in itertools.combinations(spans, 2):
-                head.add((min(h1, h2), max(h1, h2)))
-                tail.add((min(t1, t2), max(t1, t2)))
-        arguments.append(argument)
-        heads.append({0: head})
-        tails.append({0: tail})
-    batch["argument_labels"] = span_labels(arguments, len(features.meta["labels"]))
-    batch["head_labels"] = span_labels(heads, 1)
-    batch["tail_labels"] = span_labels(tails, 1)
-    return batch
-
-
-def _collate_coref(features, rows, rng, pad_to):
-    batch = _tokens(features, rows, pad_to)
-    for name in ("span1", "span2", "label"):
-        batch[name] = features[name][rows].astype(np.int32)
-    return batch
-
-
-def _collate_mlm(features, rows, rng, pad_to):
-    if rng is None:
-        raise ValueError("mlm batches mask at random: pass rng (a np.random.Generator; "
-                         "TaskStream passes one derived from its seed and position)")
-    batch = _tokens(features, rows, pad_to)
-    vocab, settings = features.meta["vocab"], features.meta["settings"]
-    specials = [vocab[k] for k in ("pad", "unk", "cls", "sep", "mask")]
-    normal_ids = np.setdiff1d(np.arange(vocab["size"]), specials)
-    token_ids = batch["token_ids"]
-    labels = np.zeros_like(token_ids)
-    lengths = features.lengths()[rows]
-    for b, row in enumerate(rows):
-        n = int(lengths[b]) - 2  # content tokens between [CLS] and [SEP]
-        if n <= 0:
-            continue
-        if settings["whole_word"]:
-            word_of = np.cumsum(features.ragged("word_starts", row)[1:n + 1]) - 1
-        else:
-            word_of = np.arange(n)
-        sizes = np.bincount(word_of)
-        target = max(1, int(round(n * settings["mask_rate"])))
-        order = rng.permutation(len(sizes))
-        # Words in random order while they fit in the target (whole words, never split).
-        chosen = order[np.cumsum(sizes[order]) <= target]
-        if not len(chosen):
-            chosen = order[:1]
-        positions = 1 + np.flatnonzero(np.isin(word_of, chosen))
-        labels[b, positions] = token_ids[b, positions]
-        draw = rng.random(len(positions))
-        token_ids[b, positions[draw < 0.8]] = vocab["mask"]
-        random_positions = positions[(draw >= 0.8) & (draw < 0.9)]
-        token_ids[b, random_positions] = rng.choice(normal_ids, len(random_positions))
-    batch["mlm_labels"] = labels
-    return batch
-
-
-COLLATE = {
-    "classification": _collate_text, "matching": _collate_text, "regression": _collate_text,
-    "mrc_span": _collate_mrc, "multiple_choice": _collate_choice, "cloze": _collate_choice,
-    "extraction_ner": _collate_ner, "extraction_relation": _collate_relation,
-    "extraction_event": _collate_event, "coreference": _collate_coref, "mlm": _collate_mlm,
-}

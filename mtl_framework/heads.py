@@ -32,6 +32,7 @@ import numpy as np
 from keras import ops
 
 from mtl_framework import losses
+from mtl_framework.families import FAMILIES
 from mtl_framework.layers import RoFormerV2Initializer
 
 NEG_INF = float("-inf")
@@ -58,7 +59,7 @@ def sinusoidal_embeddings(n, dim, dtype="float32"):
     return ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], -1), (n, dim))
 
 
-def apply_rotary(x, sinusoidal):
+def apply_sinusoidal_rotary(x, sinusoidal):
     """Rotate pairs (2i, 2i+1) of x [B, n, ..., d] by sinusoidal [n, d]."""
     extra = len(x.shape) - 3  # axes between n and d (GlobalPointer's heads)
     cos = ops.repeat(sinusoidal[:, 1::2], 2, axis=-1)
@@ -131,7 +132,7 @@ class GlobalPointer(_Pointer):
         qw, kw = x[..., :d], x[..., d:]
         if self.RoPE:
             pos = ops.cast(sinusoidal_embeddings(n, d), x.dtype)  # positions exact in float32
-            qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
+            qw, kw = apply_sinusoidal_rotary(qw, pos), apply_sinusoidal_rotary(kw, pos)
         logits = ops.einsum("bmhd,bnhd->bhmn", qw, kw) / d**0.5
         return pointer_masking(logits, mask, self.tril_mask)
 
@@ -159,7 +160,7 @@ class EfficientGlobalPointer(_Pointer):
         qw, kw = x[..., ::2], x[..., 1::2]
         if self.RoPE:
             pos = ops.cast(sinusoidal_embeddings(ops.shape(x)[1], d), x.dtype)
-            qw, kw = apply_rotary(qw, pos), apply_rotary(kw, pos)
+            qw, kw = apply_sinusoidal_rotary(qw, pos), apply_sinusoidal_rotary(kw, pos)
         pair = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
         bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]
         # masking the shared part masks every head alike (-inf + a bias is -inf)
@@ -219,7 +220,8 @@ def _label_scores(labels, length):
 
 
 class TaskHead(keras.layers.Layer):
-    """Base class: see the module docstring for the interface."""
+    """Base class: see the module docstring for the interface. `family` is the task
+    family (mtl_framework.families) that build_head built it for."""
 
     family = None
 
@@ -269,7 +271,6 @@ class ClassificationHead(TaskHead):
     """[CLS] -> Dense(n) with bias, as bert4keras's CLUE classifiers. Softmax
     CE; multi_label uses Su's multi-label CE and predicts scores > 0."""
 
-    family = "classification"
 
     def __init__(self, num_labels, multi_label=False, **kwargs):
         super().__init__(num_labels, **kwargs)
@@ -309,7 +310,6 @@ class ClassificationHead(TaskHead):
 class RegressionHead(TaskHead):
     """[CLS] -> Dense(1) with bias; MSE."""
 
-    family = "regression"
 
     def __init__(self, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
@@ -338,7 +338,6 @@ class SpanHead(TaskHead):
     context tokens, plus (0, 0) = [CLS] = "no answer in this window"; (0, j>0)
     is masked too. Loss: softmax CE over start * L + end."""
 
-    family = "mrc_span"
 
     def __init__(self, num_labels=None, head_size=64, **kwargs):
         super().__init__(num_labels, **kwargs)
@@ -406,7 +405,6 @@ class ChoiceHead(TaskHead):
     into the batch axis ([B * C, L], see backbone_inputs); choice_mask [B, C]
     keeps padded choices out of the softmax."""
 
-    family = "multiple_choice"
 
     def __init__(self, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
@@ -438,7 +436,6 @@ class EntityHead(TaskHead):
     multi-label CE (bert4keras GPLinker loss). decode: {(type, start, end)}
     with score > threshold (0, as bert4keras)."""
 
-    family = "extraction_ner"
 
     def __init__(self, num_labels, head_size=64, threshold=0.0, max_spans=256,
                  **kwargs):
@@ -508,7 +505,6 @@ class RelationHead(_GPLinkerHead):
     pointer (subject end, object end) per predicate, both without RoPE or
     start <= end mask. decode: {(s_start, s_end, predicate, o_start, o_end)}."""
 
-    family = "extraction_relation"
     keys = ("entity", "head", "tail")
 
     def __init__(self, num_labels, head_size=64, threshold=0.0, max_spans=256,
@@ -578,7 +574,6 @@ class EventHead(_GPLinkerHead):
     given). decode: per row a list of events, each a sorted tuple of
     (role, start, end)."""
 
-    family = "extraction_event"
     keys = ("argument", "head", "tail")
 
     def __init__(self, num_labels, head_size=64, threshold=0.0,
@@ -631,7 +626,6 @@ class CorefHead(TaskHead):
     """Token vectors at span1 start/end and span2 start/end, concatenated
     [4H] -> Dense(n labels) with bias; softmax CE."""
 
-    family = "coreference"
 
     def __init__(self, num_labels=2, **kwargs):
         super().__init__(num_labels, **kwargs)
@@ -663,7 +657,6 @@ class MLMHead(TaskHead):
     variable [V, H]) or its Embedding layer; the backbone owns it, so it is
     not tracked here (the head has no weights of its own)."""
 
-    family = "mlm"
 
     def __init__(self, embeddings, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
@@ -691,54 +684,42 @@ class MLMHead(TaskHead):
         return [lab[lab > 0] for lab in np.asarray(batch["mlm_labels"])]
 
 
-HEADS = {
-    "classification": ClassificationHead,
-    "matching": ClassificationHead,
-    "regression": RegressionHead,
-    "mrc_span": SpanHead,
-    "multiple_choice": ChoiceHead,
-    "cloze": ChoiceHead,
-    "extraction_ner": EntityHead,
-    "extraction_relation": RelationHead,
-    "extraction_event": EventHead,
-    "coreference": CorefHead,
-    "mlm": MLMHead,
-}
-
-# least number of labels per family (None: the family takes no labels)
-_MIN_LABELS = {"classification": 2, "matching": 2, "coreference": 2,
-               "extraction_ner": 1, "extraction_relation": 1,
-               "extraction_event": 1}
-
-
 def build_head(task_type, num_labels, hidden_size, **kwargs):
-    """A built head for a task family (the `type` of a task spec).
+    """A built head for a task family (the `type` of a task spec; families.FAMILIES).
 
     kwargs go to the head: name, head_size, multi_label (classification),
     role_groups (extraction_event), embeddings (mlm, required), threshold,
     num_layers (the backbone's: the initializer's L^(-1/2), as bert4keras's heads
     share the model's initializer; 1 when not given).
     """
-    if task_type not in HEADS:
+    if task_type not in FAMILIES:
         raise ValueError(f"unknown task type {task_type!r}; "
-                         f"expected one of: {', '.join(HEADS)}")
-    least = _MIN_LABELS.get(task_type)
-    if kwargs.get("multi_label"):
-        least = 1
+                         f"expected one of: {', '.join(FAMILIES)}")
+    family = FAMILIES[task_type]
+    least = 1 if kwargs.get("multi_label") else family.min_labels
     if least is not None and (num_labels is None or num_labels < least):
-        hint = "; for a real-valued score use type: regression" \
-            if task_type in ("classification", "matching") else ""
         raise ValueError(f"task type {task_type!r} needs at least {least} "
-                         f"label(s), got {num_labels}{hint}")
-    if task_type == "mlm":
+                         f"label(s), got {num_labels}{family.too_few_labels_hint}")
+    if family.tied_embedding:
         if kwargs.get("embeddings") is None:
-            raise ValueError("the mlm head is tied to the token embedding: pass "
+            raise ValueError(f"the {task_type} head is tied to the token embedding: pass "
                              "embeddings=<the backbone's token embedding matrix>")
         vocab = kwargs["embeddings"]
         vocab = vocab.embeddings if isinstance(vocab, keras.layers.Embedding) else vocab
         if num_labels is not None and vocab.shape[0] != num_labels:
-            raise ValueError(f"mlm: num_labels {num_labels} differs from the "
+            raise ValueError(f"{task_type}: num_labels {num_labels} differs from the "
                              f"embedding's vocabulary size {vocab.shape[0]}")
-    head = HEADS[task_type](num_labels=num_labels, **kwargs)
+    head = globals()[family.head](num_labels=num_labels, **kwargs)
+    head.family = family.name
     head.build((None, None, hidden_size))
     return head
+
+
+def task_head(task, labels, hidden_size, **kwargs):
+    """The head of a registry TaskSpec whose labels are `labels` (resolved), with the
+    settings its family takes from the task (multi_label, an event task's role groups)."""
+    if task.multi_label:
+        kwargs["multi_label"] = True
+    kwargs.update(FAMILIES[task.type].head_settings(task, labels))
+    return build_head(task.type, len(labels) if labels else None, hidden_size, name=task.name,
+                      **kwargs)

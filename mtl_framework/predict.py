@@ -8,7 +8,7 @@ The input is read by the task's adapter (the spec's format, options and fields),
 gold (labels, spans, answers) set aside, featurized as in training (mrc_span: windows
 over long contexts; other families cut at max_length as training cuts them), run
 through the head in batches and decoded as evaluation decodes (evaluation.predict;
-mrc_span: the best span over all windows, evaluation.best_windows). Each example
+mrc_span: the best span over all windows, families.mrc.best_windows). Each example
 becomes `{"id": ..., "prediction": ...}` (`id` only when the input has one):
 
     classification, matching, coreference   a label name of the spec (multi-label: a list)
@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from mtl_framework import clue, evaluation
-from mtl_framework import features as F
+from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.errors import UserError
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
@@ -102,7 +102,7 @@ def build_heads(source, metadata, weights, hidden_size):
 
     heads = {}
     for task, meta in metadata.items():
-        if meta["type"] == "mlm":
+        if not family(meta["type"]).scored:
             continue
         head = build_head(meta["type"], meta["num_labels"], hidden_size, name=task,
                           **meta["config"])
@@ -214,7 +214,7 @@ class PredictModel:
         """[(example, prediction, error)] in input order; error is None unless the
         featurizer could not take the example (then prediction is None)."""
         labels = self.labels(task)
-        featurizer = F.featurizer_for_task(task, self.tokenizer, self.data_root,
+        featurizer = featurizer_for_task(task, self.tokenizer, self.data_root,
                                            max_length=self.length(task))
         self.truncated = 0
         out, step = [], batch_size * CHUNK_BATCHES
@@ -227,7 +227,8 @@ class PredictModel:
 
     def _predict_chunk(self, task, labels, featurizer, chunk, batch_size):
         features = featurizer.featurize([without_gold(e) for e in chunk])
-        if features.family != "mrc_span" and len(features) != len(chunk):
+        task_family = family(features.family)
+        if not task_family.windows and len(features) != len(chunk):
             # The featurizer dropped some (counted in its report): one at a time to know which.
             if len(chunk) == 1:
                 reason = next(iter(features.report.dropped), "the featurizer left it out")
@@ -239,14 +240,9 @@ class PredictModel:
         rows = np.arange(len(features))
         predictions, _, windows = evaluation.predict(self.predictor, task.name, head, features,
                                                      rows, batch_size)
-        if features.family == "mrc_span":
-            best = evaluation.best_windows(features, windows)
-            predictions = []
-            for window, _ in best.values():
-                answer = F.mrc_answer(features, window["window_id"], window["start"], window["end"])
-                predictions.append({"text": answer["text"], "start": answer["start"]})
-            return [(e, p, None) for e, p in zip(chunk, predictions)]
-        shape = SHAPES[features.family]
+        if task_family.windows:
+            return [(e, p, None) for e, p in zip(chunk, task_family.window_outputs(features, windows))]
+        shape = task_family.output
         return [(e, shape(p, e, labels, features, row), None)
                 for row, (e, p) in enumerate(zip(chunk, predictions))]
 
@@ -329,72 +325,6 @@ class PredictModel:
         for name, (text, _) in files.items():
             write_atomic(os.path.join(output_dir, name), text)
         return {"written": {name: n for name, (_, n) in files.items()}, "skipped": skipped}
-
-
-# ------------------------------------------------------------------ output shapes
-
-
-def _span(text, offsets, first, last):
-    """Inclusive token span -> {"text", "start", "end"}, half-open characters of `text`."""
-    start, end = int(offsets[first][0]), int(offsets[last][1])
-    return {"text": text[start:end], "start": start, "end": end}
-
-
-def _label(prediction, example, labels, features, row):
-    if isinstance(prediction, list):  # multi-label
-        return [labels[i] for i in prediction]
-    return labels[prediction]
-
-
-def _number(prediction, example, labels, features, row):
-    return float(prediction)
-
-
-def _choice(prediction, example, labels, features, row):
-    return {"index": int(prediction), "text": example.choices[prediction]}
-
-
-def _entities(prediction, example, labels, features, row):
-    offsets = features.ragged("offsets", row)
-    found = [{"type": labels[t], **_span(example.text, offsets, s, e)} for t, s, e in prediction]
-    return sorted(found, key=lambda x: (x["start"], x["end"], x["type"]))
-
-
-def _triples(prediction, example, labels, features, row):
-    offsets = features.ragged("offsets", row)
-    return [{"subject": _span(example.text, offsets, ss, se), "predicate": labels[p],
-             "object": _span(example.text, offsets, os_, oe)}
-            for ss, se, p, os_, oe in sorted(prediction)]
-
-
-def event_role(label):
-    """(event type, role) of an event label: `type:role`, or a bare type (its trigger);
-    the type as features.event_role_groups reads it (the EventHead's role_groups)."""
-    type_, _, role = label.partition(":")
-    return type_, role or "trigger"
-
-
-def _events(prediction, example, labels, features, row):
-    """EventHead's events (cliques of linked arguments) split by event type: one event
-    per trigger of that type (or one without a trigger), with the type's arguments."""
-    offsets = features.ragged("offsets", row)
-    out = []
-    for event in prediction:
-        parts = {}
-        for role, first, last in event:
-            type_, name = event_role(labels[role])
-            parts.setdefault(type_, []).append((name, _span(example.text, offsets, first, last)))
-        for type_, spans in parts.items():
-            arguments = [{"role": name, **span} for name, span in spans if name != "trigger"]
-            for trigger in [span for name, span in spans if name == "trigger"] or [None]:
-                out.append({"event_type": type_, "trigger": trigger, "arguments": arguments})
-    return out
-
-
-SHAPES = {"classification": _label, "matching": _label, "coreference": _label,
-          "regression": _number, "multiple_choice": _choice, "cloze": _choice,
-          "extraction_ner": _entities, "extraction_relation": _triples,
-          "extraction_event": _events}
 
 
 # ------------------------------------------------------------------ output

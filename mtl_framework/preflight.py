@@ -19,12 +19,12 @@ or holds a run of this same experiment.
 import os
 from dataclasses import dataclass, field
 
-from mtl_framework.experiment import DEFAULTS, ExperimentError, load_experiment
+from mtl_framework.experiment import DEFAULTS, MLM_TASK, ExperimentError, load_experiment
+from mtl_framework.families import MLM
 from mtl_framework.presets import PRESETS
 from mtl_framework.registry import UnknownTaskError, load_registry
 from mtl_framework.run_dir import checkpoint_dirs
 
-MLM_TASK = "mlm"  # reserved task name: masked-LM over the mixture's own training texts
 # Experiment keys holding paths relative to the experiment file; the run directory's
 # copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
 PATH_KEYS = ("data_root", "cache_dir", "vocab")
@@ -96,7 +96,7 @@ def mlm_corpus_task(experiment, entry):
     document per line, the `text_lines` format), relative to the experiment file."""
     from mtl_framework.registry import TaskSpec
 
-    return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type="mlm", format="text_lines",
+    return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type=MLM, format="text_lines",
                     files={"train": experiment.resolve_path(entry["corpus"])}, options={},
                     fields={}, labels=None, label_file=None, multi_label=False,
                     max_length=experiment.max_length, metric="none", spec_path=experiment.path)

@@ -42,6 +42,7 @@ from multiprocessing import get_context
 
 from mtl_framework import cache as C
 from mtl_framework import features as F
+from mtl_framework.families import MLM
 from mtl_framework import vocab as V
 
 CHUNK = 512  # examples per chunk: Featurizer.featurize's chunk, so the arrays are the same
@@ -71,15 +72,17 @@ class Job:
 
     @property
     def name(self):
-        return f"{self.task.name} {self.split}" + (" (mlm)" if self.family == "mlm" else "")
+        return f"{self.task.name} {self.split}" + (f" ({MLM})" if self.family == MLM else "")
 
 
 def experiment_jobs(experiment, tasks, with_dev=None, with_mlm=None):
     """The caches a run of `experiment` reads: each task's train split; dev when the
     run evaluates (eval_every > 0); each task's train text for mlm when it has mlm.
     max_length as the trainer takes it: the smaller of the task's and the experiment's."""
+    from mtl_framework.preflight import MLM_TASK, mlm_corpus_task, mlm_settings
+
     names = {t["name"] for t in experiment.tasks}
-    with_mlm = "mlm" in names if with_mlm is None else with_mlm
+    with_mlm = MLM_TASK in names if with_mlm is None else with_mlm
     with_dev = bool(experiment.eval_every) if with_dev is None else with_dev
     jobs = []
     for task in tasks:
@@ -88,11 +91,9 @@ def experiment_jobs(experiment, tasks, with_dev=None, with_mlm=None):
         if with_dev and "dev" in (task.files or {}):
             jobs.append(Job(task, "dev", length))
     if with_mlm:
-        from mtl_framework.preflight import MLM_TASK, mlm_corpus_task, mlm_settings
-
         entry = next((t for t in experiment.tasks if t["name"] == MLM_TASK), {})
         sources = [mlm_corpus_task(experiment, entry)] if entry.get("corpus") else tasks
-        jobs += [Job(t, "train", min(experiment.max_length, t.max_length), "mlm",
+        jobs += [Job(t, "train", min(experiment.max_length, t.max_length), MLM,
                      mlm_settings(entry)) for t in sources]
     return jobs
 

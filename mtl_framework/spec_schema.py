@@ -6,23 +6,13 @@ a value is fine, else a message saying what is wrong and how to fix it.
 import re
 
 from mtl_framework import metrics as metric_functions
+from mtl_framework.families import FAMILIES
 
 # Task type (family) -> whether its tasks need `labels` / `label_file`.
-TASK_TYPES = {
-    "classification": True,
-    "matching": True,
-    "regression": False,
-    "mrc_span": False,
-    "multiple_choice": False,
-    "cloze": False,
-    "extraction_ner": True,
-    "extraction_relation": True,
-    "extraction_event": True,
-    "coreference": True,
-}
+TASK_TYPES = {name: f.needs_labels for name, f in FAMILIES.items() if f.in_specs}
 
 # Only a softmax-over-classes head can be switched to sigmoid-per-class.
-MULTI_LABEL_TYPES = ("classification",)
+MULTI_LABEL_TYPES = tuple(name for name, f in FAMILIES.items() if f.multi_label)
 
 # The metric names a spec may give: metrics.py's table (NumPy only, no TensorFlow).
 METRICS = tuple(metric_functions.METRICS)

@@ -31,8 +31,8 @@ from mtl_framework.distributed import (check_same_on_every_worker, is_chief, mak
                                       precision_policy)
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
-from mtl_framework.features import event_role_groups
-from mtl_framework.heads import build_head
+from mtl_framework.families import MLM
+from mtl_framework.heads import build_head, task_head
 from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream, example_count,
                                    format_rates, rates_from_config)
 from mtl_framework.optimizers import build_optimizer
@@ -272,12 +272,8 @@ class Run:
             streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
             sizes[task.name] = example_count(features)
             labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
-            kwargs = {"multi_label": True} if task.multi_label else {}
-            if task.type == "extraction_event":
-                kwargs["role_groups"] = event_role_groups(labels)
             with precision_policy(exp.precision):
-                heads[task.name] = build_head(task.type, len(labels) if labels else None, hidden,
-                                              name=task.name, num_layers=layers, **kwargs)
+                heads[task.name] = task_head(task, labels, hidden, num_layers=layers)
             loss_weights[task.name] = entry.get("loss_weight", task.loss_weight)
             rate = entry.get("rate", task.rate)
             if rate is not None:
@@ -285,12 +281,12 @@ class Run:
         if MLM_TASK in entries:
             streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK])
             with precision_policy(exp.precision):
-                heads[MLM_TASK] = build_head("mlm", self.tokenizer.vocab_size, hidden,
+                heads[MLM_TASK] = build_head(MLM, self.tokenizer.vocab_size, hidden,
                                              name=MLM_TASK, embeddings=self.backbone.token_embedding)
             loss_weights[MLM_TASK] = entries[MLM_TASK].get("loss_weight", 1.0)
             if "rate" in entries[MLM_TASK]:
                 fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
-        self.head_types = {**{t.name: t.type for t in self.tasks}, MLM_TASK: "mlm"}
+        self.head_types = {**{t.name: t.type for t in self.tasks}, MLM_TASK: MLM}
         if exp.backbone.get("init"):  # heads of same-named tasks from a --with-heads export
             from mtl_framework.export import init_heads
 
@@ -320,7 +316,7 @@ class Run:
         settings = mlm_settings(entry)
         sources = [mlm_corpus_task(exp, entry)] if entry.get("corpus") else self.tasks
         features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
-                                    max_length=min(exp.max_length, t.max_length), family="mlm",
+                                    max_length=min(exp.max_length, t.max_length), family=MLM,
                                     log=self.log, **settings) for t in sources]
         streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
                    for i, f in enumerate(features) if len(f)]

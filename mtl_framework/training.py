@@ -52,6 +52,7 @@ import tensorflow as tf
 
 from mtl_framework.distributed import shard_batch
 from mtl_framework.experiment import BALANCING
+from mtl_framework.families import family
 from mtl_framework.heads import backbone_inputs
 from mtl_framework.run_dir import layer_variable_names, optimizer_variable_names
 
@@ -187,7 +188,7 @@ class MultiTaskModel(keras.Model):
         seeds = list(seeds or [])
         with _WeightsScope(seeds) if seeds else contextlib.nullcontext():
             hidden = self.backbone(backbone_inputs(batch), training=training)
-            if len(batch["token_ids"].shape) == 3:  # choices folded into the batch axis
+            if family(head.family).choice_axis:  # choices folded into the batch axis
                 shape = tf.shape(batch["token_ids"])
                 hidden = tf.reshape(hidden, tf.concat([shape, tf.shape(hidden)[-1:]], 0))
             if head_values is None:

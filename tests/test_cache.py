@@ -11,7 +11,7 @@ from mtl_framework import cache as C
 from mtl_framework import features as F
 from mtl_framework import mixture as M
 from mtl_framework import vocab as V
-from mtl_framework.features import make_featurizer
+from mtl_framework.families import FAMILIES, choice, make_featurizer, mrc, text
 from mtl_framework.registry import load_paths
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.vocab import build_vocab, count_units, write_vocab
@@ -136,7 +136,7 @@ def edited(monkeypatch, *objects):
 
 def family_keys():
     C._VERSIONS.clear()  # computed once per process; here the "source" changes under it
-    return {family: C.code_version(cls) for family, cls in F.FEATURIZERS.items()}
+    return {family: C.code_version(cls) for family, cls in ((n, f.featurizer) for n, f in FAMILIES.items())}
 
 
 def changed(before, after):
@@ -146,15 +146,15 @@ def changed(before, after):
 def test_the_key_follows_the_family_code_not_the_whole_module(monkeypatch):
     before = family_keys()
     assert len(set(before.values())) == len(before)  # every family its own key
-    edited(monkeypatch, F.MRCFeaturizer.encode_chunk)
+    edited(monkeypatch, mrc.MRCFeaturizer.encode_chunk)
     assert changed(before, family_keys()) == ["mrc_span"]
     monkeypatch.undo()
-    edited(monkeypatch, F.TextFeaturizer.label_of)  # the base of three families
+    edited(monkeypatch, text.TextFeaturizer.label_of)  # the base of three families
     assert changed(before, family_keys()) == ["classification", "matching", "regression"]
     monkeypatch.undo()
-    monkeypatch.setattr(F.ChoiceFeaturizer, "family", "multiple_choice")  # same value: same key
+    monkeypatch.setattr(choice.ChoiceFeaturizer, "family", "multiple_choice")  # same value: same key
     assert changed(before, family_keys()) == []
-    monkeypatch.setattr(F.MRCFeaturizer, "defaults", {"stride": 64, "max_question_length": 64})
+    monkeypatch.setattr(mrc.MRCFeaturizer, "defaults", {"stride": 64, "max_question_length": 64})
     assert changed(before, family_keys()) == ["mrc_span"]  # a class setting
     monkeypatch.undo()
     edited(monkeypatch, F.TokenLocator.locate)  # a helper: the families that call it
@@ -164,14 +164,14 @@ def test_the_key_follows_the_family_code_not_the_whole_module(monkeypatch):
     edited(monkeypatch, V.example_texts)  # imported inside MLMFeaturizer.encode_chunk
     assert changed(before, family_keys()) == ["mlm"]
     monkeypatch.undo()
-    edited(monkeypatch, F._collate_text, F.mrc_answer)  # batch-time code: not in the cache
+    edited(monkeypatch, text.collate_text, mrc.mrc_answer)  # batch-time code: not in the cache
     assert changed(before, family_keys()) == []
     monkeypatch.undo()
     edited(monkeypatch, F.FeatureWriter.add)  # storage code shared by all
     assert changed(before, family_keys()) == sorted(before)
     monkeypatch.undo()
     monkeypatch.setattr(F, "__doc__", F.__doc__ + "edited")  # the module docstring: nothing
-    monkeypatch.setattr(F, "NO_WINDOW", "another reason text")  # a constant mrc writes in reports
+    monkeypatch.setattr(mrc, "NO_WINDOW", "another reason text")  # a constant mrc writes in reports
     assert changed(before, family_keys()) == ["mrc_span"]
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mtl_framework import evaluation
+from mtl_framework import run_dir as files
 from mtl_framework import heads as H
 from mtl_framework.cache import cached_features
 from mtl_framework.heads import build_head
@@ -46,7 +47,6 @@ class Oracle:
         if self.family == "extraction_ner":
             return H._label_scores(batch["entity_labels"], batch["token_ids"].shape[1])
         if self.family == "mrc_span":
-            length = batch["token_ids"].shape[1]
             context = batch["context_mask"] > 0
             allowed = context[:, :, None] & context[:, None, :]  # as SpanHead masks
             logits = np.where(allowed, -10.0, H.NEG_INF)
@@ -115,12 +115,12 @@ def test_record_and_read_evaluations(tmp_path):
                "c": {"metric": "accuracy", "score": None, "note": "no 'dev' split"}}
     line = evaluation.record(tmp_path, 7, "dev", results)
     assert line["aggregate"] == 0.375
-    assert evaluation.read_evaluations(tmp_path) == [json.loads(json.dumps(line))]
+    assert files.read_evaluations(tmp_path) == [json.loads(json.dumps(line))]
     text = evaluation.format_results(line)
     assert "aggregate (mean score over 2 tasks): 0.3750" in text and "c: no 'dev' split" in text
     (tmp_path / "evaluations.jsonl").open("a").write("{broken\n")
     with pytest.raises(ValueError, match=r"evaluations.jsonl:2: not a JSON line"):
-        evaluation.read_evaluations(tmp_path)
+        files.read_evaluations(tmp_path)
 
 
 def test_evaluate_command_names_a_missing_run(tmp_path):
@@ -151,7 +151,7 @@ eval_batches: 2
 """, encoding="utf-8")
     run_dir = tmp_path / "run"
     assert main(["train", str(experiment), "--output", str(run_dir)]) == 0
-    lines = evaluation.read_evaluations(run_dir)
+    lines = files.read_evaluations(run_dir)
     assert [line["step"] for line in lines] == [1, 2]
     assert set(lines[-1]["tasks"]) == {"tnews", "cmrc2018", "cluener"}
     assert all(e["examples"] == 8 for e in lines[-1]["tasks"].values())
@@ -161,7 +161,7 @@ eval_batches: 2
     assert reloaded["step"] == 2
     for name, entry in lines[-1]["tasks"].items():
         assert reloaded["tasks"][name]["result"] == pytest.approx(entry["result"], abs=1e-9), name
-    assert len(evaluation.read_evaluations(run_dir)) == 3
+    assert len(files.read_evaluations(run_dir)) == 3
 
 
 def test_training_into_a_finished_run_needs_resume(tmp_path, capsys):
@@ -184,3 +184,38 @@ steps: 1
     assert main(["train", str(experiment), "--output", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert "already holds checkpoints" in err and "--resume" in err and str(run_dir) in err
+
+
+def test_mrr_ranks_the_candidates_of_each_question(tmp_path):
+    """nlpcc_dbqa-style pairs: candidates grouped by their question, ranked by the head's
+    score for the right label; a question without a right candidate or an unlabelled row
+    is left out."""
+    from types import SimpleNamespace
+
+    from data_adapters.examples import TextExample
+    from mtl_framework.families import make_featurizer
+
+    rows = [("北京在哪", "在中国", "0", 3.0), ("北京在哪", "在华北", "1", 2.0),
+            ("北京在哪", "很大", "0", 4.0), ("上海呢", "在华东", "1", 0.9),
+            ("上海呢", "很多人", "0", 0.7), ("上海呢", "不知道", None, 9.0),
+            ("谁写的", "不知道", "0", 1.0), ("谁写的", "很难说", "0", 2.0)]
+    write_vocab(build_vocab(count_units([r[0] + r[1] for r in rows])), tmp_path / "vocab.txt")
+    tokenizer = Tokenizer(str(tmp_path / "vocab.txt"))
+    features = make_featurizer("matching", tokenizer, 32, ["0", "1"]).featurize(
+        [TextExample(q, a, label) for q, a, label, _ in rows])
+    score = {features.ragged("token_ids", i).tobytes(): r[3] for i, r in enumerate(rows)}
+
+    def predictor(task, batch):
+        ids = [row[row > 0].astype(features["token_ids"].dtype).tobytes() for row in batch["token_ids"]]
+        return np.array([[0.0, score[i]] for i in ids])
+
+    model = SimpleNamespace(heads={"dbqa": build_head("matching", 2, 32)})
+    task = SimpleNamespace(name="dbqa", metric="mrr")
+    entry = evaluation.evaluate_features(model, task, features, predictor, batch_size=3,
+                                         train_features=features)
+    # 北京在哪: the right one ranks 3rd (4.0, 3.0 above 2.0); 上海呢: 1st (0.9 > 0.7)
+    assert entry["score"] == pytest.approx((1 / 3 + 1) / 2)
+    assert entry["examples"] == 2 and entry["questions_without_answer"] == 1
+    # Baseline: positions ranked by how often they were right in train (0 and 1 once each,
+    # the earlier first): 北京在哪's right one (position 1) ranks 2nd, 上海呢's (0) 1st.
+    assert entry["baseline"] == pytest.approx((1 / 2 + 1) / 2)

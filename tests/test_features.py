@@ -8,8 +8,9 @@ import pytest
 from data_adapters.examples import (ChoiceExample, CorefExample, Entity, Event, EventExample,
                                     NERExample, RelationExample, Span, SpanQAExample, TextExample,
                                     Triple)
-from mtl_framework.features import (TokenLocator, _segment_tokens, make_featurizer, mrc_answer,
-                                    mrc_gold, truncate_longest_first)
+from mtl_framework.families import make_featurizer
+from mtl_framework.families.mrc import mrc_answer, mrc_gold
+from mtl_framework.features import TokenLocator, segment_tokens, truncate_longest_first
 from mtl_framework.tokenizer import Tokenizer, char_span_to_token_span, truncate_sequences
 from mtl_framework.vocab import build_vocab, count_units, write_vocab
 
@@ -243,7 +244,7 @@ def test_token_locator_agrees_with_tokenizer(tokenizer):
     texts = ["毛主席 在北京hello world天安门", "我爱北京天安门上太阳升", "abc 2024 test 中国人民"]
     for text, max_length in itertools.product(texts, [None, 6, 12]):
         encoding = tokenizer.encode_with_offsets(text, max_length=max_length)
-        offsets, positions = _segment_tokens(encoding)
+        offsets, positions = segment_tokens(encoding)
         locator = TokenLocator(offsets, positions, text, truncated=max_length is not None)
         for _ in range(200):
             start = rng.randrange(len(text))

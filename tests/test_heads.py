@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from mtl_framework import heads as H
+from mtl_framework.families import FAMILIES
 from mtl_framework import losses
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available
 
@@ -399,7 +400,7 @@ def test_build_head_errors():
     with pytest.raises(ValueError, match="type: regression"):
         H.build_head("matching", 1, HID)
     assert isinstance(H.build_head("cloze", None, HID), H.ChoiceHead)
-    assert set(H.HEADS) == {"classification", "matching", "regression", "mrc_span",
+    assert set(FAMILIES) == {"classification", "matching", "regression", "mrc_span",
                             "multiple_choice", "cloze", "extraction_ner", "extraction_relation",
                             "extraction_event", "coreference", "mlm"}
 

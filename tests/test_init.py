@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.heads import HEADS, build_head
+from mtl_framework.families import FAMILIES
+from mtl_framework.heads import build_head
 from mtl_framework.layers import RoFormerV2Initializer, SelfAttention
 
 LAYERS = 4
@@ -43,7 +44,7 @@ def build_all(seed):
     pointers = ("mrc_span", "extraction_ner", "extraction_relation", "extraction_event")
     heads = [build_head(family, LABELS.get(family), CONFIG["hidden_size"], num_layers=LAYERS,
                         name=family, **({"head_size": 8} if family in pointers else {}))
-             for family in HEADS if family != "mlm"]
+             for family in FAMILIES if family != "mlm"]
     return backbone, heads
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtl_framework.features import make_featurizer
+from mtl_framework.families import make_featurizer
 from mtl_framework.mixture import Mixture, RoundRobin, TaskSampler, TaskStream, example_count
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.vocab import build_vocab, count_units, write_vocab

@@ -14,7 +14,7 @@ from data_adapters.examples import Entity, Event, EventExample
 from mtl_framework import cache as C
 from mtl_framework import prepare as P
 from mtl_framework.experiment import load_experiment
-from mtl_framework.features import featurizer_for_task, make_featurizer
+from mtl_framework.families import featurizer_for_task, make_featurizer
 from mtl_framework.registry import load_registry
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab

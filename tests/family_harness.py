@@ -1,0 +1,109 @@
+"""One check every task family goes through, as keras-hub's `TestCase.run_backbone_test`
+runs every backbone through the same steps; a family's test supplies only its inputs.
+
+    run_family_test(FamilyCase(...))
+
+Steps: the batch has the family's declared keys, dtypes and ranks; the head built
+through the family table (heads.build_head) runs with training True and False and
+gives a finite loss; decoding scores made from the gold gives back the head's
+targets (and the case's independently computed gold, when given); heads of two
+label counts share a trace key; from_config(get_config()) gives an equal config
+and, with the same weights, equal outputs.
+"""
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from mtl_framework.families import family
+from mtl_framework.heads import build_head
+
+HIDDEN = 16
+
+
+@dataclass
+class FamilyCase:
+    name: str  # the family
+    batch: dict  # a collated batch (NumPy arrays)
+    num_labels: Optional[int]
+    other_num_labels: Optional[int]  # a second label count for the trace-key check
+    gold_outputs: Callable  # batch -> head outputs that score the gold highest
+    head_kwargs: Callable = lambda num_labels: {}  # num_labels -> build_head kwargs
+    expected: Optional[list] = None  # the gold in decode's format, computed from the features
+    multi_label: bool = False
+    project: Callable = lambda decoded: decoded  # one decoded row -> targets' format
+    normalize: Callable = lambda row: row  # a row of targets in a comparable form (order)
+    tied: dict = field(default_factory=dict)  # kwargs outside the config (mlm's embeddings)
+
+
+def hidden_for(batch, seed=0):
+    """Random backbone output for the batch: [B, L, H] ([B, C, L, H] with a choice axis)."""
+    shape = tuple(np.asarray(batch["token_ids"]).shape) + (HIDDEN,)
+    return tf.constant(np.random.default_rng(seed).normal(size=shape).astype("float32"))
+
+
+def to_numpy(outputs):
+    return tf.nest.map_structure(lambda t: np.asarray(t), outputs)
+
+
+def build(case, num_labels):
+    return build_head(case.name, num_labels, HIDDEN, **case.head_kwargs(num_labels), **case.tied)
+
+
+def run_family_test(case):
+    record = family(case.name)
+    record.check_batch(case.batch, case.multi_label)
+    batch = {k: tf.constant(v) for k, v in case.batch.items()}
+    hidden = hidden_for(case.batch)
+
+    head = build(case, case.num_labels)
+    assert head.family == case.name
+    assert head.built  # every variable made before the first call
+    for training in (True, False):
+        loss = float(head.compute_task_loss(head(hidden, batch, training=training), batch))
+        assert np.isfinite(loss), (case.name, training, loss)
+
+    targets = [case.normalize(row) for row in head.targets(case.batch)]
+    decoded = [case.normalize(case.project(row))
+               for row in head.decode(case.gold_outputs(case.batch), case.batch)]
+    assert _same(decoded, targets), (case.name, decoded, targets)
+    if case.expected is not None:
+        assert _same(targets, case.expected), (case.name, targets, case.expected)
+
+    other = build(case, case.other_num_labels)
+    assert other.trace_key() == head.trace_key()
+
+    config = head.get_config()
+    clone = type(head).from_config({**config, **case.tied})
+    clone.build((None, None, HIDDEN))
+    assert clone.get_config() == config
+    clone.set_weights(head.get_weights())
+    ours, theirs = (to_numpy(h(hidden, batch, training=False)) for h in (head, clone))
+    tf.nest.map_structure(np.testing.assert_array_equal, ours, theirs)
+    return head
+
+
+def _same(a, b):
+    """Equal row by row, arrays and sets included."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if not np.array_equal(np.asarray(x), np.asarray(y)):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def one_hot_logits(labels, n):
+    """[B, n] logits that put label i of each row first (by a wide margin)."""
+    labels = np.asarray(labels)
+    return np.where(np.arange(n)[None] == labels[:, None], 10.0, -10.0).astype("float32")
+
+
+def tied_embedding(vocab_size):
+    """A stand-in for the backbone's token embedding matrix (what an mlm head is tied to)."""
+    return keras.Variable(np.random.default_rng(1).normal(size=(vocab_size, HIDDEN)).astype("float32"))

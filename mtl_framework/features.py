@@ -125,10 +125,27 @@ class FeatureReport:
 # ---------------------------------------------------------------- storage
 
 
+NPY_HEADER_BYTES = 128  # room for any array's .npy header; a multiple of 64 keeps the data aligned
+
+
+def npy_header(dtype, shape):
+    """A .npy (version 1.0) header for `dtype`/`shape`, padded with spaces to
+    NPY_HEADER_BYTES so it can be written before the row count is known and
+    overwritten in place once it is."""
+    text = repr({"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                 "fortran_order": False, "shape": tuple(int(n) for n in shape)}).encode("latin1")
+    room = NPY_HEADER_BYTES - 10 - 1  # magic (6) + version (2) + length (2); the final newline
+    if len(text) > room:
+        raise ValueError(f"a .npy header of {len(text)} bytes does not fit {room}: {text!r}")
+    return (b"\x93NUMPY\x01\x00" + (NPY_HEADER_BYTES - 10).to_bytes(2, "little")
+            + text + b" " * (room - len(text)) + b"\n")
+
+
 class FeatureWriter:
-    """Collects arrays chunk by chunk: in memory, or appended to raw files in
-    `directory` and turned into `.npy` at the end, so building a large split
-    holds one chunk in memory, not the split."""
+    """Collects arrays chunk by chunk: in memory, or appended to `.npy` files in
+    `directory` whose headers are written last (into bytes reserved up front), so
+    building a large split holds one chunk in memory, not the split, and never
+    maps or copies a whole array."""
 
     def __init__(self, directory=None):
         self.directory = Path(directory) if directory is not None else None
@@ -142,7 +159,8 @@ class FeatureWriter:
             self.parts.setdefault(name, []).append(array)
             return
         if name not in self.files:
-            handle = open(self.directory / f"{name}.raw", "wb")
+            handle = open(self.directory / f"{name}.npy", "wb")
+            handle.write(npy_header(array.dtype, (0,) + array.shape[1:]))  # rewritten by finish
             self.files[name] = [handle, array.dtype, array.shape[1:], 0]
         entry = self.files[name]
         if array.dtype != entry[1] or array.shape[1:] != entry[2]:
@@ -186,24 +204,10 @@ class FeatureWriter:
             return {name: np.concatenate(parts) for name, parts in self.parts.items()}
         arrays = {}
         for name, (handle, dtype, trailing, rows) in self.files.items():
+            handle.seek(0)
+            handle.write(npy_header(dtype, (rows,) + tuple(trailing)))
             handle.close()
-            raw, path = self.directory / f"{name}.raw", self.directory / f"{name}.npy"
-            shape = (rows,) + tuple(trailing)
-            if rows == 0:
-                np.save(path, np.zeros(shape, dtype))
-            else:
-                out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
-                flat = out.reshape(rows, -1)
-                per_row = flat.shape[1]
-                step = max(1, (1 << 24) // max(1, per_row * dtype.itemsize))  # ~16 MB at a time
-                with open(raw, "rb") as f:
-                    for start in range(0, rows, step):
-                        n = min(step, rows - start)
-                        flat[start:start + n] = np.fromfile(f, dtype, n * per_row).reshape(n, per_row)
-                out.flush()
-                del out, flat
-            raw.unlink()
-            arrays[name] = np.load(path, mmap_mode="r")
+            arrays[name] = np.load(self.directory / f"{name}.npy", mmap_mode="r")
         return arrays
 
 

@@ -25,10 +25,11 @@ Stages, each a tqdm bar (examples/s, ETA):
 
 Workers are started with `spawn` (never forked from a process that has
 TensorFlow's threads running) and tokenize on one thread each (RAYON_NUM_THREADS=1),
-so N workers use N cores. `workers <= 1` featurizes in this process, exactly
-as `cached_features` always did.
+so N workers use N cores. `workers <= 1` featurizes in this process, as
+`cached_features` does, also on one tokenizer thread: one worker, one core.
 """
 import collections
+import contextlib
 import hashlib
 import json
 import os
@@ -236,12 +237,29 @@ def builder(workers, progress=None):
         read_report = ReadReport()
         examples = read_task(task, split, data_root, read_report)
         if workers.pool is None:
-            features = featurizer.featurize(_counting(examples, progress), temporary)
+            with one_tokenizer_thread():
+                features = featurizer.featurize(_counting(examples, progress), temporary)
         else:
             features = featurize_in_workers(workers, featurizer, examples, temporary, progress)
         return features, read_report
 
     return build
+
+
+@contextlib.contextmanager
+def one_tokenizer_thread():
+    """Tokenize on the calling thread only while featurizing in this process, so that
+    `--workers 1` uses one core as each worker does (`tokenizers` reads
+    TOKENIZERS_PARALLELISM at every batch; by default it spreads a batch over every core)."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
 
 
 def _counting(examples, progress):

@@ -1,4 +1,5 @@
 """Features per family on small hand-made examples (docs/batches.md layout)."""
+import io
 import itertools
 import random
 
@@ -397,3 +398,35 @@ def test_real_cmrc2018_and_cluener_round_trip(shared_data, tmp_path):
         got = {(cluener.labels[t], *chars_of(features, row, s, e))
                for t, s, e in features.ragged("entities", row).tolist()}
         assert got == {(x.type, x.start, x.end) for x in example.entities}
+
+
+def test_disk_arrays_are_npy_files_equal_to_the_memory_arrays(tmp_path):
+    """Disk mode appends to .npy files and writes each header last; numpy reads them
+    as the arrays memory mode concatenates (dtypes, trailing shapes, empty arrays)."""
+    from mtl_framework.features import NPY_HEADER_BYTES, FeatureWriter, npy_header
+
+    rng = np.random.default_rng(0)
+    chunks = [{"ids": rng.integers(0, 9000, 7).astype(np.uint16),
+               "spans": rng.integers(-5, 5, (3, 5)).astype(np.int32),
+               "score": rng.normal(size=(4, 2)).astype(np.float32),
+               "none": np.zeros((0, 4), np.int64)} for _ in range(3)]
+    disk, memory = FeatureWriter(tmp_path), FeatureWriter()
+    for chunk in chunks:
+        for name, array in chunk.items():
+            disk.add(name, array)
+            memory.add(name, array)
+    on_disk, in_memory = disk.finish(), memory.finish()
+    for name in chunks[0]:
+        loaded = np.load(tmp_path / f"{name}.npy")  # a plain read, not the writer's memory map
+        expected = np.concatenate([chunk[name] for chunk in chunks])
+        for array in (loaded, np.asarray(on_disk[name]), in_memory[name]):
+            assert array.dtype == expected.dtype and array.shape == expected.shape, name
+            assert array.tobytes() == expected.tobytes(), name
+        assert (tmp_path / f"{name}.npy").stat().st_size == NPY_HEADER_BYTES + expected.nbytes
+    # The reserved header holds any row count a cache can reach.
+    for dtype, shape in ((np.int64, (10 ** 15,)), (np.float32, (10 ** 15, 2, 3))):
+        header = npy_header(dtype, shape)
+        assert len(header) == NPY_HEADER_BYTES
+        stream = io.BytesIO(header)
+        assert np.lib.format.read_magic(stream) == (1, 0)
+        assert np.lib.format.read_array_header_1_0(stream) == (shape, False, np.dtype(dtype))

@@ -179,3 +179,16 @@ def test_cli_prepare_refuses_bad_input_in_one_line(tmp_path):
         and "nowhere: no such folder" in done.stderr  # preflight's check, before any work
     assert not (tmp_path / "cache" / "tnews").exists() or \
         not any(p.name.startswith("train-") for p in (tmp_path / "cache" / "tnews").iterdir())
+
+
+def test_one_worker_tokenizes_on_one_thread_and_restores_the_setting(monkeypatch):
+    """`--workers 1` featurizes in this process with `tokenizers` on one thread
+    (TOKENIZERS_PARALLELISM=false, read at every batch), then puts the setting back."""
+    for before in (None, "true"):
+        if before is None:
+            monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+        else:
+            monkeypatch.setenv("TOKENIZERS_PARALLELISM", before)
+        with P.one_tokenizer_thread():
+            assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
+        assert os.environ.get("TOKENIZERS_PARALLELISM") == before

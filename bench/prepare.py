@@ -6,11 +6,13 @@
 Four measurements, written to bench/results/prepare.json and prepare.md:
 
 1. examples/s per family with 1 worker (each cache built alone in this
-   process: today's single-process path), on the train split of every task
+   process on one tokenizer thread, as `--workers 1` does), on the train split of every task
    with real data in ../shared/data (reading included) plus mlm on three
    tasks; then all those caches at once with 2 workers (`prepare`). Speed-up
    = the 1-worker total / the 2-worker wall time (target >= 1.7x on 2 cores);
-   the two caches are checked byte-identical.
+   the two caches are checked byte-identical. Also timed: the same caches built
+   in this process with `tokenizers` on its own threads (`cached_features`
+   called directly), the 1-process figure before `--workers 1` kept to one thread.
 2. peak RSS (this process + its workers, sampled every 0.1 s) while preparing
    a corpus made by repeating real files (TNEWS train listed N times in one
    spec: no copies on disk), at --corpus-mb and at a tenth of it, each in a
@@ -133,6 +135,15 @@ def family_speed(args, registry, data_root, scratch):
                          "wall_s": round(wall, 3), "cpu_s": round(cpu_seconds() - cpu0, 3),
                          "load": load_average()})
             print(f"1 worker {job.name}: {rows[-1]['examples'] / wall:.0f} ex/s", flush=True)
+    # Before `--workers 1` tokenized on one thread: the same caches built in this
+    # process with `tokenizers` spreading each batch over its own threads.
+    cpu0, start = cpu_seconds(), time.perf_counter()
+    for job in jobs:
+        C.cached_features(job.task, job.split, tokenizer, data_root, scratch / "threaded",
+                          job.max_length, job.family)
+    threaded = {"wall_s": round(time.perf_counter() - start, 1),
+                "cpu_s": round(cpu_seconds() - cpu0, 1), "load_end": load_average()}
+    print(f"1 process, tokenizer threads: {threaded['wall_s']} s", flush=True)
     with Workers(2) as two:
         list(two.map(abs, range(8)))  # workers started (spawn) before the clock
         cpu0, wcpu0, start = cpu_seconds(), worker_cpu(two), time.perf_counter()
@@ -160,7 +171,9 @@ def family_speed(args, registry, data_root, scratch):
             "one_worker": {"wall_s": round(wall_one, 1), "cpu_s": round(cpu_one, 1)},
             "two_workers": {"wall_s": round(wall_two, 1), "cpu_s": round(cpu_two, 1),
                             "load_end": load_average()},
+            "one_process_tokenizer_threads": threaded,
             "speedup_2_over_1": round(wall_one / wall_two, 3),
+            "speedup_2_over_threaded": round(threaded["wall_s"] / wall_two, 3),
             "examples": sum(r["examples"] for r in rows), "arrays_identical": True}
 
 
@@ -283,6 +296,12 @@ def markdown(out):
                   f"{one['wall_s']} s wall / {one['cpu_s']} CPU s with 1 worker, {two['wall_s']} s "
                   f"wall / {two['cpu_s']} CPU s with 2: **{speed['speedup_2_over_1']}x** "
                   "(target >= 1.7x); the arrays of both are byte-identical.", ""]
+        threaded = speed.get("one_process_tokenizer_threads")
+        if threaded:
+            lines += [f"One process with `tokenizers` using its own threads (what `--workers 1` "
+                      f"did before it kept to one thread): {threaded['wall_s']} s wall / "
+                      f"{threaded['cpu_s']} CPU s; 2 workers over it: "
+                      f"**{speed['speedup_2_over_threaded']}x**.", ""]
     mem = out.get("memory")
     if mem:
         lines += ["## peak RSS (parent + 2 workers)", "",

@@ -2,7 +2,7 @@
 
     features = cached_features(task, "train", tokenizer, data_root)  # built once, then mmap'd
     batch = features.batch(rows, rng)    # dict of arrays, docs/batches.md
-    (batches of a whole split: mixture.TaskStream for training, mixture.iterate_batches)
+    (batches of a whole split: mixture.TaskStream for training, mixture.iterate_batches for evaluation)
 
 Features are written once per content hash of everything that decides them:
 the task's spec content (type, format, files, options, fields, labels), the

@@ -33,6 +33,7 @@ from mtl_framework.families import family
 from mtl_framework.heads import build_head
 from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,
                                    primary_score)
+from mtl_framework.mixture import iterate_batches
 from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
 from mtl_framework import run_dir as files
@@ -66,18 +67,12 @@ def evaluation_rows(features, max_examples=None):
     return family(features.family).example_rows(features, max_examples)
 
 
-def _batches(features, rows, batch_size):
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start:start + batch_size]
-        yield features.batch(chunk, np.random.default_rng([0, start]))
-
-
 def predict(predictor, task_name, head, features, rows, batch_size):
     """(predictions, references, windows) over `rows`, in row order. Rows that are
     windows (mrc_span) give decoded window spans in `windows` instead of predictions."""
     predictions, references, windows = [], [], []
     windowed = family(features.family).windows
-    for batch in _batches(features, rows, batch_size):
+    for batch in iterate_batches(features, batch_size, rows=rows):
         outputs = predictor(task_name, batch)
         if windowed:
             windows += head.decode(outputs, batch)
@@ -169,7 +164,7 @@ def ranking_entry(predictor, task, features, rows, batch_size, train_features=No
     each was right in train (metrics.majority_predictions)."""
     task_family = family(features.family)
     scores = np.concatenate([task_family.rank_scores(predictor(task.name, batch))
-                             for batch in _batches(features, rows, batch_size)])
+                             for batch in iterate_batches(features, batch_size, rows=rows)])
     predictions, references, unanswered = task_family.rank_groups(features, rows, scores)
     entry = {"metric": "mrr", "examples": len(references)}
     if unanswered:

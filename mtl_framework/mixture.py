@@ -285,11 +285,13 @@ class TaskStream:
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
 
 
-def iterate_batches(features, batch_size, pad_to=None, seed=0):
-    """One pass in row order (evaluation): no shuffling, no bucketing."""
-    for start in range(0, len(features), batch_size):
-        rows = np.arange(start, min(start + batch_size, len(features)))
-        yield features.batch(rows, np.random.default_rng([seed, start]), pad_to)
+def iterate_batches(features, batch_size, pad_to=None, seed=0, rows=None):
+    """One pass over `rows` (default: every row) in their order (evaluation): no
+    shuffling, no bucketing. A batch's rng (mlm masks) is seeded by its offset in `rows`."""
+    rows = np.arange(len(features)) if rows is None else np.asarray(rows)
+    for start in range(0, len(rows), batch_size):
+        yield features.batch(rows[start:start + batch_size], np.random.default_rng([seed, start]),
+                             pad_to)
 
 
 # ---------------------------------------------------------------- round robin

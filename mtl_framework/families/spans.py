@@ -130,6 +130,7 @@ class EventFeaturizer(SpanFeaturizer):
                     row.append((number, role, *span))
         return row
 
+
 def collate_ner(features, rows, rng, pad_to):
     batch = pad_tokens(features, rows, pad_to)
     groups = []

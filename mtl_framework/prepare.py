@@ -19,9 +19,11 @@ Stages, each a tqdm bar (examples/s, ETA):
    chunk order to the cache's files (`ChunkMerger`), shifting the row numbers
    that point into earlier chunks. The arrays are the ones
    `Featurizer.featurize` writes in one process (tests/test_prepare.py checks
-   every family), and a big task keeps every worker busy. At most `2 x
-   workers` chunks are in flight, so memory is bounded by a few chunks
-   whatever the data size.
+   every family), and a big task keeps every worker busy. Jobs of at most
+   1 / (2 x workers) of the examples are instead built whole, one per worker,
+   most data first: the worker reads the files itself, and the parent, which
+   reads serially, feeds only the big ones. At most `2 x workers` chunks are in
+   flight, so memory is bounded by a few chunks whatever the data size.
 
 Workers are started with `spawn` (never forked from a process that has
 TensorFlow's threads running) and tokenize on one thread each (RAYON_NUM_THREADS=1),
@@ -47,7 +49,7 @@ from mtl_framework.families import MLM
 from mtl_framework import vocab as V
 
 CHUNK = 512  # examples per chunk: Featurizer.featurize's chunk, so the arrays are the same
-SMALL = 2 * CHUNK  # a job this small is built whole in one worker (beside the others)
+SMALL = 2 * CHUNK  # a job this small is always built whole in one worker (beside the others)
 # Arrays holding row numbers of another ragged array (shifted by the rows of
 # earlier chunks when chunks are joined); every `X.splits` is shifted by the values of X.
 ROW_INDEXES = {"example_index": "example_id", "context_index": "context",
@@ -348,8 +350,8 @@ def progress_bar(stage, total=None):
 
 def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print, workers_pool=None):
     """Build every job's cache that is not there yet (cold ones only); returns those jobs.
-    Jobs of at most SMALL examples are built whole, one per worker, while the
-    bigger ones are cut into chunks for all the workers."""
+    Most jobs are built whole, one per worker, biggest first (`whole_jobs`), while
+    the ones too big for that are cut into chunks for all the workers."""
     pending = [job for job in jobs if not C.is_cached(job.task, job.split, tokenizer, data_root,
                                                        cache_dir, job.max_length, job.family,
                                                        **job.settings)]
@@ -362,7 +364,7 @@ def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print,
         log(f"preparing {len(pending)} of {len(jobs)} feature caches "
             f"({sum(size.values())} examples read) with {pool.count} worker(s)")
         with progress_bar("features", sum(size.values())) as bar:
-            whole = [job for job in pending if pool.pool is not None and size[job.name] <= SMALL]
+            whole = whole_jobs(pending, size, pool.count, data_root) if pool.pool is not None else []
             futures = []
             for job in whole:
                 futures.append(pool.pool.submit(build_whole, (job, tokenizer, data_root, cache_dir)))
@@ -379,6 +381,19 @@ def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print,
         if pool is not workers_pool:
             pool.close()
     return pending
+
+
+def whole_jobs(jobs, size, workers, data_root):
+    """The jobs each built whole in one worker: every job of at most 1 / (2 x workers)
+    of all the examples (and always those of at most SMALL), the most bytes of data
+    first so that the last to finish are short (examples are a poor measure of work:
+    an mrc context or a long document is many rows). A worker reads its job's files
+    itself, so the parent reads, and pickles, only the examples of the jobs too big
+    to leave to one worker, which it cuts into chunks for all of them."""
+    limit = max(SMALL, sum(size[job.name] for job in jobs) // (2 * workers))
+    chosen = [job for job in jobs if size[job.name] <= limit]
+    return sorted(chosen, key=lambda job: -sum(
+        file_size for _, file_size, _ in C.data_files(job.task, job.split, data_root)))
 
 
 def build_whole(item):

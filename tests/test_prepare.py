@@ -192,3 +192,24 @@ def test_one_worker_tokenizes_on_one_thread_and_restores_the_setting(monkeypatch
         with P.one_tokenizer_thread():
             assert os.environ["TOKENIZERS_PARALLELISM"] == "false"
         assert os.environ.get("TOKENIZERS_PARALLELISM") == before
+
+
+def test_whole_jobs_leave_the_big_ones_to_chunks_and_start_with_the_most_data(tmp_path):
+    """Jobs of at most 1 / (2 x workers) of the examples are built whole, the most
+    bytes first; a job bigger than that is cut into chunks for all the workers."""
+    from types import SimpleNamespace
+
+    sizes = {"a": (3000, 100), "b": (900, 5000), "c": (20000, 70), "d": (2500, 900)}  # examples, bytes
+    jobs, size = [], {}
+    for name, (examples, nbytes) in sizes.items():
+        (tmp_path / f"{name}.json").write_bytes(b"x" * nbytes)
+        task = SimpleNamespace(name=name, files={"train": f"{name}.json"}, spec_path="t.yaml", line=1)
+        jobs.append(P.Job(task, "train", 128))
+        size[jobs[-1].name] = examples
+    # 26,400 examples / (2 x 2 workers) = 6,600: c (20,000) is chunked; the rest by bytes
+    assert [job.task.name for job in P.whole_jobs(jobs, size, 2, tmp_path)] == ["b", "d", "a"]
+    # one worker's share is 13,200: still not c; with a single job it is chunked too
+    assert [job.task.name for job in P.whole_jobs(jobs, size, 1, tmp_path)] == ["b", "d", "a"]
+    assert P.whole_jobs(jobs[2:3], size, 2, tmp_path) == []
+    # a job of at most SMALL examples is always whole
+    assert P.whole_jobs(jobs[1:2], size, 2, tmp_path) == jobs[1:2]

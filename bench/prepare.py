@@ -10,9 +10,10 @@ Four measurements, written to bench/results/prepare.json and prepare.md:
    with real data in ../shared/data (reading included) plus mlm on three
    tasks; then all those caches at once with 2 workers (`prepare`). Speed-up
    = the 1-worker total / the 2-worker wall time (target >= 1.7x on 2 cores);
-   the two caches are checked byte-identical. Also timed: the same caches built
-   in this process with `tokenizers` on its own threads (`cached_features`
-   called directly), the 1-process figure before `--workers 1` kept to one thread.
+   the two caches are checked byte-identical. Also timed: the 1-worker path with
+   `tokenizers` on its own threads, the 1-process figure before `--workers 1`
+   kept to one thread. Each of the three counts the splits afresh, as a new
+   `mtl data prepare` does.
 2. peak RSS (this process + its workers, sampled every 0.1 s) while preparing
    a corpus made by repeating real files (TNEWS train listed N times in one
    spec: no copies on disk), at --corpus-mb and at a tenth of it, each in a
@@ -25,6 +26,7 @@ The machine is shared: every result records the load average and CPU seconds
 (this process and its workers) beside wall times (bench/load.py).
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -35,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -114,6 +117,7 @@ def family_speed(args, registry, data_root, scratch):
     """1 worker: each job alone in this process (today's single-process build),
     timed per job -> examples/s per family. 2 workers: `prepare` over all the
     jobs at once (big ones chunked, small ones whole, side by side)."""
+    from mtl_framework import prepare as P
     from mtl_framework.prepare import Job, Workers, prepare
 
     tasks = real_tasks(registry, data_root)
@@ -123,6 +127,7 @@ def family_speed(args, registry, data_root, scratch):
              for n in MLM_TASKS]
     rows = []
     quiet = lambda message: None  # noqa: E731
+    P._COUNTS.clear()
     with Workers(1) as one:
         for job in jobs:
             cpu0, start = cpu_seconds(), time.perf_counter()
@@ -135,17 +140,20 @@ def family_speed(args, registry, data_root, scratch):
                          "wall_s": round(wall, 3), "cpu_s": round(cpu_seconds() - cpu0, 3),
                          "load": load_average()})
             print(f"1 worker {job.name}: {rows[-1]['examples'] / wall:.0f} ex/s", flush=True)
-    # Before `--workers 1` tokenized on one thread: the same caches built in this
-    # process with `tokenizers` spreading each batch over its own threads.
+    # Before `--workers 1` tokenized on one thread: the same path with `tokenizers`
+    # spreading each batch over its own threads. Every timing counts the splits afresh
+    # (the counts a process keeps are dropped), as a new `mtl data prepare` does.
+    P._COUNTS.clear()
     cpu0, start = cpu_seconds(), time.perf_counter()
-    for job in jobs:
-        C.cached_features(job.task, job.split, tokenizer, data_root, scratch / "threaded",
-                          job.max_length, job.family)
+    with Workers(1) as one, mock.patch.object(P, "one_tokenizer_thread", contextlib.nullcontext):
+        for job in jobs:
+            prepare([job], tokenizer, data_root, scratch / "threaded", log=quiet, workers_pool=one)
     threaded = {"wall_s": round(time.perf_counter() - start, 1),
                 "cpu_s": round(cpu_seconds() - cpu0, 1), "load_end": load_average()}
     print(f"1 process, tokenizer threads: {threaded['wall_s']} s", flush=True)
     with Workers(2) as two:
         list(two.map(abs, range(8)))  # workers started (spawn) before the clock
+        P._COUNTS.clear()
         cpu0, wcpu0, start = cpu_seconds(), worker_cpu(two), time.perf_counter()
         prepare(jobs, tokenizer, data_root, scratch / "two", log=quiet, workers_pool=two)
         wall_two = time.perf_counter() - start

@@ -114,7 +114,7 @@ def real_tasks(registry, data_root):
 
 
 def family_speed(args, registry, data_root, scratch):
-    """1 worker: each job alone in this process (today's single-process build),
+    """1 worker: each job alone in this process, on one tokenizer thread (`--workers 1`),
     timed per job -> examples/s per family. 2 workers: `prepare` over all the
     jobs at once (big ones chunked, small ones whole, side by side)."""
     from mtl_framework import prepare as P

@@ -350,7 +350,7 @@ def progress_bar(stage, total=None):
 
 def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print, workers_pool=None):
     """Build every job's cache that is not there yet (cold ones only); returns those jobs.
-    Most jobs are built whole, one per worker, biggest first (`whole_jobs`), while
+    Most jobs are built whole, one per worker, most data first (`whole_jobs`), while
     the ones too big for that are cut into chunks for all the workers."""
     pending = [job for job in jobs if not C.is_cached(job.task, job.split, tokenizer, data_root,
                                                        cache_dir, job.max_length, job.family,

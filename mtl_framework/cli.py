@@ -5,15 +5,19 @@ sets `func` (called with the parsed arguments; its return value is the exit code
 
 A mistake of the user's (`errors.UserError`) ends as one `error: file:line:
 message` line per problem on stderr and exit code 2, with no traceback; any
-other exception is a bug of ours and keeps its traceback. TensorFlow's start-up
-log lines are off unless `mtl --verbose ...` or MTL_VERBOSE=1.
+other exception is a bug of ours and keeps its traceback. TensorFlow's own log
+lines are off unless `mtl --verbose ...` or MTL_VERBOSE=1: TF_CPP_MIN_LOG_LEVEL=2
+for what it silences, and `tf_log_filter` for the lines TensorFlow writes to fd 2
+regardless (the program only: a caller's `main([...])` keeps its own stderr).
 """
 import argparse
 import importlib
+import itertools
 import os
 import sys
 import warnings
 
+from mtl_framework import tf_log_filter
 from mtl_framework.errors import UserError
 
 # Command groups in the order `mtl --help` lists them.
@@ -23,7 +27,7 @@ COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", 
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="mtl",
+        prog="mtl", allow_abbrev=False,  # `--verbose` is also read before parsing
         description="Supervised multi-task pretraining of Chinese RoFormerV2 encoders.",
     )
     parser.add_argument("--verbose", action="store_true",
@@ -47,10 +51,25 @@ def quiet_tensorflow():
     warnings.filterwarnings("ignore", module=r"(keras|tensorflow)(\.|$)")
 
 
+def verbose_requested(argv):
+    """`--verbose` before the command, or MTL_VERBOSE set (known before parsing)."""
+    options = itertools.takewhile(lambda arg: arg.startswith("-"), argv)
+    return "--verbose" in options or os.environ.get("MTL_VERBOSE", "") not in ("", "0")
+
+
 def main(argv=None):
+    """The `mtl` program with argv None (sys.argv; fd 2 filtered), else `mtl *argv`
+    in this process (a test's or notebook's stderr left as it is)."""
+    if argv is None and not verbose_requested(sys.argv[1:]):
+        with tf_log_filter.tensorflow_lines_dropped():
+            return run_command(sys.argv[1:])
+    return run_command(sys.argv[1:] if argv is None else argv)
+
+
+def run_command(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not (args.verbose or os.environ.get("MTL_VERBOSE", "") not in ("", "0")):
+    if not verbose_requested(argv):
         quiet_tensorflow()
     if not getattr(args, "func", None):
         parser.print_help()

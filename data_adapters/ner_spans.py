@@ -124,7 +124,8 @@ class InlineNerAdapter(Adapter):
     type, counted under `repaired`), marks padded with spaces (`{{person_name: 施宇翔}}`:
     the padding belongs to the mark, not to the text) and literal `\\n` escapes in
     the text (`unescape_newlines`: read as line breaks). A mark that never closes
-    or a `}}` that closes nothing is a lost span at its line; its text stays.
+    or a `}}` that closes nothing is a lost span at its line; its text stays
+    as written.
     """
     option_keys = {"encoding": (str, "utf-8"), "unescape_newlines": (bool, True)}
     task_types = ("extraction_ner",)
@@ -155,7 +156,7 @@ class InlineNerAdapter(Adapter):
         while position < len(line):
             opening = OPEN_MARK.match(line, position) if line.startswith("{{", position) else None
             if opening:
-                stack.append([opening.group(1), size])
+                stack.append([opening.group(1), size, opening.group(0)])
                 position = opening.end()
                 padded = position
                 while position < len(line) and line[position] == " ":  # padding after `:`
@@ -164,7 +165,7 @@ class InlineNerAdapter(Adapter):
                     report.repair(PADDING)
                 continue
             if line.startswith("}}", position) and stack:
-                type_, start = stack.pop()
+                type_, start, _ = stack.pop()
                 if pieces and pieces[-1] == " " and size > start:
                     report.repair(PADDING)
                 while pieces and pieces[-1] == " " and size > start:  # padding before `}}`
@@ -186,6 +187,9 @@ class InlineNerAdapter(Adapter):
             pieces.append(line[position])
             size += 1
             position += 1
-        for _ in stack:
-            report.lose_span("a {{type: mark that never closes", path, number)
+        for type_, at, raw in reversed(stack):  # a mark that never closes stays as text
+            report.lose_span("unclosed or malformed {{type:mention}} mark", path, number)
+            pieces.insert(at, raw)
+            marks = [(a + len(raw) if a >= at else a, b + len(raw) if b > at else b, t)
+                     for a, b, t in marks]
         return "".join(pieces), marks

@@ -111,7 +111,7 @@ class SpanJsonAdapter(Adapter):
         return None
 
 
-PADDING = "space padding at an edge of a {{type:mention}} mark (each edge counted), left out of the entity"
+PADDING = "space (or NBSP) padding at an edge of a {{type:mention}} mark (each edge counted), left out of the entity"
 OPEN_MARK = re.compile(r"\{\{([^{}:\s]+):")
 
 
@@ -159,16 +159,16 @@ class InlineNerAdapter(Adapter):
                 stack.append([opening.group(1), size, opening.group(0)])
                 position = opening.end()
                 padded = position
-                while position < len(line) and line[position] == " ":  # padding after `:`
+                while position < len(line) and line[position].isspace():  # padding after `:`
                     position += 1
                 if position > padded:
                     report.repair(PADDING)
                 continue
             if line.startswith("}}", position) and stack:
                 type_, start, _ = stack.pop()
-                if pieces and pieces[-1] == " " and size > start:
+                if pieces and pieces[-1].isspace() and size > start:
                     report.repair(PADDING)
-                while pieces and pieces[-1] == " " and size > start:  # padding before `}}`
+                while pieces and pieces[-1].isspace() and size > start:  # padding before `}}`
                     pieces.pop()
                     size -= 1
                 if stack and stack[-1][1] == start and line.startswith("}}", position + 2):

@@ -263,7 +263,9 @@ def cached_features(task, split, tokenizer, data_root, cache_dir=None, max_lengt
         problem = check_folder(final) if final.exists() else None
         if final.exists() and problem is None:
             if log:
-                log(f"{task.name} {split}: features from cache {final}")
+                absent = [path for path, size, _ in inputs["data"] if size is None]
+                note = f" (optional file(s) absent: {', '.join(absent)})" if absent else ""
+                log(f"{task.name} {split}: features from cache {final}{note}")
             return load_features(final)
         if problem:
             warn(f"{final}: {problem}; rebuilding it")

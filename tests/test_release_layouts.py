@@ -251,3 +251,19 @@ def test_ipre_two_sentence_parts_with_one_relation_file(tmp_path):
                                "extraction_relation", ["NA", "父母"], report))
     assert [(e.text, [t.predicate for t in e.triples]) for e in examples] == [
         ("张三是李四的父亲", ["父母"]), ("王五认识赵六", [])]
+
+
+def test_training_logs_say_which_optional_files_were_absent(pairs, tmp_path):
+    from mtl_framework.cache import cached_features
+    from mtl_framework.tokenizer import Tokenizer
+    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+
+    task, root = pairs
+    vocab = tmp_path / "vocab.txt"
+    write_vocab(build_vocab(count_units(["一二三四五六七八"])), vocab)
+    messages = []
+    for _ in range(2):  # built, then from the cache: both say it
+        cached_features(task, "train", Tokenizer(str(vocab)), root, tmp_path / "cache", log=messages.append)
+    absent = str(root / "pairs/b.tsv")
+    assert f"optional file(s) absent, not read: {absent}" in messages[0]
+    assert "features from cache" in messages[1] and "optional file(s) absent: pairs/b.tsv" in messages[1]

@@ -233,8 +233,8 @@ class ChoiceJsonlAdapter(Adapter):
             return None
         question = lookup(record, fields["question"]) if fields.get("question") else ""
         choices = lookup(record, fields["choices"])
-        if isinstance(choices, str) and options["choices_separator"]:
-            choices = [c.strip() for c in choices.split(options["choices_separator"])]
+        if isinstance(choices, str) and options.get("choices_separator"):
+            choices = [c.strip() for c in choices.split(options.get("choices_separator"))]
         if not isinstance(choices, list) or not choices:
             report.skip(f"missing choices list {fields['choices']!r}", path, line)
             return None
@@ -243,7 +243,7 @@ class ChoiceJsonlAdapter(Adapter):
         id_ = None if id_ is MISSING else id_
         raw = lookup(record, fields["label"]) if fields.get("label") else MISSING
         label = None
-        if options["answer_is_first"]:
+        if options.get("answer_is_first"):
             order = random.Random(zlib.crc32(str(id_ if id_ is not None else line).encode()))
             shuffled = order.sample(range(len(choices)), len(choices))
             choices, label = [choices[i] for i in shuffled], shuffled.index(0)

@@ -410,7 +410,8 @@ class _SpecLoader:
         files, optional, aliases = _plain_files(merged["files"])
         return TaskSpec(
             name=name, dataset=data.get("dataset"), type=entry["type"], format=task_format,
-            files=files, optional_files=optional, file_aliases=aliases, options=merged["options"], fields=merged["fields"],
+            files=files, optional_files=optional, file_aliases=aliases,
+            options=merged["options"], fields=merged["fields"],
             labels=entry.get("labels"), label_file=entry.get("label_file"),
             multi_label=entry.get("multi_label", False), max_length=entry["max_length"],
             metric=entry["metric"], rate=entry.get("rate"), loss_weight=entry.get("loss_weight", 1.0),

@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -278,7 +279,8 @@ def test_cmrc2017_answers_are_the_answer_word_wherever_the_document_has_it():
     for example in examples:
         assert example.answers and all(example.context[a.start:a.end] == answers[example.id]
                                        for a in example.answers)
-        assert " " not in example.context.strip() or any(c.isascii() for c in example.context)
+        # the segmentation spaces are gone: none is left between two Chinese characters
+        assert not re.search(r"[\u4e00-\u9fff] +[\u4e00-\u9fff]", example.context + example.question)
     # Every occurrence, as whole words of the segmented document: counted raw.
     documents, words = [], []
     for line in lines("cmrc2017/validation/cloze.valid.doc_query"):
@@ -333,6 +335,9 @@ def test_cjrc_kinds_as_its_scorer_reads_the_answers():
         'is_impossible "true" with answers: read as the scorer does (by the answers)': len(contradicted)}
     labels = Counter(e.label for e in examples)
     assert labels["YES"] == sum(qa.cjrc_kind(q["answers"]) == "YES" for q in questions) > 0
+    # the span task leaves exactly the YES/NO-only questions to this one
+    _, span_report = read("cjrc_span", "dev")
+    assert span_report.skipped == {BY_DESIGN["cjrc_span", "dev"]: sum(map(cjrc_yes_no_only, questions))}
 
 
 def test_sophonplus_byte_order_mark_in_the_first_field_is_removed():
@@ -370,7 +375,8 @@ def folders(dataset):
 
 
 def test_verified_says_where_the_real_files_are():
-    assert SHARED_DATA.is_dir(), f"{SHARED_DATA} missing"
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} not found: `data` cannot be checked")
     where = {"data": SHARED_DATA, "real_formats": REAL}
     for dataset in REGISTRY.datasets.values():
         assert dataset.verified in ("data", "real_formats", "documentation"), dataset.id

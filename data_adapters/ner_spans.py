@@ -120,8 +120,8 @@ class InlineNerAdapter(Adapter):
     """BosonNLP's marks as its readme means them: `{{type:mention}}` around a mention.
 
     The release also holds, and this reads as meant: marks nested in a mark
-    (`{{product_name:{{product_name:腾讯汽车}}}}`: one entity, the outer mark's
-    type, counted under `repaired`), marks padded with spaces (`{{person_name: 施宇翔}}`:
+    (`{{product_name:{{product_name:腾讯汽车}}}}`: one entity, counted under
+    `repaired`; nested marks of two types are two entities), marks padded with spaces (`{{person_name: 施宇翔}}`:
     the padding belongs to the mark, not to the text) and literal `\\n` escapes in
     the text (`unescape_newlines`: read as line breaks). A mark that never closes
     or a `}}` that closes nothing is a lost span at its line; its text stays
@@ -152,7 +152,7 @@ class InlineNerAdapter(Adapter):
     def parse(line, path, number, report):
         """(text without marks, [(start, end, type)]) of one marked line."""
         pieces, size, position = [], 0, 0
-        stack, marks = [], []  # stack: [type, start in text, padded at start]
+        stack, marks = [], []  # stack: [type, start in text, the opening as written]
         while position < len(line):
             opening = OPEN_MARK.match(line, position) if line.startswith("{{", position) else None
             if opening:
@@ -163,6 +163,7 @@ class InlineNerAdapter(Adapter):
                     position += 1
                 if position > padded:
                     report.repair(PADDING)
+                    stack[-1][2] = line[opening.start():position]
                 continue
             if line.startswith("}}", position) and stack:
                 type_, start, _ = stack.pop()
@@ -171,8 +172,9 @@ class InlineNerAdapter(Adapter):
                 while pieces and pieces[-1].isspace() and size > start:  # padding before `}}`
                     pieces.pop()
                     size -= 1
-                if stack and stack[-1][1] == start and line.startswith("}}", position + 2):
-                    # {{t:{{t:x}}}}: the outer mark closes right after the inner one
+                if (stack and stack[-1][:2] == [type_, start]
+                        and line.startswith("}}", position + 2)):
+                    # {{t:{{t:x}}}}: the outer mark, same type, closes right after the inner one
                     report.repair("nested {{type:{{type:mention}}}} marks read as one entity")
                     position += 2
                     continue

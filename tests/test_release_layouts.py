@@ -153,6 +153,8 @@ def test_boson_nested_padded_and_broken_marks():
     assert sum(report.repaired.values()) == 3  # one nesting, two padded edges
     text, marks, report = parse("{{org_name:{{location_name:北京}}大学}}好")
     assert marks == [("北京", "location_name"), ("北京大学", "org_name")] and text == "北京大学好"
+    text, marks, report = parse("{{org_name:{{location_name:上海}}}}")
+    assert marks == [("上海", "location_name"), ("上海", "org_name")] and not report.repaired
     text, marks, report = parse("{{time:今天}}坏掉的}}和{{time:明天")
     assert text == "今天坏掉的}}和{{time:明天" and marks == [("今天", "time")]
     assert report.spans_lost == {"a }} that closes no mark (kept as text)": 1,

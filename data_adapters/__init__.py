@@ -25,7 +25,7 @@ from data_adapters import (choice, coref, delimited, doc_folder, events, jsonl, 
 
 __all__ = [
     "Adapter", "ReadReport", "UnknownFormatError", "available_formats", "get_adapter",
-    "register_adapter", "read_files", "read_task",
+    "register_adapter", "read_files", "read_task", "split_paths", "MissingDataFile",
     "ChoiceExample", "CorefExample", "Entity", "Event", "EventExample", "NERExample",
     "RelationExample", "Span", "SpanQAExample", "TextExample", "Triple",
 ]
@@ -63,25 +63,72 @@ def read_task(task, split, data_root, report=None):
     labelled task type: an unlabelled train or dev record is skipped and counted with
     its place.
 
-    Missing files raise FileNotFoundError here, before any example is read."""
+    A missing file raises FileNotFoundError here, before any example is read; a
+    missing `optional` one is noted in the report (`absent`) and the others are read."""
     where = _spec_place(task)
-    files = task.files or {}
-    if split not in files:
-        raise KeyError(f"{where}: task {task.name!r} has no {split!r} split; "
-                       f"its files list {', '.join(files) or 'none'}")
-    relative = files[split] if isinstance(files[split], list) else [files[split]]
-    paths = [Path(data_root) / p for p in relative]  # an absolute p stays as it is
-    for rel, path in zip(relative, paths):
-        if not path.exists():
-            raise FileNotFoundError(
-                f"{where}: {split} file of task {task.name!r} not found: {path.resolve()}; "
-                f"pass --data-root DIR (or set MTL_DATA_ROOT) to the folder that holds {rel}")
+    report = report if report is not None else ReadReport()
+    paths, absent = split_paths(task, split, data_root)
+    for path in absent:
+        report.absent_file(path)
     resolve = getattr(task, "resolve_labels", None)
     labels = resolve(data_root) if callable(resolve) else getattr(task, "labels", None)
     return read_files(task.format, paths, task.options, task.fields, task.type, labels,
                       report, where=f"{where}: task {task.name!r}",
                       labels_required=split not in UNLABELLED_SPLITS
                       and task.type in LABELLED_TYPES)
+
+
+def split_paths(task, split, data_root):
+    """([paths to read], [absent optional paths]) of one split of a task.
+
+    KeyError when the task has no such split; FileNotFoundError (one line naming the
+    file and the split) when a file not marked `optional` is missing, or none is there."""
+    where = _spec_place(task)
+    files = task.files or {}
+    if split not in files:
+        raise KeyError(f"{where}: task {task.name!r} has no {split!r} split; "
+                       f"its files list {', '.join(files) or 'none'}")
+    relative = files[split] if isinstance(files[split], list) else [files[split]]
+    optional = set(getattr(task, "optional_files", ()) or ())
+    aliases = getattr(task, "file_aliases", None) or {}
+    present, absent = [], []
+    for rel in relative:
+        path = Path(data_root) / rel  # an absolute rel stays as it is
+        # The publisher's name first, then the names mirrors give the same file.
+        path = next((p for p in [path] + [Path(data_root) / a for a in aliases.get(rel, ())]
+                     if p.exists()), path)
+        if path.is_dir() and (path / path.name).is_file():
+            path = path / path.name  # DuEE-Fin's zips unpack each file into a folder of its name
+        if path.exists():
+            present.append(path)
+        elif rel in optional:
+            absent.append(path)
+        else:
+            also = f" (or {' / '.join(aliases[rel])})" if aliases.get(rel) else ""
+            raise MissingDataFile(
+                f"{where}: {split} file of task {task.name!r} not found: {path.resolve()}{also}",
+                rel)
+    if not present:
+        raise MissingDataFile(
+            f"{where}: none of the {split} files of task {task.name!r} is there "
+            f"({', '.join(str(p.resolve()) for p in absent)})", relative[0])
+    return present, absent
+
+
+class MissingDataFile(FileNotFoundError):
+    """A data file a split needs is not there: `where` names the spec, the split and the
+    file; `str()` adds the fix (`with_fix` another one, e.g. a command's own flag)."""
+
+    def __init__(self, where, relative):
+        super().__init__(where)
+        self.where, self.relative = where, relative
+
+    def with_fix(self, fix):
+        return f"{self.where}; {fix} (the folder that holds {self.relative})"
+
+    def __str__(self):
+        return (f"{self.where}; pass --data-root DIR (or set MTL_DATA_ROOT) to the folder "
+                f"that holds {self.relative}")
 
 
 def _counted(examples, report, paths):

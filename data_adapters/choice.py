@@ -10,7 +10,9 @@ where the gap is without seeing the other answers.
 """
 import json
 import os
+import random
 import re
+import zlib
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import ChoiceExample
@@ -199,8 +201,15 @@ class ChoiceJsonlAdapter(Adapter):
 
         fields: {context: passage, question: query, choices: alternatives, label: answer}
         options: {label_is_text: true}     # the label field holds the answer's text
+
+    `choices_separator: "|"` splits a choices string (ReCO's `"是|否|无法确定"`).
+    `answer_is_first: true`: the right choice is the first one listed, as ReCO's
+    publisher reads it (prepare_data.py shuffles the alternatives and takes the
+    first one's new place as the label); the choices are then put in an order
+    fixed per record (seeded by its id), so that the position tells nothing.
     """
-    option_keys = {"label_is_text": (bool, False)}
+    option_keys = {"label_is_text": (bool, False), "choices_separator": (str, ""),
+                   "answer_is_first": (bool, False)}
     field_keys = ("context", "question", "choices", "label", "id")
     field_defaults = {"context": "context", "question": "question", "choices": "choices",
                       "label": "label", "id": "id"}
@@ -224,13 +233,21 @@ class ChoiceJsonlAdapter(Adapter):
             return None
         question = lookup(record, fields["question"]) if fields.get("question") else ""
         choices = lookup(record, fields["choices"])
+        if isinstance(choices, str) and options.get("choices_separator"):
+            choices = [c.strip() for c in choices.split(options.get("choices_separator"))]
         if not isinstance(choices, list) or not choices:
             report.skip(f"missing choices list {fields['choices']!r}", path, line)
             return None
         choices = [str(c) for c in choices]
+        id_ = lookup(record, fields["id"]) if fields.get("id") else None
+        id_ = None if id_ is MISSING else id_
         raw = lookup(record, fields["label"]) if fields.get("label") else MISSING
         label = None
-        if raw is not MISSING and raw is not None:
+        if options.get("answer_is_first"):
+            order = random.Random(zlib.crc32(str(id_ if id_ is not None else line).encode()))
+            shuffled = order.sample(range(len(choices)), len(choices))
+            choices, label = [choices[i] for i in shuffled], shuffled.index(0)
+        elif raw is not MISSING and raw is not None:
             if options["label_is_text"]:
                 if str(raw) not in choices:
                     report.skip("label is not one of the choices", path, line)
@@ -247,6 +264,5 @@ class ChoiceJsonlAdapter(Adapter):
                     return None
         elif report.missing_label(path, line):
             return None
-        id_ = lookup(record, fields["id"]) if fields.get("id") else None
         question = "" if question is MISSING or question is None else str(question)
-        return ChoiceExample(context, question, choices, label, None if id_ is MISSING else id_)
+        return ChoiceExample(context, question, choices, label, id_)

@@ -7,12 +7,16 @@ as CSL's keywords, is joined with `join`:
     fields: {text: abst, text_b: keyword, label: label}
     options: {join: "，", skip_labels: ["-"]}
 
+`strip_label_chars: "[]"` removes those characters from raw labels before they
+are checked (CAIL2018's bracketed charges, as its judger reads them).
+
 A record without the label key is read as unlabelled in a test split (and
 counted as such in the report); in any other split it is skipped with its line.
 """
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
-from data_adapters.reading import MISSING, LabelRule, field_text, json_array_records, json_records, lookup
+from data_adapters.reading import (MISSING, LabelRule, field_text, json_array_records, json_records,
+                                    lookup, records)
 
 TEXT_TASKS = ("classification", "matching", "regression")
 
@@ -34,6 +38,8 @@ def text_example(record, fields, options, rule, where, report):
             report.skip(f"missing field {missing!r} (fields.text_b)", path, line)
             return None
     raw = lookup(record, fields["label"]) if fields.get("label") is not None else MISSING
+    if options.get("strip_label_chars") and raw is not MISSING and raw is not None:
+        raw = strip_chars(raw, options["strip_label_chars"], report)
     label, reason = rule.check(raw)
     if reason:
         report.skip(reason, path, line)
@@ -44,12 +50,26 @@ def text_example(record, fields, options, rule, where, report):
     return TextExample(text, text_b, label, None if id_ is MISSING else id_)
 
 
+def strip_chars(raw, chars, report):
+    """A raw label (or list of them) without `chars`, as CAIL2018's judger reads
+    charges (`[生产、销售]假药` is accu.txt's `生产、销售假药`); counted when it changes."""
+    if isinstance(raw, list):
+        return [strip_chars(item, chars, report) for item in raw]
+    if not isinstance(raw, str):
+        return raw
+    clean = raw.translate({ord(c): None for c in chars})
+    if clean != raw:
+        report.repair(f"label characters {chars!r} removed (the publisher's scorer removes them)")
+    return clean
+
+
 @register_adapter("jsonl")
 class JsonLinesAdapter(Adapter):
     option_keys = {
         "skip_labels": (list, []),  # raw labels whose records are left out, e.g. OCNLI's "-"
         "label_map": (dict, {}),  # raw label -> label name
         "join": (str, "，"),  # between joined keys / list items
+        "strip_label_chars": (str, ""),  # removed from raw labels first, e.g. "[]"
     }
     field_keys = ("text", "text_b", "label", "id")
     required_fields = ("text", "label")
@@ -78,3 +98,47 @@ class JsonArrayAdapter(JsonLinesAdapter):
 
     def records(self, path, report):
         return json_array_records(path, report)
+
+
+@register_adapter("cdn_json")
+class CdnCountAdapter(Adapter):
+    """CHIP-CDN as CBLUE publishes it, a JSON array of `{"text", "normalized_result":
+    "term##term"}`, read as the CBLUE baseline's `cdn_num` stage reads it
+    (cblue/data/data_process.py, CDNDataProcessor._get_num_samples): a mention ->
+    how many standard terms it normalises to, label min(count, `max_count`) - 1,
+    so with 3 labels "0" = one term, "1" = two, "2" = three or more. A record
+    whose result holds no term is skipped with its line (the release has none).
+    """
+    option_keys = {"separator": (str, "##"), "max_count": (int, 3)}
+    field_keys = ("text", "terms", "id")
+    field_defaults = {"text": "text", "terms": "normalized_result"}
+    task_types = ("classification",)
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        rule = LabelRule(task_type, labels)
+        for path in paths:
+            for line, record in records(path, report):
+                text = lookup(record, fields["text"])
+                if not isinstance(text, str) or not text.strip():
+                    report.skip(f"missing or empty {fields['text']!r}", path, line)
+                    continue
+                terms = lookup(record, fields["terms"])
+                if terms is MISSING or terms is None:
+                    if report.missing_label(path, line):
+                        continue
+                    yield TextExample(text, id=self.id_of(record, fields))
+                    continue
+                count = len([t for t in str(terms).split(options["separator"]) if t.strip()])
+                if count == 0:
+                    report.skip(f"{fields['terms']!r} holds no term", path, line)
+                    continue
+                label, reason = rule.check(str(min(count, options["max_count"]) - 1))
+                if reason:
+                    report.skip(reason, path, line)
+                    continue
+                yield TextExample(text, label=label, id=self.id_of(record, fields))
+
+    @staticmethod
+    def id_of(record, fields):
+        value = lookup(record, fields["id"]) if fields.get("id") is not None else MISSING
+        return None if value is MISSING else value

@@ -111,12 +111,23 @@ class SpanJsonAdapter(Adapter):
         return None
 
 
-INLINE_MARK = re.compile(r"\{\{([^{}:]+):(.*?)\}\}")
+PADDING = "space (or NBSP) padding at an edge of a {{type:mention}} mark (each edge counted), left out of the entity"
+OPEN_MARK = re.compile(r"\{\{([^{}:\s]+):")
 
 
 @register_adapter("inline_ner")
 class InlineNerAdapter(Adapter):
-    option_keys = {"encoding": (str, "utf-8")}
+    """BosonNLP's marks as its readme means them: `{{type:mention}}` around a mention.
+
+    The release also holds, and this reads as meant: marks nested in a mark
+    (`{{product_name:{{product_name:腾讯汽车}}}}`: one entity, counted under
+    `repaired`; nested marks of two types are two entities), marks padded with spaces (`{{person_name: 施宇翔}}`:
+    the padding belongs to the mark, not to the text) and literal `\\n` escapes in
+    the text (`unescape_newlines`: read as line breaks). A mark that never closes
+    or a `}}` that closes nothing is a lost span at its line; its text stays
+    as written.
+    """
+    option_keys = {"encoding": (str, "utf-8"), "unescape_newlines": (bool, True)}
     task_types = ("extraction_ner",)
 
     def read(self, paths, options, fields, task_type, labels, report):
@@ -125,22 +136,62 @@ class InlineNerAdapter(Adapter):
                 line = line.rstrip("\r\n")
                 if not line.strip():
                     continue
-                pieces, entities, size, position = [], [], 0, 0
-                for mark in INLINE_MARK.finditer(line):
-                    pieces.append(line[position:mark.start()])
-                    size += mark.start() - position
-                    type_, mention = mark.group(1).strip(), mark.group(2)
-                    pieces.append(mention)
-                    if not mention:
-                        report.lose_span("empty {{type:}} mark", path, number)
-                    elif labels is not None and type_ not in labels:
+                if options["unescape_newlines"] and "\\n" in line:
+                    report.repair("literal \\n escapes read as line breaks", line.count("\\n"))
+                    line = line.replace("\\n", "\n")
+                text, marks = self.parse(line, path, number, report)
+                entities = []
+                for start, end, type_ in marks:
+                    if labels is not None and type_ not in labels:
                         report.filter(f"entity type {type_!r} is not in the task's labels")
                     else:
-                        entities.append(Entity(size, size + len(mention), type_))
-                    size += len(mention)
-                    position = mark.end()
-                pieces.append(line[position:])
-                text = "".join(pieces)
-                if "{{" in text:
-                    report.lose_span("unclosed or malformed {{type:mention}} mark", path, number)
+                        entities.append(Entity(start, end, type_))
                 yield NERExample(text, entities)
+
+    @staticmethod
+    def parse(line, path, number, report):
+        """(text without marks, [(start, end, type)]) of one marked line."""
+        pieces, size, position = [], 0, 0
+        stack, marks = [], []  # stack: [type, start in text, the opening as written]
+        while position < len(line):
+            opening = OPEN_MARK.match(line, position) if line.startswith("{{", position) else None
+            if opening:
+                stack.append([opening.group(1), size, opening.group(0)])
+                position = opening.end()
+                padded = position
+                while position < len(line) and line[position].isspace():  # padding after `:`
+                    position += 1
+                if position > padded:
+                    report.repair(PADDING)
+                    stack[-1][2] = line[opening.start():position]
+                continue
+            if line.startswith("}}", position) and stack:
+                type_, start, _ = stack.pop()
+                if pieces and pieces[-1].isspace() and size > start:
+                    report.repair(PADDING)
+                while pieces and pieces[-1].isspace() and size > start:  # padding before `}}`
+                    pieces.pop()
+                    size -= 1
+                if (stack and stack[-1][:2] == [type_, start]
+                        and line.startswith("}}", position + 2)):
+                    # {{t:{{t:x}}}}: the outer mark, same type, closes right after the inner one
+                    report.repair("nested {{type:{{type:mention}}}} marks read as one entity")
+                    position += 2
+                    continue
+                if size == start:
+                    report.lose_span("empty {{type:}} mark", path, number)
+                else:
+                    marks.append((start, size, type_))
+                position += 2
+                continue
+            if line.startswith("}}", position):
+                report.lose_span("a }} that closes no mark (kept as text)", path, number)
+            pieces.append(line[position])
+            size += 1
+            position += 1
+        for type_, at, raw in reversed(stack):  # a mark that never closes stays as text
+            report.lose_span("unclosed or malformed {{type:mention}} mark", path, number)
+            pieces.insert(at, raw)
+            marks = [(a + len(raw) if a >= at else a, b + len(raw) if b > at else b, t)
+                     for a, b, t in marks]
+        return "".join(pieces), marks

@@ -10,7 +10,11 @@ skipped with that reason, unless `placeholder_answers: no_gold` (what `mtl
 predict` reads with) reads it without gold, counted as filtered. CJRC's
 YES/NO answers are not spans (skipped for mrc_span); a `classification` task
 reads the kind of answer instead, as TextExample(question, context, label):
-"span", "YES", "NO" or "unknown" (no answer).
+"span", "YES", "NO" or "unknown" (no answer). With `scorer: cjrc` both read
+the answers as CJRC's official evaluate.py does: `is_impossible` is ignored
+(the dev file marks 176 questions "true" that have real answers), an answer
+with empty text is that annotator's "no answer" (the scorer's ''), and a
+question's kind is the one most of its answers have (the first on a tie).
 
 `multi_passage_qa`: Su's WebQA/SogouQA layout, `[{id, question, passages:
 [{passage, answer}]}]` (a JSON array or JSON lines). Each passage is one
@@ -20,7 +24,7 @@ example; its answer spans are every occurrence of the answer in the passage
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Span, SpanQAExample, TextExample
-from data_adapters.reading import LabelRule, json_document, records
+from data_adapters.reading import LabelRule, json_document, records, text_lines
 
 YES_NO = ("YES", "NO")
 PLACEHOLDERS_SKIPPED = "placeholder answers (FAKE_ANSWER, a test file): no gold to learn or score"
@@ -47,16 +51,28 @@ def answer_kind(answers):
     return text if text in YES_NO else "span"
 
 
+def cjrc_kind(answers):
+    """The kind most annotators gave, as CJRC's evaluate.py reads the gold texts:
+    no answers or '' -> unknown; YES / NO; anything else a span (ties: the first)."""
+    kinds = ["unknown" if not (a.get("text") if isinstance(a, dict) else None)
+             else answer_kind([a]) for a in answers] or ["unknown"]
+    return max(kinds, key=lambda k: (kinds.count(k), -kinds.index(k)))
+
+
 @register_adapter("squad")
 class SquadAdapter(Adapter):
     task_types = ("mrc_span", "classification")
-    option_keys = {"placeholder_answers": (str, "skip")}
+    option_keys = {"placeholder_answers": (str, "skip"), "scorer": (str, "squad")}
     predict_options = {"placeholder_answers": "no_gold"}
 
     def read(self, paths, options, fields, task_type, labels, report):
         if options["placeholder_answers"] not in ("skip", "no_gold"):
             raise ValueError(f"options.placeholder_answers is {options['placeholder_answers']!r}:"
                              " use skip (the default) or no_gold")
+        if options["scorer"] not in ("squad", "cjrc"):
+            raise ValueError(f"options.scorer is {options['scorer']!r}: use squad (the default) "
+                             "or cjrc (CJRC's evaluate.py: is_impossible ignored)")
+        cjrc = options["scorer"] == "cjrc"
         for path in paths:
             data = json_document(path, report)
             if data is None:
@@ -69,10 +85,10 @@ class SquadAdapter(Adapter):
             for article in articles:
                 for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
                     if task_type == "classification":
-                        yield from self.answer_kinds(paragraph, rule, path, report)
+                        yield from self.answer_kinds(paragraph, rule, path, report, cjrc)
                     else:
                         yield from self.paragraph(paragraph, path, report,
-                                                  options["placeholder_answers"] == "no_gold")
+                                                  options["placeholder_answers"] == "no_gold", cjrc)
 
     @staticmethod
     def questions(paragraph, path, report):
@@ -90,11 +106,20 @@ class SquadAdapter(Adapter):
             yield qa, context, question
 
     @staticmethod
-    def paragraph(paragraph, path, report, placeholders_as_no_gold=False):
+    def paragraph(paragraph, path, report, placeholders_as_no_gold=False, cjrc=False):
         for qa, context, question in SquadAdapter.questions(paragraph, path, report):
             id_ = qa.get("id")
             # v2 files may list plausible answers on impossible questions: not answers.
-            given = [] if impossible(qa) else qa.get("answers") or []
+            given = [] if impossible(qa) and not cjrc else qa.get("answers") or []
+            if cjrc:
+                if impossible(qa) and cjrc_kind(given) != "unknown":
+                    report.repair("is_impossible \"true\" with answers: read as the scorer "
+                                  "does (by the answers)")
+                empty = [a for a in given if isinstance(a, dict) and not a.get("text")]
+                if empty:
+                    report.filter("empty answer text: that annotator's 'no answer' (CJRC scorer)",
+                                  len(empty))
+                    given = [a for a in given if a not in empty]
             if placeholders(given):
                 if not placeholders_as_no_gold:
                     report.skip(PLACEHOLDERS_SKIPPED, path, f"id {id_}")
@@ -119,10 +144,16 @@ class SquadAdapter(Adapter):
             yield SpanQAExample(question, context, answers, id_)
 
     @staticmethod
-    def answer_kinds(paragraph, rule, path, report):
+    def answer_kinds(paragraph, rule, path, report, cjrc=False):
         for qa, context, question in SquadAdapter.questions(paragraph, path, report):
-            given = [] if impossible(qa) else qa.get("answers") or []
-            label, reason = rule.check(answer_kind(given))
+            if cjrc:
+                label, reason = rule.check(cjrc_kind(qa.get("answers") or []))
+                if impossible(qa) and label != "unknown":
+                    report.repair("is_impossible \"true\" with answers: read as the scorer "
+                                  "does (by the answers)")
+            else:
+                given = [] if impossible(qa) else qa.get("answers") or []
+                label, reason = rule.check(answer_kind(given))
             if reason:
                 report.skip(reason, path, f"id {qa.get('id')}")
                 continue
@@ -183,3 +214,85 @@ class MultiPassageQAAdapter(Adapter):
             report.skip("passage whose answer is not in it", path, line)
             return None
         return SpanQAExample(question, context, answers, id_)
+
+
+@register_adapter("cmrc2017_cloze")
+class Cmrc2017ClozeAdapter(Adapter):
+    """CMRC 2017's cloze files as HFL publishes them (github.com/ymcui/cmrc2017):
+    a `*.doc_query` file (train: `.part.0`, `.part.1`) of `N ||| words` lines, one per
+    sentence of a document, each document closed by its query `<qid_N> ||| ... XXXXX
+    ...`; and a `*.answer` file of `<qid_N> ||| answer` lines. Text is segmented
+    into words with spaces. There is no candidate list: the answer is a word of
+    the document (the Attention-Sum baselines point at it), so each query is one
+    `mrc_span` example whose answers are every occurrence of that word in the
+    document. The spaces between words are removed (`join_words`), except
+    between two Latin letters or digits, so the text reads as written.
+
+    A split lists its `.doc_query` files and its `.answer` file (told apart by name).
+    A query whose answer is not a word of its document is skipped with its line.
+    """
+    option_keys = {"encoding": (str, "utf-8"), "join_words": (bool, True)}
+    task_types = ("mrc_span",)
+    ANSWER_SUFFIX = ".answer"
+
+    def read(self, paths, options, fields, task_type, labels, report):
+        answer_files = [p for p in paths if str(p).endswith(self.ANSWER_SUFFIX)]
+        documents = [p for p in paths if not str(p).endswith(self.ANSWER_SUFFIX)]
+        answers = {}
+        for path in answer_files:
+            for number, qid, answer in self.lines(path, options, report):
+                answers[qid] = answer
+        for path in documents:
+            words = []  # the current document's words, sentence after sentence
+            for number, key, text in self.lines(path, options, report):
+                if not key.startswith("<qid_"):
+                    words.append(text.split())
+                    continue
+                report.count("questions")
+                example = self.example(key, text, words, answers, options, path, number, report)
+                words = []
+                if example is not None:
+                    yield example
+
+    @staticmethod
+    def lines(path, options, report):
+        for number, line in text_lines(path, report, options["encoding"]):
+            line = line.strip()
+            if not line:
+                continue
+            key, bar, text = line.partition(" ||| ")
+            if not bar:
+                report.skip("line without ' ||| '", path, number)
+                continue
+            yield number, key.strip(), text.strip()
+
+    @staticmethod
+    def example(qid, query, sentences, answers, options, path, number, report):
+        if not sentences:
+            report.skip("query without a document before it", path, number)
+            return None
+        answer = answers.get(qid)
+        if answer is None:
+            report.skip("query without a line in the split's .answer file", path, number)
+            return None
+        context, starts = Cmrc2017ClozeAdapter.join(sentences, options["join_words"])
+        words = [w for sentence in sentences for w in sentence]
+        spans = [Span(start, start + len(w), w) for w, start in zip(words, starts) if w == answer]
+        if not spans:
+            report.skip("answer is not a word of its document", path, number)
+            return None
+        question = Cmrc2017ClozeAdapter.join([query.split()], options["join_words"])[0]
+        return SpanQAExample(question, context, spans, qid)
+
+    @staticmethod
+    def join(sentences, join_words):
+        """(text, start of each word): words joined without spaces where Chinese."""
+        text, starts = "", []
+        for sentence in sentences:
+            for word in sentence:
+                if text and (not join_words or (text[-1].isascii() and text[-1].isalnum()
+                                                and word[0].isascii() and word[0].isalnum())):
+                    text += " "
+                starts.append(len(text))
+                text += word
+        return text, starts

@@ -201,6 +201,18 @@ def _line_at(text, position):
     return text.count("\n", 0, position) + 1
 
 
+def unsegment(text):
+    """Word-segmented Chinese (`小 猴 呢 ，`) as written: the spaces go, except
+    between two Latin letters or digits (`iPhone 7`)."""
+    words = text.split()
+    out = ""
+    for word in words:
+        if out and out[-1].isascii() and out[-1].isalnum() and word[0].isascii() and word[0].isalnum():
+            out += " "
+        out += word
+    return out
+
+
 # ----- fields of flat records -------------------------------------------------
 
 MISSING = object()

@@ -195,7 +195,12 @@ class IpreAdapter(Adapter):
     """CCKS2019 IPRE: `sent_<split>.txt` rows `sent_id<TAB>head<TAB>tail<TAB>segmented
     sentence` and, beside it, `sent_relation_<split>.txt` rows `sent_id<TAB>ids`,
     the ids (space separated) indexing the task's label list. The sentence's
-    word spaces are removed (Chinese text). `no_relation: NA` as for entity_pair_tsv."""
+    word spaces are removed (Chinese text). `no_relation: NA` as for entity_pair_tsv.
+
+    A split may list its relation files itself (names starting `sent_relation_`):
+    the release ships train as `sent_train_1.txt` + `sent_train_2.txt` with one
+    `sent_relation_train.txt`. Listed, every relation file is read for every
+    sentence file; otherwise each sentence file's own is looked up beside it."""
     option_keys = {"no_relation": (str, None)}
     task_types = ("extraction_relation",)
 
@@ -203,8 +208,12 @@ class IpreAdapter(Adapter):
         if not labels:
             raise ValueError("format ipre needs the task's labels: the relation files give "
                              "indexes into that list")
-        for path in paths:
-            relations = self.relations(path, report)
+        listed = [p for p in paths if os.path.basename(p).startswith("sent_relation_")]
+        shared = {}
+        for path in listed:
+            shared.update(self.read_relations(path, report))
+        for path in (p for p in paths if p not in listed):
+            relations = shared if listed else self.relations(path, report)
             texts = ByText()
             for number, line in text_lines(path, report):
                 row = line.rstrip("\r\n").split("\t")
@@ -233,7 +242,12 @@ class IpreAdapter(Adapter):
         relation_path = os.path.join(folder, name.replace("sent_", "sent_relation_", 1))
         if relation_path == path or not os.path.exists(relation_path):
             raise FileNotFoundError(f"IPRE relation file not found: {relation_path} (expected "
-                                    f"beside {path}, named sent_relation_<split>.txt)")
+                                    f"beside {path}, named sent_relation_<split>.txt; or list "
+                                    "the split's sent_relation_ file in the spec)")
+        return IpreAdapter.read_relations(relation_path, report)
+
+    @staticmethod
+    def read_relations(relation_path, report):
         relations = {}
         for number, line in text_lines(relation_path, report):
             parts = line.split("\t")

@@ -43,7 +43,13 @@ class ReadReport:
         self.units = Counter()  # texts, questions, entities, triples, events, ...
         self.spans_placed = 0
         self.skipped, self.spans_lost, self.filtered = Counter(), Counter(), Counter()
+        self.repaired = Counter()  # release quirks read as the publisher means them
         self.places = {}  # (kind, reason) -> first few places
+        self.absent = []  # optional files of the split that were not there
+
+    def absent_file(self, path):
+        """An `optional` file of the split that is not there: the others are read."""
+        self.absent.append(str(path))
 
     def _note(self, kind, reason, file, line):
         places = self.places.setdefault((kind, reason), [])
@@ -70,6 +76,11 @@ class ReadReport:
     def filter(self, reason, count=1):
         """Annotations removed on purpose by an option (e.g. weibo's keep_suffix)."""
         self.filtered[reason] += count
+
+    def repair(self, reason, count=1):
+        """A documented quirk of the release read as its publisher means it (BosonNLP's
+        nested marks, CAIL2018's bracketed charges): kept, and counted here."""
+        self.repaired[reason] += count
 
     def count(self, unit, n=1):
         self.units[unit] += n
@@ -124,14 +135,20 @@ class ReadReport:
         result["spans_lost_total"] = self.total_lost
         if self.filtered:
             result["filtered"] = dict(self.filtered.most_common())
+        if self.repaired:
+            result["repaired"] = dict(self.repaired.most_common())
+        if self.absent:
+            result["absent"] = list(self.absent)
         return result
 
     def summary(self):
         """One line for logs: `12000 examples, 49 skipped (label '-' in skip_labels: 49), ...`."""
         parts = [f"{self.examples} examples"]
         for name, counter in (("skipped", self.skipped), ("spans lost", self.spans_lost),
-                              ("filtered", self.filtered)):
+                              ("filtered", self.filtered), ("repaired", self.repaired)):
             if counter:
                 reasons = ", ".join(f"{r}: {n}" for r, n in counter.most_common())
                 parts.append(f"{sum(counter.values())} {name} ({reasons})")
+        if self.absent:
+            parts.append(f"optional file(s) absent, not read: {', '.join(self.absent)}")
         return ", ".join(parts)

@@ -313,16 +313,20 @@ def check_exports(paths):
 
 
 def check_task_files(tasks, data_root):
+    from data_adapters import MissingDataFile, split_paths
+
     errors = []
     for task in tasks:
         for split in ("train", "dev"):
-            name = task.files.get(split)
-            if not name:
+            if not task.files.get(split):
                 errors.append(f"{task.spec_path}:{task.line}: task {task.name!r} has no {split} "
                               "file: a benchmark task needs train and dev splits")
-            elif not os.path.exists(os.path.join(data_root, name)):
-                errors.append(f"{os.path.join(data_root, name)}: missing {split} file of task "
-                              f"{task.name!r}; check --data-root")
+                continue
+            try:  # lists of files, optional ones and mirror names, as reading sees them
+                split_paths(task, split, data_root)
+            except MissingDataFile as error:
+                errors.append(f"{os.path.join(data_root, error.relative)}: missing {split} file "
+                              f"of task {task.name!r}; check --data-root")
     if errors:
         raise UserError("\n".join(errors))
 

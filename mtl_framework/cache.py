@@ -202,26 +202,28 @@ def featurizer_version(featurizer):
 
 
 def data_files(task, split, data_root):
-    """[(path as listed, size, mtime_ns)] of a split's files (every file of a listed folder):
-    edited data means new features."""
-    listed = task.files.get(split) if task.files else None
-    if listed is None:
-        raise KeyError(f"{task.spec_path}:{task.line}: task {task.name!r} has no {split!r} split; "
-                       f"its files list {', '.join(task.files or {}) or 'none'}")
+    """[(path as read, size, mtime_ns)] of a split's files (every file of a listed folder;
+    an absent `optional` file as (path, None, None)): edited data means new features."""
+    from data_adapters import split_paths
+
+    present, absent = split_paths(task, split, data_root)  # KeyError / FileNotFoundError
     out = []
-    for relative in listed if isinstance(listed, list) else [listed]:
-        path = Path(data_root) / relative
-        if not path.exists():
-            raise FileNotFoundError(
-                f"{task.spec_path}:{task.line}: {split} file of task {task.name!r} not found: "
-                f"{path.resolve()}; pass --data-root DIR (or set MTL_DATA_ROOT) to the folder "
-                f"that holds {relative}")
+    for path in present:
+        relative = _relative(path, data_root)
         for file in sorted(path.rglob("*")) if path.is_dir() else [path]:  # a folder: its files
             if file.is_file() or file == path:
                 stat = file.stat()
-                out.append((str(relative) if file == path else f"{relative}/"
+                out.append((relative if file == path else f"{relative}/"
                             f"{file.relative_to(path)}", stat.st_size, stat.st_mtime_ns))
-    return out
+    # Absent optional files are keyed too: their arrival means new features.
+    return out + [(_relative(path, data_root), None, None) for path in absent]
+
+
+def _relative(path, data_root):
+    try:
+        return str(path.relative_to(data_root))
+    except ValueError:
+        return str(path)  # an absolute path in the spec
 
 
 def cache_key(task, split, featurizer, data_root):
@@ -261,7 +263,9 @@ def cached_features(task, split, tokenizer, data_root, cache_dir=None, max_lengt
         problem = check_folder(final) if final.exists() else None
         if final.exists() and problem is None:
             if log:
-                log(f"{task.name} {split}: features from cache {final}")
+                absent = [path for path, size, _ in inputs["data"] if size is None]
+                note = f" (optional file(s) absent: {', '.join(absent)})" if absent else ""
+                log(f"{task.name} {split}: features from cache {final}{note}")
             return load_features(final)
         if problem:
             warn(f"{final}: {problem}; rebuilding it")

@@ -87,6 +87,10 @@ def format_table(rows):
                 lines.append(f"{kind} {detail['count']}: {reason}{first}")
         for reason, count in row.get("filtered", {}).items():
             lines.append(f"filtered {count}: {reason}")
+        for reason, count in row.get("repaired", {}).items():
+            lines.append(f"repaired {count}: {reason}")
+        for path in row.get("absent", []):
+            lines.append(f"absent: {path} (optional; the split's other files were read)")
         if with_features:
             feature_cells, feature_lines = _feature_columns(row.get("features"))
             cells += feature_cells

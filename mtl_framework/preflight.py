@@ -258,21 +258,19 @@ def _check_task_files(experiment, tasks, data_root):
 def missing_files(tasks, data_root, split, fix="pass --data-root DIR"):
     """One `spec:line: message` per file of `split` (and label file) of `tasks` that is not
     there; `fix` says how to point at the data. The adapters read the files later."""
+    from data_adapters import MissingDataFile, split_paths
     from mtl_framework.registry import LabelFileError
 
     problems = []
     for task in tasks:
         where = f"{task.spec_path}:{task.line}"
-        listed = (task.files or {}).get(split)
-        if listed is None:
-            problems.append(f"{where}: task {task.name!r} has no {split!r} split; its files "
-                            f"list {', '.join(task.files or {}) or 'none'}")
+        try:
+            split_paths(task, split, data_root)
+        except KeyError as error:
+            problems.append(error.args[0])
             continue
-        for relative in listed if isinstance(listed, list) else [listed]:
-            path = os.path.join(data_root, relative)
-            if not os.path.exists(path):
-                problems.append(f"{where}: {split} file of task {task.name!r} not found: "
-                                f"{os.path.abspath(path)}; {fix} (the folder that holds {relative})")
+        except MissingDataFile as error:
+            problems.append(error.with_fix(fix))
         if task.labels is None and task.label_file:
             try:
                 task.resolve_labels(data_root)

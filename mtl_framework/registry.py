@@ -82,6 +82,11 @@ class TaskSpec:
     description: str = ""
     spec_path: str = ""
     line: int = 0
+    # Paths (as listed in `files`) marked `optional: true`: read when present,
+    # reported as absent otherwise; `file_aliases`: path -> the names mirrors give
+    # it, tried in order when the path is not there (data_adapters.split_paths).
+    optional_files: tuple = ()
+    file_aliases: dict = dataclasses.field(default_factory=dict)
 
     @property
     def family(self):
@@ -124,6 +129,10 @@ class DatasetSpec:
     citation: str = ""
     spec_path: str = ""
     line: int = 0
+    optional_files: tuple = ()
+    file_aliases: dict = dataclasses.field(default_factory=dict)
+    # data | real_formats | documentation (spec_schema.VERIFIED); "" when the spec does not say
+    verified: str = ""
 
 
 class Registry:
@@ -316,8 +325,11 @@ class _SpecLoader:
         self.check_adapter_keys(spec, (), adapter, data.get("format"), data, "")
         tasks = self.read_tasks(spec, data, adapter)
         if len(self.errors) == before and isinstance(dataset_id, str):
+            files, optional, aliases = _plain_files(_merge(data["files"]))
             self.datasets[dataset_id] = DatasetSpec(
-                id=dataset_id, format=data["format"], files=_merge(data["files"]),
+                id=dataset_id, format=data["format"], files=files, optional_files=optional,
+                file_aliases=aliases,
+                verified=data.get("verified", ""),
                 options=_merge(data.get("options")), fields=_merge(data.get("fields")),
                 tasks=tuple(t.name for t in tasks), description=data.get("description", ""),
                 source=data.get("source", ""), license=data.get("license", ""),
@@ -395,9 +407,11 @@ class _SpecLoader:
                               f"{', '.join(missing)} (the source key or column of each)")
         if any(key not in entry for key, (_, required) in schema.TASK_KEYS.items() if required):
             return None
+        files, optional, aliases = _plain_files(merged["files"])
         return TaskSpec(
             name=name, dataset=data.get("dataset"), type=entry["type"], format=task_format,
-            files=merged["files"], options=merged["options"], fields=merged["fields"],
+            files=files, optional_files=optional, file_aliases=aliases,
+            options=merged["options"], fields=merged["fields"],
             labels=entry.get("labels"), label_file=entry.get("label_file"),
             multi_label=entry.get("multi_label", False), max_length=entry["max_length"],
             metric=entry["metric"], rate=entry.get("rate"), loss_weight=entry.get("loss_weight", 1.0),
@@ -514,6 +528,17 @@ def _merge(base, override=None):
     """Dataset keys under task overrides, key by key; a null value unsets the key."""
     merged = {**(base or {}), **(override or {})}
     return {key: value for key, value in merged.items() if value is not None}
+
+
+def _plain_files(files):
+    """(split -> path or [paths], optional paths, {path: aliases}): `files:` with its
+    `{path, optional, aliases}` entries as plain paths."""
+    plain, optional, aliases = {}, [], {}
+    for split, paths in files.items():
+        plain[split], marked, named = schema.split_files(paths)
+        optional += [p for p in marked if p not in optional]
+        aliases.update(named)
+    return plain, tuple(optional), aliases
 
 
 def _fits(value, expected):

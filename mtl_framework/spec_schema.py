@@ -62,17 +62,52 @@ def mapping(value):
         return "must be a mapping (key: value lines), got %s" % type(value).__name__
 
 
+def _file_entry(entry):
+    # A path, or a mapping: `optional: true` for a file publishers ship apart (atec's
+    # train_add, a dataset's later parts): absent, it is reported, not fatal;
+    # `aliases: [...]` for the names mirrors give the same file, tried when `path`
+    # (the publisher's name) is not there.
+    if isinstance(entry, str):
+        return bool(entry.strip())
+    aliases = entry.get("aliases", []) if isinstance(entry, dict) else None
+    return (isinstance(entry, dict) and set(entry) <= {"path", "optional", "aliases"}
+            and isinstance(entry.get("path"), str) and bool(entry["path"].strip())
+            and isinstance(entry.get("optional", False), bool)
+            and isinstance(aliases, list) and all(isinstance(a, str) and a.strip() for a in aliases))
+
+
 def files(value):
     if not isinstance(value, dict) or not value:
         return "must map each split to a path, e.g. `train: mydata/train.json`"
     for split, paths in value.items():
         if not isinstance(split, str):
             return "split name %r must be a string" % (split,)
-        if paths is None or isinstance(paths, str) and paths.strip():
+        if paths is None or _file_entry(paths):
             continue
-        if isinstance(paths, list) and paths and all(isinstance(p, str) and p.strip() for p in paths):
+        if isinstance(paths, list) and paths and all(_file_entry(p) for p in paths):
             continue
-        return "split %r must be a path or a non-empty list of paths, got %r" % (split, paths)
+        return ("split %r must be a path, `{path: ..., optional: true, aliases: [...]}` or a "
+                "non-empty list of those, got %r" % (split, paths))
+
+
+def split_files(paths):
+    """(paths, optional paths, {path: aliases}) of one split's `files:` entry."""
+    entries = paths if isinstance(paths, list) else [paths]
+    plain = [e["path"] if isinstance(e, dict) else e for e in entries]
+    optional = [e["path"] for e in entries if isinstance(e, dict) and e.get("optional")]
+    aliases = {e["path"]: tuple(e["aliases"]) for e in entries if isinstance(e, dict) and e.get("aliases")}
+    return (plain if isinstance(paths, list) else plain[0]), optional, aliases
+
+
+# Where the spec's layout was checked against real files: `data` (../shared/data,
+# whole releases or large parts), `real_formats` (../shared/real_formats, excerpts
+# of the published files) or `documentation` (only the publisher's documentation).
+VERIFIED = ("data", "real_formats", "documentation")
+
+
+def verified(value):
+    if value not in VERIFIED:
+        return "must be one of %s, got %r" % (", ".join(VERIFIED), value)
 
 
 def fields(value):
@@ -112,6 +147,7 @@ DATASET_KEYS = {
     "source": (text, False),
     "license": (text, False),
     "citation": (text, False),
+    "verified": (verified, False),
     "format": (text, True),
     "files": (files, True),
     "options": (mapping, False),

@@ -40,7 +40,7 @@ def test_unknown_format_is_a_key_error_with_a_suggestion():
     with pytest.raises(KeyError) as error:
         get_adapter("jsonlines")
     assert "did you mean 'jsonl'" in str(error.value)
-    with pytest.raises(KeyError, match="available: c3, chid"):
+    with pytest.raises(KeyError, match="available: c3, cdn_json, chid"):
         get_adapter("no_such_thing_at_all")
 
 

@@ -56,7 +56,7 @@ def test_unknown_keys_at_top_level_and_in_a_task_suggest_the_right_one():
     assert len(errors) == 3, errors
     assert errors[0] == (f"{path}:2: the top level: unknown key 'descripton' (did you mean "
                          "'description'?); allowed: dataset, description, source, license, "
-                         "citation, format, files, options, fields, tasks")
+                         "citation, verified, format, files, options, fields, tasks")
     # The misspelt labels count as absent: the type still needs them.
     assert errors[1] == (f"{path}:9: task 'unknown_key_task': type classification needs "
                          "`labels: [...]` or `label_file: ...` (class, entity, predicate or "

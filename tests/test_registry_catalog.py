@@ -18,7 +18,9 @@ dureader_checklist cail2019_rc webqa sogouqa reco cmrc2019 cmrc2017 msra_ner peo
 resume_ner boson_ner yidu_s4k cote_bd cote_mfw cote_dp duie2 finre sanwen ipre duee1 duee_fin ccks19_event
 """.split()
 
-# CATALOG.md section 2, T01..T92: task name -> family.
+# CATALOG.md section 2, T01..T92: task name -> family. cmrc2017 is mrc_span here, not
+# the catalog's cloze: its release has no candidate list, the answer is a word of the
+# document (issue 23; task_specs/cmrc2017.yaml).
 C, M, R, Q, MC, CZ = "classification", "matching", "regression", "mrc_span", "multiple_choice", "cloze"
 NER, REL, EV, CO = "extraction_ner", "extraction_relation", "extraction_event", "coreference"
 TASKS = {
@@ -33,14 +35,14 @@ TASKS = {
     "simplifyweibo": C, "dmsc": C, "clue_emotion": C, "smp_usual": C, "smp_virus": C, "inews": C,
     "thucnews": C, "fudan": C, "toutiao": C, "nlpcc2017": C, "cail_charge": C, "cail_article": C,
     "dureader_robust": Q, "dureader_checklist": Q, "cjrc_span": Q, "cjrc_cls": C, "webqa": Q,
-    "sogouqa": Q, "reco": MC, "cmrc2019": CZ, "cmrc2017": CZ, "msra": NER, "peoples_daily": NER,
+    "sogouqa": Q, "reco": MC, "cmrc2019": CZ, "cmrc2017": Q, "msra": NER, "peoples_daily": NER,
     "weibo_nam": NER, "weibo_nom": NER, "resume": NER, "boson": NER, "yidu_s4k": NER, "cote_bd": NER,
     "cote_mfw": NER, "cote_dp": NER, "duie_ent": NER, "duie_spo": REL, "finre": REL, "sanwen_ner": NER,
     "sanwen_re": REL, "ipre": REL, "duee_trigger": EV, "duee_arg": EV, "dueefin_type": EV,
     "dueefin_arg": EV, "dueefin_enum": C, "ccks19_subject": EV,
 }
 
-FAMILY_COUNTS = {C: 30, M: 20, R: 2, Q: 7, MC: 3, CZ: 3, NER: 16, REL: 5, EV: 5, CO: 1}
+FAMILY_COUNTS = {C: 30, M: 20, R: 2, Q: 8, MC: 3, CZ: 2, NER: 16, REL: 5, EV: 5, CO: 1}
 
 
 def test_the_catalog_tables_add_up():

@@ -51,6 +51,7 @@ def test_list_json_shape(capsys, builtin_is_valid_fixture):
         "name": "demo_topic", "dataset": "demo_pairs", "family": "classification",
         "format": "delimited", "labels": ["sports", "finance", "tech"], "label_file": "demo_topics.txt",
         "multi_label": False, "metric": "macro_f1", "max_length": 128, "rate": None, "loss_weight": 2.0,
+        "verified": "",
     }
     assert rows[2]["labels"] is None and rows[2]["family"] == "mrc_span"
 
@@ -62,10 +63,11 @@ def test_list_table_and_extra_spec_dirs(capsys, builtin_is_valid_fixture, tmp_pa
                      encoding="utf-8")
     assert cli.main(["tasks", "list", "--specs", str(extra)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["name", "dataset", "family", "#labels", "metric"]
-    assert out[2].split() == ["demo_topic", "demo_pairs", "classification", "3", "macro_f1"]
-    assert out[4].split() == ["extra_span", "extra", "mrc_span", "-", "em_f1"]
-    assert out[-1] == "4 tasks in 3 datasets: matching 1, classification 1, mrc_span 2"
+    assert out[0].split() == ["name", "dataset", "family", "#labels", "metric", "verified"]
+    assert out[2].split() == ["demo_topic", "demo_pairs", "classification", "3", "macro_f1", "-"]
+    assert out[4].split() == ["extra_span", "extra", "mrc_span", "-", "em_f1", "-"]
+    assert out[-2] == "4 tasks in 3 datasets: matching 1, classification 1, mrc_span 2"
+    assert out[-1] == "datasets by what their spec was checked against: not stated 3"
 
 
 def test_list_with_invalid_specs_prints_the_errors(capsys, builtin_is_valid_fixture):

@@ -36,15 +36,17 @@ def list_tasks(args):
     except reg.SpecValidationError as error:
         print_errors(error.errors)
         return 1
-    rows = [describe(task, args.data_root) for task in registry.tasks.values()]
+    rows = [describe(task, args.data_root, registry.datasets.get(task.dataset))
+            for task in registry.tasks.values()]
     if args.json:
         json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
         print()
         return 0
-    table = [("name", "dataset", "family", "#labels", "metric")]
+    table = [("name", "dataset", "family", "#labels", "metric", "verified")]
     for row in rows:
         count = len(row["labels"]) if row["labels"] is not None else ("file" if row["label_file"] else "-")
-        table.append((row["name"], row["dataset"], row["family"], str(count), row["metric"]))
+        table.append((row["name"], row["dataset"], row["family"], str(count), row["metric"],
+                      row["verified"] or "-"))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
@@ -53,11 +55,32 @@ def list_tasks(args):
         families[row["family"]] = families.get(row["family"], 0) + 1
     print(f"\n{len(rows)} tasks in {len(registry.datasets)} datasets: "
           + ", ".join(f"{family} {n}" for family, n in families.items()))
+    print(verified_line(registry.datasets.values()))
     return 0
 
 
-def describe(task, data_root=None):
-    """One task as a JSON-ready dict; `labels` is null when it lives in an unreachable file."""
+# What `verified` says of a dataset's spec (spec_schema.VERIFIED).
+VERIFIED_MEANS = {
+    "data": "read against real release files in ../shared/data",
+    "real_formats": "read against excerpts of the published files in ../shared/real_formats",
+    "documentation": "written from the publisher's documentation only",
+}
+
+
+def verified_line(datasets):
+    """`datasets by what their spec was checked against: data 27 (...), ...`."""
+    counts = {}
+    for dataset in datasets:
+        counts[dataset.verified or "not stated"] = counts.get(dataset.verified or "not stated", 0) + 1
+    order = list(VERIFIED_MEANS) + ["not stated"]
+    return "datasets by what their spec was checked against: " + "; ".join(
+        f"{key} {counts[key]}" + (f" ({VERIFIED_MEANS[key]})" if key in VERIFIED_MEANS else "")
+        for key in order if key in counts)
+
+
+def describe(task, data_root=None, dataset=None):
+    """One task as a JSON-ready dict; `labels` is null when it lives in an unreachable file;
+    `verified` is its dataset spec's (data, real_formats, documentation; "" unstated)."""
     try:
         labels = task.resolve_labels(data_root)
     except FileNotFoundError:
@@ -67,6 +90,7 @@ def describe(task, data_root=None):
         "labels": labels, "label_file": task.label_file, "multi_label": task.multi_label,
         "metric": task.metric, "max_length": task.max_length, "rate": task.rate,
         "loss_weight": task.loss_weight,
+        "verified": getattr(dataset, "verified", "") if dataset is not None else "",
     }
 
 

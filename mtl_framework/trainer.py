@@ -213,6 +213,10 @@ class Run:
         self.lock = None  # taken by `train` before its first write (run_dir.RunLock)
         # First TensorFlow work: MultiWorkerMirroredStrategy must exist before any op runs.
         self.distribution = distribution or experiment.distribution
+        if self.distribution == "multi_worker" and experiment.raw.get("patience"):
+            raise UserError(f"{experiment.where('patience')}: patience stops on the chief's "
+                            "evaluations, which the other workers do not see: not with "
+                            "distribution multi_worker (keep_best alone is fine)")
         self.strategy = make_strategy(self.distribution)
         self.is_chief = is_chief(self.strategy)
         # Where this process writes: the run directory (chief) or a scratch folder.

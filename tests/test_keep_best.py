@@ -145,3 +145,11 @@ def test_export_best_and_a_step(runs, tmp_path):
     with pytest.raises(UserError, match="no checkpoint of step 2; its steps: "):
         export(run_dir, "keras", str(tmp_path / "two"), checkpoint="2", log=None)
     assert not (tmp_path / "two").exists()
+
+
+def test_patience_is_refused_for_multi_worker(tmp_path):
+    raw = {**experiment(tmp_path).raw, "distribution": "multi_worker"}
+    with pytest.raises(UserError, match="Experiment.from_dict patience: patience stops on the "
+                                        "chief's evaluations"):
+        Run(Experiment.from_dict(raw), output=str(tmp_path / "run"), log=lambda *_: None)
+    assert not (tmp_path / "run").exists()

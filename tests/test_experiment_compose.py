@@ -202,3 +202,19 @@ def test_print_config_refuses_a_bad_set_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "error: --set optimizer.lr=fast: optimizer.lr must be a number >= 0, got 'fast'\n"
     assert sorted(os.listdir(tmp_path)) == ["x.yaml"]
+
+
+def test_the_pretraining_value_bench_writes_stage2_c_resolved(tmp_path, monkeypatch):
+    """bench/pretraining_value.py rewrites each stage file's paths into its work folder: the
+    file it writes for arm C is arm B's with balancing none, without `extends`."""
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    import pretraining_value
+
+    written = {}
+    for arm in ("B", "C"):
+        path = pretraining_value.experiment(f"stage2_{arm}", tmp_path, tmp_path / "data", {})
+        written[arm] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    b, c = written["B"], written["C"]
+    assert "extends" not in c and c["backbone"]["init"] == str(tmp_path / "stage1" / "export")
+    assert {k for k in set(b) | set(c) if b.get(k) != c.get(k)} == {"name", "balancing"}
+    assert load_experiment(str(tmp_path / "experiments" / "stage2_C.yaml")).raw["balancing"] == "none"

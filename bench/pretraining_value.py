@@ -114,9 +114,16 @@ def write_corpus(data_root, folder, limit=None):
     return counts
 
 
+def resolved_yaml(path):
+    """A stage file as a mapping, its `extends` chain merged (stage2_C extends stage2_B)."""
+    from mtl_framework.experiment import load_experiment
+
+    return load_experiment(str(path)).raw
+
+
 def experiment(name, work, data_root, overrides):
     """The study's YAML with its paths pointed into the work folder (and --quick's budget)."""
-    config = yaml.safe_load((STUDY / f"{name}.yaml").read_text(encoding="utf-8"))
+    config = resolved_yaml(STUDY / f"{name}.yaml")
     config["data_root"] = str(data_root)
     config["cache_dir"] = str(work / "cache")
     if "init" in config.get("backbone", {}):
@@ -317,7 +324,7 @@ def main():
     for arm in ("B", "C"):
         runs[arm], wall[arm] = train_and_export(f"stage2_{arm}", work, data_root, quick, log)
     tokens_b = metrics(runs["B"])["tokens"]
-    spec_a = yaml.safe_load((STUDY / "stage2_A.yaml").read_text(encoding="utf-8"))
+    spec_a = resolved_yaml(STUDY / "stage2_A.yaml")
     s1 = compute["stage1"]
     row_tokens = s1["tokens"] / (s1["micro_batches"] * 32)  # stage 1 ran batches of 32 MLM rows
     steps = quick.get("steps", spec_a["steps"])

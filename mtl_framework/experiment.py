@@ -1,5 +1,15 @@
 """Experiment YAML: what to train, on which tasks, how (the keys: README "Commands", docs/architecture.md).
 
+    Experiment.from_yaml("experiments/demo.yaml", overrides=["optimizer.lr=1e-4"])
+    Experiment.from_dict({"tasks": ["tnews"], ...}, folder=".")
+
+A file may start from another: `extends: base.yaml` (relative to the file;
+chains allowed, a cycle is refused). Later values win; mappings are merged key
+by key, anything else (a list, a string) is replaced whole; paths keep meaning
+what they meant in the file that wrote them. `--set KEY.SUB=VALUE` overrides
+(values read as YAML) are applied last, before validation; a problem in a value
+names the `--set` it came from, or the `file:line` that wrote it.
+
 Read with the one YAML loader (yaml_io: a key given twice is an error). Every
 unknown key, wrong type and impossible value (`lr: fast`, `keep_checkpoints:
 0`, hidden_size not divisible by num_heads) is reported at once, each problem
@@ -7,6 +17,7 @@ as `file:line: message`, before anything is built or written. Checks that need
 other files (task specs, data, vocab, the run directory) are in preflight.py.
 Nothing here imports TensorFlow.
 """
+import copy
 import difflib
 import os
 from dataclasses import dataclass, field
@@ -14,7 +25,7 @@ from dataclasses import dataclass, field
 from mtl_framework.errors import UserError
 from mtl_framework import mixture
 from mtl_framework.presets import PRESETS, backbone_config
-from mtl_framework.yaml_io import YamlDocument, load_yaml
+from mtl_framework.yaml_io import load_yaml, parse_yaml
 
 KEYS = {
     "backbone": dict, "task_specs": list, "data_root": str, "tasks": list, "sampling": (str, dict),
@@ -22,10 +33,20 @@ KEYS = {
     "optimizer": dict, "steps": int, "seed": int, "output_dir": str, "checkpoint_every": int,
     "keep_checkpoints": int, "eval_every": int, "vocab": str, "cache_dir": str,
     "eval_batches": int, "name": str, "distribution": str, "precision": str,
+    "keep_best": dict, "patience": int,
 }
 # Smallest value of each integer key. max_length 4: [CLS] + one token each side + [SEP].
 MINIMUM = {"tasks_per_update": 1, "batch_size": 1, "max_length": 4, "steps": 1, "seed": 0,
-           "checkpoint_every": 0, "keep_checkpoints": 1, "eval_every": 0, "eval_batches": 1}
+           "checkpoint_every": 0, "keep_checkpoints": 1, "eval_every": 0, "eval_batches": 1,
+           "patience": 1}
+# keep_best: which dev score picks the best checkpoint (also the one `patience` watches).
+KEEP_BEST_KEYS = {"metric": "aggregate", "mode": "max"}
+KEEP_BEST_MODES = ("max", "min")
+EXTENDS = "extends"
+# Values that are paths relative to the file that wrote them: (key path), "*" = every item.
+PATH_VALUES = (("data_root",), ("cache_dir",), ("vocab",), ("output_dir",), ("task_specs", "*"),
+               ("backbone", "vocab"), ("backbone", "checkpoint"), ("backbone", "init"),
+               ("tasks", "*", "corpus"))
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
                  "alpha_warmup_steps", "exact_padding", "checkpoint", "vocab", "init"}
@@ -62,14 +83,44 @@ class ExperimentError(UserError, ValueError):
 
 @dataclass
 class Experiment:
-    path: str
+    path: str  # the file (or, from a dict, a label for messages)
     raw: dict
     backbone: dict = field(default_factory=dict)
     tasks: list = field(default_factory=list)  # [{name, rate?, loss_weight?}]
-    doc: YamlDocument = None  # the lines of every key, for messages
+    doc: object = None  # Sources: where every key came from, for messages
+    folder: str = None  # relative paths start here; default: the file's folder
+
+    @classmethod
+    def from_yaml(cls, path, overrides=()):
+        """The experiment in `path` (its `extends` chain merged, then `overrides`:
+        "key.sub=value" strings), checked; ExperimentError lists every problem."""
+        return load_experiment(path, overrides)
+
+    @classmethod
+    def from_dict(cls, config, folder=None, overrides=(), label="Experiment.from_dict"):
+        """An experiment from a mapping (what the YAML would hold), checked exactly as a
+        file is; messages name the key (`Experiment.from_dict optimizer.lr: ...`).
+        Relative paths (and `extends`) start at `folder` (default: the working folder)."""
+        if not isinstance(config, dict):
+            raise ExperimentError(f"{label}: an experiment is a mapping of keys (backbone, "
+                                  f"tasks, ...), got {type(config).__name__}")
+        folder = os.path.abspath(folder or os.getcwd())
+        sources = Sources(label)
+        raw = copy.deepcopy(config)
+        if EXTENDS in raw:
+            raw = _extend(raw, os.path.join(folder, label), sources, (), _DictKeys(label))
+        _apply_overrides(raw, overrides, sources)
+        return _checked(raw, sources, label, folder)
+
+    @property
+    def stem(self):
+        """The default run directory's name: the file's name, or the experiment's `name`."""
+        if self.folder and not os.path.isfile(self.path):
+            return self.raw.get("name") or "experiment"
+        return os.path.splitext(os.path.basename(self.path))[0]
 
     def __getattr__(self, key):
-        if key in ("raw", "path", "doc"):
+        if key in ("raw", "path", "doc", "folder"):
             raise AttributeError(key)
         if key in self.raw:
             return self.raw[key]
@@ -81,15 +132,44 @@ class Experiment:
         """Paths in an experiment are relative to the experiment file's folder."""
         if value is None or os.path.isabs(value):
             return value
-        return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(self.path)), value))
+        folder = self.folder or os.path.dirname(os.path.abspath(self.path))
+        return os.path.normpath(os.path.join(folder, value))
 
     def where(self, *key):
-        """`file:line` of a key path, e.g. where("optimizer", "lr"), to start a message."""
+        """`file:line` of a key path, e.g. where("optimizer", "lr"), to start a message
+        (or the `--set` that gave it, or `Experiment.from_dict optimizer.lr`)."""
         return self.doc.where(*key) if self.doc else f"{self.path}:1"
 
 
-def load_experiment(path):
-    """The experiment in `path`, or ExperimentError listing every problem found."""
+class Sources:
+    """Where each key path of a resolved experiment was given: `file:line` (the file of
+    the `extends` chain that gave it last) or `--set KEY=VALUE`; `label KEY` for a dict."""
+
+    def __init__(self, label):
+        self.label, self.marks = label, {}
+
+    def take(self, path, marks):
+        """Key `path` (and everything under it) now comes from `marks` {path: where}."""
+        self.marks = {p: m for p, m in self.marks.items() if p[:len(path)] != path or not path}
+        self.marks.update({p: m for p, m in marks.items() if p[:len(path)] == path})
+
+    def where(self, *path):
+        for end in range(len(path), -1, -1):
+            if path[:end] in self.marks:
+                return self.marks[path[:end]]
+        return f"{self.label} " + ".".join(str(p) for p in path) if path else self.label
+
+
+def load_experiment(path, overrides=()):
+    """The experiment in `path` (its `extends` chain merged, then the `--set` style
+    `overrides`), or ExperimentError listing every problem found."""
+    sources = Sources(f"{path}:1")
+    raw = _extend({EXTENDS: path}, path, sources, (), None)
+    _apply_overrides(raw, overrides, sources)
+    return _checked(raw, sources, path, None)
+
+
+def _read_file(path):
     try:
         doc = load_yaml(path)
     except UserError as error:
@@ -97,6 +177,126 @@ def load_experiment(path):
     raw = doc.data if doc.data is not None else {}
     if not isinstance(raw, dict):
         raise ExperimentError(f"{path}:1: an experiment is a mapping of keys (backbone, tasks, ...)")
+    return doc, raw
+
+
+def _extend(raw, path, sources, chain, doc):
+    """`raw` (read from `path`, lines in `doc`) merged over the file its `extends` names,
+    recursively; `sources` learns where every key came from."""
+    where = doc.where(EXTENDS) if doc else f"{path}:1"
+    parent = raw.pop(EXTENDS, None)
+    if parent is None:
+        base = {}
+    else:
+        if not isinstance(parent, str) or not parent:
+            raise ExperimentError(f"{where}: extends must be the path of another experiment "
+                                  f"file (relative to this one), got {parent!r}")
+        parent_path = os.path.normpath(os.path.join(os.path.dirname(path), parent)) \
+            if doc else parent  # the top file itself: as the user named it
+        seen = [os.path.abspath(p) for p in chain]
+        if os.path.abspath(parent_path) in seen:
+            cycle = " -> ".join(list(chain[seen.index(os.path.abspath(parent_path)):])
+                                + [parent_path])
+            raise ExperimentError(f"{where}: extends {parent}: a cycle ({cycle}); remove one "
+                                  "of these `extends`")
+        if doc and not os.path.isfile(parent_path):
+            raise ExperimentError(f"{where}: extends {parent}: no such file {parent_path} (the "
+                                  f"path is relative to {path})")
+        parent_doc, parent_raw = _read_file(parent_path)
+        base = _extend(parent_raw, parent_path, sources, chain + (parent_path,), parent_doc)
+        if doc and os.path.dirname(os.path.abspath(parent_path)) != \
+                os.path.dirname(os.path.abspath(path)):
+            _absolute_paths(base, os.path.dirname(os.path.abspath(parent_path)))
+    if doc is None:
+        return base
+    marks = {p: f"{doc.path}:{line}" for p, line in doc.lines.items()}
+    _merge(base, raw, sources, marks, ())
+    sources.marks[()] = doc.where()
+    return base
+
+
+class _DictKeys:
+    """The `doc` of a mapping given in Python: keys have no lines; messages name them."""
+    lines = {}
+
+    def __init__(self, label):
+        self.path = label
+
+    def where(self, *path):
+        return f"{self.path} " + ".".join(str(p) for p in path) if path else self.path
+
+
+def _merge(base, override, sources, marks, path):
+    """Later values win; mappings merge key by key; lists and scalars replace whole."""
+    for key, value in override.items():
+        here = path + (key,)
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            if here in marks:
+                sources.marks[here] = marks[here]
+            _merge(base[key], value, sources, marks, here)
+        else:
+            base[key] = copy.deepcopy(value)
+            sources.take(here, marks)
+
+
+def _absolute_paths(raw, folder):
+    """Relative path values of a base file made absolute, so they keep pointing where
+    they did from the base file's folder."""
+    def visit(node, pattern):
+        if not pattern:
+            return
+        key, rest = pattern[0], pattern[1:]
+        items = (range(len(node)) if isinstance(node, list) else []) if key == "*" else \
+            ([key] if isinstance(node, dict) and key in node else [])
+        for item in items:
+            value = node[item]
+            if not rest:
+                if isinstance(value, str) and value and not os.path.isabs(value):
+                    node[item] = os.path.normpath(os.path.join(folder, value))
+            elif isinstance(value, (dict, list)):
+                visit(value, rest)
+    for pattern in PATH_VALUES:
+        visit(raw, pattern)
+
+
+def _apply_overrides(raw, overrides, sources):
+    """`--set a.b=value` strings into `raw` (values read as YAML: `1e-4`, `true`, `[a, b]`);
+    intermediate mappings are created; a list item is addressed by its index."""
+    for text in overrides or ():
+        where = f"--set {text}"
+        key, sep, value_text = text.partition("=")
+        parts = key.strip().split(".") if key.strip() else []
+        if not sep or not parts or not all(parts):
+            raise ExperimentError(f"{where}: expected KEY=VALUE with a dotted KEY, e.g. "
+                                  "--set optimizer.lr=1e-4")
+        doc = parse_yaml(value_text, where)
+        if doc.problems:
+            raise ExperimentError(f"{where}: the value is not YAML ({doc.problems[0][1]})")
+        node, path = raw, ()
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ExperimentError(f"{where}: {'.'.join(parts[:i]) or 'the experiment'} "
+                                          f"is a list of {len(node)}: address an item by its "
+                                          f"index 0..{len(node) - 1}")
+                part = int(part)
+            elif not isinstance(node, dict):
+                raise ExperimentError(f"{where}: {'.'.join(parts[:i])} is {node!r}, not a mapping "
+                                      "whose keys could be set")
+            path += (part,)
+            if last:
+                node[part] = doc.data
+            else:
+                if isinstance(node, dict) and part not in node:
+                    node[part] = {}
+                node = node[part]
+        sources.take(path, {path: where})
+
+
+def _checked(raw, sources, path, folder):
+    """The Experiment of a merged mapping, or ExperimentError with every problem."""
+    doc = sources
     errors = []
 
     def error(where, message):
@@ -127,9 +327,42 @@ def load_experiment(path):
     if isinstance(raw.get("optimizer"), dict):
         _check_optimizer(raw["optimizer"], error)
     tasks = _check_tasks(raw.get("tasks") if isinstance(raw.get("tasks"), list) else [], error)
+    _check_keep_best(raw, tasks, error)
     if errors:
         raise ExperimentError("\n".join(errors))
-    return Experiment(path=path, raw=raw, backbone=dict(backbone), tasks=tasks, doc=doc)
+    return Experiment(path=path, raw=raw, backbone=dict(backbone), tasks=tasks, doc=doc,
+                      folder=folder)
+
+
+def _check_keep_best(raw, tasks, error):
+    """keep_best {metric: aggregate | TASK, mode: max | min} and patience N both watch
+    dev evaluations: they need eval_every > 0."""
+    keep = raw.get("keep_best")
+    if isinstance(keep, dict):
+        for key, value in keep.items():
+            if key not in KEEP_BEST_KEYS:
+                error(("keep_best", key), f"unknown keep_best key {key!r}; known: metric, mode")
+        metric, mode = keep.get("metric", "aggregate"), keep.get("mode", "max")
+        names = [t["name"] for t in tasks if t["name"] != MLM_TASK]
+        if metric != "aggregate" and metric not in names:
+            error(("keep_best", "metric"), f"keep_best.metric must be aggregate or one of the "
+                                           f"tasks ({', '.join(names)}), got {metric!r}")
+        if mode not in KEEP_BEST_MODES:
+            error(("keep_best", "mode"), f"keep_best.mode must be max or min, got {mode!r}")
+    for key in ("keep_best", "patience"):
+        if key in raw and isinstance(raw.get("eval_every", 0), int) and \
+                not raw.get("eval_every", DEFAULTS["eval_every"]):
+            error(key, f"{key} watches dev evaluations: set eval_every > 0 (updates between "
+                       "evaluations)")
+
+
+def keep_best_settings(experiment):
+    """{metric, mode} the best checkpoint and `patience` go by (dev aggregate, max, when
+    keep_best is not given), or None when neither keep_best nor patience is set."""
+    raw = experiment.raw
+    if "keep_best" not in raw and "patience" not in raw:
+        return None
+    return {**KEEP_BEST_KEYS, **(raw.get("keep_best") or {})}
 
 
 def _check_backbone(backbone, error):

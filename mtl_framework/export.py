@@ -51,17 +51,44 @@ def checkpoint_backbone(checkpoint):
     return backbone
 
 
-def read_run(run_dir, log=print):
-    """The run's newest readable checkpoint (backbone and head arrays, not the
-    optimizer's), falling back past damaged ones; a UserError when there is none."""
-    checkpoint = files.latest_checkpoint(run_dir, lambda name: not name.startswith("optimizer/"),
-                                         log=log)
+def read_run(run_dir, log=print, which=None):
+    """The run's checkpoint (backbone and head arrays, not the optimizer's): the newest
+    readable one, falling back past damaged ones (`which` None or "latest"), keep_best's
+    ("best") or step N's (an int or digits); a UserError when there is none."""
+    wanted = lambda name: not name.startswith("optimizer/")  # noqa: E731
+    if which not in (None, "latest"):
+        return chosen_checkpoint(run_dir, which, wanted)
+    checkpoint = files.latest_checkpoint(run_dir, wanted, log=log)
     if checkpoint is None:
         if not os.path.isdir(run_dir):
             raise UserError(f"{run_dir}: no such run directory")
         raise UserError(f"{run_dir}: no checkpoints/step-* folder; is this a run directory "
                         "written by `mtl train`?")
     return checkpoint
+
+
+def chosen_checkpoint(run_dir, which, wanted=None):
+    """keep_best's checkpoint ("best") or step N's, read whole (no fallback: the user named it)."""
+    root = os.path.join(run_dir, files.CHECKPOINTS)
+    steps = ", ".join(str(files.checkpoint_step(d)) for d in files.checkpoint_dirs(run_dir)) or "none"
+    if str(which) == "best":
+        path = files.best_checkpoint(run_dir)
+        if path is None:
+            raise UserError(f"{run_dir}: no best checkpoint ({root}/best-step-N): the run has "
+                            "no `keep_best` in its experiment, or no evaluation yet; give "
+                            f"--checkpoint latest or a step ({steps})")
+    elif str(which).isdigit():
+        path = os.path.join(root, f"step-{int(which):08d}")
+        if not os.path.isdir(path):
+            raise UserError(f"{run_dir}: no checkpoint of step {int(which)}; its steps: {steps} "
+                            "(and best, with keep_best)")
+    else:
+        raise UserError(f"--checkpoint {which!r}: give best, latest or a step number")
+    try:
+        return files.read_checkpoint(path, wanted)
+    except files.CheckpointError as error:
+        raise UserError(f"{error}: this checkpoint cannot be read; export another "
+                        "(--checkpoint latest or a step)") from None
 
 
 def load_run_backbone(run_dir, log=print):
@@ -101,10 +128,12 @@ def fold_residual_alpha(backbone):
     return alpha
 
 
-def last_dev_evaluation(run_dir):
-    """The last `split: dev` line of RUN_DIR/evaluations.jsonl, or None."""
+def last_dev_evaluation(run_dir, step=None):
+    """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
+    one is of it: an export of keep_best's checkpoint shows that evaluation), or None."""
     dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"]
-    return dev[-1] if dev else None
+    at = [line for line in dev if step is not None and line.get("step") == step]
+    return (at or dev or [None])[-1]
 
 
 def model_card(run_dir, state, heads=None, use=None):
@@ -123,7 +152,7 @@ def model_card(run_dir, state, heads=None, use=None):
         f"{', '.join(tasks)}.", "",
         "## Dev scores", "",
     ]
-    evaluation = last_dev_evaluation(run_dir)
+    evaluation = last_dev_evaluation(run_dir, state["step"])
     if evaluation is None:
         lines.append(f"not evaluated (run `mtl evaluate {run_dir}`)")
     else:
@@ -193,8 +222,9 @@ def save_keras_hub_tokenizer(directory, vocab_path):
     shutil.copyfile(vocab_path, os.path.join(assets, "vocabulary.txt"))
 
 
-def export(run_dir, fmt, output, with_heads=False, force=False, log=print):
-    """Write the run's backbone (newest readable checkpoint) to `output` in format `fmt`.
+def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None):
+    """Write the run's backbone to `output` in format `fmt`: of its newest readable
+    checkpoint, or `checkpoint` "best" (keep_best's) or a step number.
 
     The export is written into a temporary sibling folder and renamed into place: a
     failed export leaves nothing, and --force leaves nothing of the export it replaces."""
@@ -204,7 +234,8 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print):
         raise UserError("--with-heads is for --format keras (our preset); bert4keras and "
                         "keras-hub exports hold the backbone only")
     check_output(run_dir, output, force)
-    checkpoint = read_run(run_dir, log)
+    which = checkpoint
+    checkpoint = read_run(run_dir, log, which)
     backbone = checkpoint_backbone(checkpoint)
     if fmt == "roformer-pytorch":  # refuse what the format cannot hold before writing anything
         from mtl_framework.roformer_pytorch import check_expressible

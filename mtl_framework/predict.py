@@ -2,6 +2,7 @@
 
     model = load_model("runs/demo")                       # a run directory or a keras export
     model.predict_file("cluener", "my.json", "out.jsonl")  # one JSON line per input example
+    model.predict_texts("cluener", ["浙商银行企业信贷部叶老桂博士"])  # raw strings, in Python
     model.predict_clue("submit/")                          # CLUE 1.1 files (see clue.py)
 
 The input is read by the task's adapter (the spec's format, options and fields), its
@@ -245,6 +246,28 @@ class PredictModel:
         shape = task_family.output
         return [(e, shape(p, e, labels, features, row), None)
                 for row, (e, p) in enumerate(zip(chunk, predictions))]
+
+    # --- raw strings (Python) -----------------------------------------------------
+
+    TEXT_TYPES = ("classification", "matching", "regression")
+
+    def predict_texts(self, task_name, texts, batch_size=32):
+        """Predictions for raw strings, in order (shaped as `predict_file` writes them): for
+        text tasks a string or, for a pair task, (text, text_b) per example; for NER a
+        string. A string the featurizer cannot take gets None."""
+        from data_adapters.examples import NERExample, TextExample
+
+        task = self.task(task_name)
+        if task.type in self.TEXT_TYPES:
+            examples = [TextExample(*t) if isinstance(t, (tuple, list)) else TextExample(t)
+                        for t in texts]
+        elif task.type == "extraction_ner":
+            examples = [NERExample(t) for t in texts]
+        else:
+            raise UserError(f"task {task_name!r} ({task.type}): raw strings are for "
+                            f"{', '.join(self.TEXT_TYPES)} and extraction_ner tasks; write the "
+                            f"input in the task's format and use predict_file")
+        return [prediction for _, prediction, _ in self.predict(task, examples, batch_size)]
 
     # --- files ------------------------------------------------------------------
 

@@ -19,7 +19,8 @@ or holds a run of this same experiment.
 import os
 from dataclasses import dataclass, field
 
-from mtl_framework.experiment import DEFAULTS, MLM_TASK, ExperimentError, load_experiment
+from mtl_framework.experiment import (DEFAULTS, MLM_TASK, Experiment, ExperimentError,
+                                      load_experiment)
 from mtl_framework.families import MLM
 from mtl_framework.presets import PRESETS
 from mtl_framework.registry import UnknownTaskError, load_registry
@@ -33,7 +34,8 @@ BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
 # and where things are. Anything else (tasks, batch size, model, optimizer, seed, ...)
 # would continue the checkpoint with another experiment than the one that wrote it.
 RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches",
-             "distribution", "name", "output_dir", "data_root", "cache_dir", "task_specs")
+             "distribution", "name", "output_dir", "data_root", "cache_dir", "task_specs",
+             "patience")
 # Backbone values a checkpoint or export does not fix (the rest must equal its config).
 BACKBONE_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
                       "checkpoint", "init",
@@ -54,12 +56,14 @@ class Plan:
     resolved: dict = field(default_factory=dict)  # experiment.yaml as the run directory keeps it
 
 
-def plan_run(experiment_path, output=None, data_root=None, resume=None):
-    """The Plan for `mtl train EXPERIMENT [--output DIR] [--data-root DIR] [--resume]`, or a
-    UserError naming every problem. resume None: the run directory is not checked yet."""
-    experiment = load_experiment(experiment_path)
+def plan_run(experiment, output=None, data_root=None, resume=None, overrides=()):
+    """The Plan for `mtl train EXPERIMENT [--output DIR] [--data-root DIR] [--resume]
+    [--set KEY=VALUE ...]`, or a UserError naming every problem. `experiment`: a path or an
+    experiment.Experiment. resume None: the run directory is not checked yet."""
+    if not isinstance(experiment, Experiment):
+        experiment = load_experiment(experiment, overrides)
     run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
-        os.path.join("runs", os.path.splitext(os.path.basename(experiment_path))[0])
+        os.path.join("runs", experiment.stem)
     root = _data_root(experiment, data_root)
     registry = _registry(experiment)
     entries = {t["name"]: t for t in experiment.tasks}
@@ -209,16 +213,20 @@ def _task_entry(entry):
     return {"name": entry} if isinstance(entry, str) else dict(entry)
 
 
-def _data_root(experiment, data_root):
+def data_root_path(experiment, data_root=None):
+    """(the data root a run would read, what named it), unchecked."""
     if data_root:
-        where = "--data-root"
-    elif experiment.raw.get("data_root"):
-        data_root, where = experiment.resolve_path(experiment.raw["data_root"]), \
+        return data_root, "--data-root"
+    if experiment.raw.get("data_root"):
+        return experiment.resolve_path(experiment.raw["data_root"]), \
             f"{experiment.where('data_root')}: data_root"
-    else:
-        data_root = os.environ.get("MTL_DATA_ROOT", "data")
-        where = "$MTL_DATA_ROOT" if "MTL_DATA_ROOT" in os.environ else \
-            f"{experiment.path}: no data_root given, and the default"
+    if "MTL_DATA_ROOT" in os.environ:
+        return os.environ["MTL_DATA_ROOT"], "$MTL_DATA_ROOT"
+    return "data", f"{experiment.path}: no data_root given, and the default"
+
+
+def _data_root(experiment, data_root):
+    data_root, where = data_root_path(experiment, data_root)
     if not os.path.isdir(data_root):
         raise ExperimentError(f"{where} {data_root}: no such folder: set data_root in the "
                               "experiment or pass --data-root DIR (the folder holding the datasets)")

@@ -7,7 +7,9 @@ RUN_DIR/
   vocab.txt            the vocabulary the run used
   checkpoints/step-N/  state.npz: every state variable, keyed by its name (below);
                        trainer.json: format, step, mixture positions, skipped counts,
-                       backbone config, head metadata, "variables" (the names in state order)
+                       backbone config, head metadata, "variables" (the names in state order),
+                       "best" (keep_best / patience state)
+  checkpoints/best-step-N/  keep_best's checkpoint (same files), never rotated away
   metrics.jsonl        one line per update (trainer.RunLogger)
   evaluations.jsonl    one line per evaluation (evaluation.record)
   logs/                TensorBoard scalars
@@ -52,7 +54,9 @@ TRAINER = "trainer.json"
 FORMAT = 2
 TEMPORARY = ".tmp-"
 DAMAGED = "damaged-"  # prefix a resume gives a damaged checkpoint it moved aside
+BEST = "best-"  # prefix of keep_best's checkpoint: checkpoints/best-step-N
 _STEP = re.compile(r"step-(\d+)$")
+_BEST = re.compile(r"best-step-(\d+)$")
 
 
 class DamagedFile(UserError, ValueError):
@@ -144,10 +148,55 @@ def write_checkpoint(run_dir, step, arrays, trainer, keep):
     """checkpoints/step-N (state.npz of `arrays` + trainer.json), written atomically;
     then only the newest `keep` are kept. A failed write (disk full) is removed and
     reported as one line; the checkpoints before it are untouched."""
+    final = _write_folder(run_dir, f"step-{step:08d}", step, arrays, trainer)
     root = os.path.join(run_dir, CHECKPOINTS)
-    final = os.path.join(root, f"step-{step:08d}")
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
+    return final
+
+
+def write_best(run_dir, step, arrays, trainer):
+    """checkpoints/best-step-N (keep_best's checkpoint, the same files), written
+    atomically; the earlier best-step-* are removed only once it is in place, so a kill
+    leaves at least one (best_checkpoint takes the newest)."""
+    final = _write_folder(run_dir, f"{BEST}step-{step:08d}", step, arrays, trainer,
+                          replace=True)
+    for old in best_dirs(run_dir):
+        if old != os.path.basename(final):
+            shutil.rmtree(os.path.join(run_dir, CHECKPOINTS, old), ignore_errors=True)
+    return final
+
+
+def best_dirs(run_dir):
+    """The run's checkpoints/best-step-N folder names, oldest first."""
+    root = os.path.join(run_dir, CHECKPOINTS)
+    found = [d for d in os.listdir(root) if _BEST.match(d)] if os.path.isdir(root) else []
+    return sorted(found, key=lambda d: int(_BEST.match(d).group(1)))
+
+
+def best_checkpoint(run_dir):
+    """The path of keep_best's checkpoint (the newest best-step-N), or None."""
+    found = best_dirs(run_dir)
+    return os.path.join(run_dir, CHECKPOINTS, found[-1]) if found else None
+
+
+def remove_best_after(run_dir, step, log=print):
+    """Remove best-step-N folders with N > step: a resume from `step` evaluates those
+    steps again and writes them anew (its restored best is from `step` or before)."""
+    for name in best_dirs(run_dir):
+        if int(_BEST.match(name).group(1)) > step:
+            shutil.rmtree(os.path.join(run_dir, CHECKPOINTS, name), ignore_errors=True)
+            if log:
+                log(f"removed {name}: written after the checkpoint this run resumes from")
+
+
+def _write_folder(run_dir, name, step, arrays, trainer, replace=False):
+    root = os.path.join(run_dir, CHECKPOINTS)
+    final = os.path.join(root, name)
     if os.path.exists(final):
-        return final
+        if not replace:
+            return final
+        shutil.rmtree(final)
     temporary = os.path.join(root, f"{TEMPORARY}{uuid.uuid4().hex}")
     try:
         os.makedirs(temporary)
@@ -165,8 +214,6 @@ def write_checkpoint(run_dir, step, arrays, trainer, keep):
                   else error.strerror or str(error))
         raise UserError(f"{final}: {reason} while writing the checkpoint; the partial write was "
                         f"removed and {kept}: free space, then `mtl train ... --resume`") from None
-    for old in checkpoint_dirs(run_dir)[:-keep]:
-        shutil.rmtree(os.path.join(root, old), ignore_errors=True)
     return final
 
 

@@ -6,6 +6,7 @@ run_dir/
   checkpoints/step-N/   state.npz (every model + optimizer variable, by name) + trainer.json
                         (step, sampler and per-task stream positions), written atomically
                         (the layout, names and faults: mtl_framework/run_dir.py)
+  checkpoints/best-step-N/  keep_best's checkpoint (best dev score so far), never rotated
   metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
   logs/                 TensorBoard scalars
 
@@ -13,13 +14,19 @@ Distributed runs (`distribution: mirrored | multi_worker`): every process builds
 same streams and model in the strategy's scope; only the chief (task `chief`, else
 worker 0) writes the run directory; the other workers keep their vocab, metrics and
 logs in a temporary folder, removed at the end, and resume from the chief's checkpoints.
+
+Python: `Run(experiment, callbacks=[...]).train()`, `experiment` a path or an
+experiment.Experiment; the callbacks see per-task losses, rates and dev scores in
+Keras's `logs` (callbacks.py), a Keras epoch being `eval_every` updates.
 """
 import contextlib
 import json
+import math
 import os
 import shutil
 import tempfile
 import time
+import warnings
 
 import keras
 import numpy as np
@@ -27,10 +34,13 @@ import tensorflow as tf
 
 from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.cache import cached_features
+from mtl_framework.callbacks import (EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress,
+                                     TaskLogs)
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
+from mtl_framework.experiment import keep_best_settings
 from mtl_framework.families import MLM
 from mtl_framework.heads import build_head, task_head
 from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream, example_count,
@@ -125,11 +135,11 @@ class RunLogger(keras.callbacks.Callback):
                 tf.summary.scalar(f"{name}/loss", stats["loss"])
                 tf.summary.scalar(f"{name}/gradient_norm", stats["gradient_norm"])
                 tf.summary.scalar(f"{name}/sampling_rate", stats["rate"])
+        eval_every, steps = self.run.experiment.eval_every, self.run.experiment.steps
+        if eval_every and (self.step % eval_every == 0 or self.step == steps):
+            self.evaluate()  # before this step's checkpoint, which keeps keep_best's state
         if self.every and self.step % self.every == 0:
             self.checkpoint()
-        eval_every = self.run.experiment.eval_every
-        if eval_every and self.step % eval_every == 0:
-            self.evaluate()
 
     def evaluate(self):
         """Dev scores (first `eval_batches` batches per task) -> evaluations.jsonl + TensorBoard."""
@@ -148,6 +158,15 @@ class RunLogger(keras.callbacks.Callback):
                 tf.summary.scalar("dev_aggregate", line["aggregate"])
         self.run.log("\n" + evaluation.format_results(line))
         self.evaluated = self.step
+        self.run.last_evaluation = line
+        tracker = self.run.best
+        if tracker is None:
+            return
+        if tracker.update(self.step, line) and "keep_best" in exp.raw:
+            self.run.save_best(self.step)
+        if tracker.exhausted():
+            self.run.log(f"stopping at update {self.step} of {exp.steps}: {tracker.stop_reason()}")
+            self.run.model.stop_training = True
 
     def checkpoint(self):
         """A checkpoint, unless a task is in a run of skipped (non-finite) micro-batches:
@@ -159,16 +178,21 @@ class RunLogger(keras.callbacks.Callback):
         self.run.save_checkpoint(self.step, self.keep)
 
     def on_train_end(self, logs=None):
-        self.checkpoint()
         eval_every = self.run.experiment.eval_every
         if eval_every and self.evaluated != self.step:
             self.evaluate()  # the run always ends with its final dev scores
+        self.checkpoint()
+        best = self.run.best
+        if self.step < self.run.experiment.steps and not (best and best.exhausted()):
+            self.run.log(f"stopped at update {self.step} of {self.run.experiment.steps} by a "
+                         "callback (model.stop_training)")
         self.metrics.close()
         self.writer.close()
 
 
 class Run:
-    """A training run: `Run(EXPERIMENT, output).train(resume=...)`.
+    """A training run: `Run(EXPERIMENT, output, callbacks=[...]).train(resume=...)`, EXPERIMENT
+    a YAML path or an `Experiment` (Experiment.from_dict / from_yaml), checked alike.
 
     Everything checkable is checked first (preflight.plan_run: the experiment, tasks,
     data and label files, vocab; with `resume` True/False also the run directory), then
@@ -178,16 +202,21 @@ class Run:
     place of the four arguments it was made from (experiment_path, output, data_root,
     resume)."""
 
-    def __init__(self, experiment_path, output=None, log=print, distribution=None, data_root=None,
-                 resume=None, plan=None):
+    def __init__(self, experiment, output=None, log=print, distribution=None, data_root=None,
+                 resume=None, plan=None, callbacks=None):
         self.log = log
-        plan = plan or plan_run(experiment_path, output, data_root, resume)
+        self.callbacks = list(callbacks or [])  # Keras callbacks for fit, after the run's own
+        plan = plan or plan_run(experiment, output, data_root, resume)
         self.plan, self.experiment, experiment = plan, plan.experiment, plan.experiment
         self.run_dir, self.data_root, self.registry, self.tasks = \
             plan.run_dir, plan.data_root, plan.registry, plan.tasks
         self.lock = None  # taken by `train` before its first write (run_dir.RunLock)
         # First TensorFlow work: MultiWorkerMirroredStrategy must exist before any op runs.
         self.distribution = distribution or experiment.distribution
+        if self.distribution == "multi_worker" and experiment.raw.get("patience"):
+            raise UserError(f"{experiment.where('patience')}: patience stops on the chief's "
+                            "evaluations, which the other workers do not see: not with "
+                            "distribution multi_worker (keep_best alone is fine)")
         self.strategy = make_strategy(self.distribution)
         self.is_chief = is_chief(self.strategy)
         # Where this process writes: the run directory (chief) or a scratch folder.
@@ -198,6 +227,10 @@ class Run:
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)
         self.step = 0
+        self.last_evaluation = None  # the latest evaluations.jsonl line of this process
+        settings = keep_best_settings(experiment)
+        self.best = settings and BestTracker(settings["metric"], settings["mode"],
+                                             experiment.raw.get("patience"))
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
             self.build(plan.entries)
 
@@ -332,19 +365,36 @@ class Run:
         return files.checkpoint_dirs(self.run_dir)
 
     def save_checkpoint(self, step, keep):
+        state = self.checkpoint_state(step)
+        if state:
+            files.write_checkpoint(self.run_dir, step, *state, keep)
+
+    def save_best(self, step):
+        """checkpoints/best-step-N: the state at keep_best's best evaluation so far."""
+        state = self.checkpoint_state(step)
+        if state:
+            files.write_best(self.run_dir, step, *state)
+            self.log(f"best {self.best.name} so far ({self.best.best:.4f}): kept as "
+                     f"{files.CHECKPOINTS}/{files.BEST}step-{step:08d}")
+
+    def checkpoint_state(self, step):
+        """(arrays, trainer.json entries) of the state now; None on a worker or when a value
+        is non-finite (never a checkpoint of such a state: resuming it could not recover)."""
         if not self.is_chief:  # every worker holds the same values; one writes them
-            return
+            return None
         arrays = {name: np.asarray(v.numpy())
                   for name, v in self.model.named_state_variables.items()}
         broken = [n for n, a in arrays.items() if a.dtype.kind == "f" and not np.isfinite(a).all()]
-        if broken:  # never a checkpoint of a non-finite state: resuming it could not recover
+        if broken:
             self.log(f"warning: no checkpoint at step {step}: non-finite values in "
                      f"{', '.join(broken[:3])}{'...' if len(broken) > 3 else ''}")
-            return
-        files.write_checkpoint(self.run_dir, step, arrays, {
-            "mixture": self.mixture.state(), "skipped": self.model.skipped,
-            "backbone": self.backbone.config,
-            "heads": files.head_metadata(self.model.heads, self.head_types, self.backbone)}, keep)
+            return None
+        trainer = {"mixture": self.mixture.state(), "skipped": self.model.skipped,
+                   "backbone": self.backbone.config,
+                   "heads": files.head_metadata(self.model.heads, self.head_types, self.backbone)}
+        if self.best is not None:
+            trainer["best"] = self.best.state()
+        return arrays, trainer
 
     def restore_latest(self):
         """Restore the newest readable checkpoint (a damaged newer one is named and moved
@@ -365,6 +415,8 @@ class Run:
         state = checkpoint.trainer
         self.mixture.restore(state["mixture"])
         self.model.skipped.update(state.get("skipped", {}))
+        if self.best is not None:
+            self.best.restore(state.get("best"))
         self.log(f"resumed from {checkpoint.path} (step {state['step']})")
         self.step = state["step"]
         return state["step"]
@@ -393,12 +445,18 @@ class Run:
             files.remove_leftovers(self.run_dir, self.log)
         start = self.restore_latest() if resume else 0
         if self.is_chief:
+            if self.lock is not None:
+                files.remove_best_after(self.run_dir, start, self.log)
             self.write_run_files()
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")
         remaining = self.experiment.steps - start
         if remaining <= 0:
             self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")
+            return self
+        if self.best is not None and self.best.exhausted():
+            self.log(f"nothing to do: the run stopped at update {start}: "
+                     f"{self.best.stop_reason()} (raise patience with --set to go on)")
             return self
         steps = tf.data.Dataset.range(remaining).repeat()
         if self.strategy is not None:  # a strategy distributes batches; fit's elements go unread
@@ -409,10 +467,20 @@ class Run:
             steps = steps.with_options(options)
         logger = RunLogger(self, self.experiment.checkpoint_every,
                            self.experiment.keep_checkpoints, start)
+        # A Keras epoch: eval_every updates, so an epoch's logs hold its evaluation.
+        epoch = self.experiment.eval_every or self.experiment.steps
+        callbacks = [logger, EvaluationEpochs(self, epoch), TaskLogs(self), *self.callbacks]
+        verbose = 1 if self.log and self.is_chief else 0
+        if verbose and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
+            callbacks.append(Progress())
         try:
-            self.model.fit(steps, steps_per_epoch=remaining, epochs=1,
-                           verbose=1 if self.log and self.is_chief else 0, callbacks=[logger],
-                           shuffle=False)  # the mixture draws the batches; nothing to shuffle
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=EPOCH_CUT_WARNING)
+                self.model.fit(steps, steps_per_epoch=epoch,
+                               epochs=math.ceil(self.experiment.steps / epoch),
+                               initial_epoch=start // epoch, verbose=verbose,
+                               callbacks=callbacks,
+                               shuffle=False)  # the mixture draws the batches; nothing to shuffle
         except NonFiniteLossError as error:
             raise UserError(self.non_finite_stop(error, logger)) from None
         finally:

@@ -97,6 +97,9 @@ class MultiTaskModel(keras.Model):
         self._reset_fn = None
         self._threads = None
         self.last_micro_logs = []
+        # Updates the current Keras epoch may still run (None: steps_per_epoch decides); a
+        # run's epochs end at its evaluation steps (trainer.Run, callbacks.EvaluationEpochs).
+        self.epoch_updates_left = None
 
     # --- variables ------------------------------------------------------------
 
@@ -513,6 +516,10 @@ class MultiTaskModel(keras.Model):
             return self.train_function
 
         def train_function(iterator):
+            if self.epoch_updates_left is not None:
+                if self.epoch_updates_left <= 0:
+                    raise StopIteration  # fit ends this epoch early, as when data runs out
+                self.epoch_updates_left -= 1
             next(iterator)  # the fit dataset only counts updates
             if self.mixture is None:
                 raise RuntimeError("MultiTaskModel.mixture is not set: give it a task mixture "

@@ -1,5 +1,5 @@
 """`mtl export RUN_DIR --format keras|bert4keras|keras-hub|roformer-pytorch --output DIR
-[--with-heads] [--force]`."""
+[--with-heads] [--force] [--checkpoint latest|best|STEP]`."""
 
 
 def register(subparsers):
@@ -14,6 +14,9 @@ def register(subparsers):
                              "multi-task run: experiment `backbone: {init: DIR}`)")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier export in --output; nothing of it is kept")
+    parser.add_argument("--checkpoint", default="latest", metavar="latest|best|STEP",
+                        help="which checkpoint: the newest readable one (default), keep_best's "
+                             "best-by-dev one, or step N's")
     parser.set_defaults(func=run)
 
 
@@ -22,7 +25,7 @@ def run(args):
 
     # Errors (no run, damaged checkpoints, a non-empty --output) are UserErrors: one line.
     path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads,
-                  force=args.force)
+                  force=args.force, checkpoint=args.checkpoint)
     print(f"exported {args.format} backbone{' and task heads' if args.with_heads else ''} "
           f"to {path}")
     return 0

@@ -1,10 +1,15 @@
 """`mtl train EXPERIMENT.yaml [--output DIR] [--resume] [--data-root DIR]
-[--distribution none|mirrored|multi_worker]`.
+[--distribution none|mirrored|multi_worker] [--set KEY=VALUE ...] [--print-config]`.
 
 The experiment, its tasks and files and the run directory are checked before
 TensorFlow is imported (preflight.plan_run): a mistake costs a second, not a
-model build, and a refused command writes nothing.
+model build, and a refused command writes nothing. `--set optimizer.lr=1e-4`
+overrides a key (dotted path, value read as YAML) before the checks;
+`--print-config` prints the resolved experiment and writes nothing.
 """
+import sys
+
+import yaml
 
 
 def register(subparsers):
@@ -19,14 +24,41 @@ def register(subparsers):
     parser.add_argument("--distribution", choices=("none", "mirrored", "multi_worker"), default=None,
                         help="override the experiment's `distribution`: mirrored = all local "
                              "devices, multi_worker = the cluster in $TF_CONFIG (run it on every host)")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                        help="override an experiment key before it is checked, e.g. --set "
+                             "optimizer.lr=1e-4 --set steps=500 (dotted keys; the value is read "
+                             "as YAML); repeatable")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved experiment (extends merged, --set applied, "
+                             "paths absolute) and exit without writing anything")
     parser.set_defaults(func=run)
 
 
 def run(args):
     from mtl_framework.preflight import plan_run
 
-    plan = plan_run(args.experiment, args.output, args.data_root, resume=args.resume)
+    if args.print_config:
+        print_config(args)
+        return 0
+    plan = plan_run(args.experiment, args.output, args.data_root, resume=args.resume,
+                    overrides=args.overrides)
     from mtl_framework.trainer import Run  # imports TensorFlow: only once the plan holds
 
-    Run(args.experiment, distribution=args.distribution, plan=plan).train(resume=args.resume)
+    Run(plan.experiment, distribution=args.distribution, plan=plan).train(resume=args.resume)
     return 0
+
+
+def print_config(args, out=sys.stdout):
+    """The experiment as the run directory would keep it, then the defaults it leaves
+    unset as comments; checked like `mtl train` checks it, data folders aside."""
+    from mtl_framework.experiment import DEFAULTS, load_experiment
+    from mtl_framework.preflight import data_root_path, resolved_experiment
+
+    experiment = load_experiment(args.experiment, args.overrides)
+    resolved = resolved_experiment(experiment, data_root_path(experiment, args.data_root)[0])
+    out.write(yaml.safe_dump(resolved, allow_unicode=True, sort_keys=False))
+    unset = {key: value for key, value in DEFAULTS.items() if key not in resolved}
+    if unset:
+        out.write("# defaults (not given):\n")
+        for line in yaml.safe_dump(unset, allow_unicode=True, sort_keys=False).splitlines():
+            out.write(f"#   {line}\n")

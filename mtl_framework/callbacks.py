@@ -1,0 +1,156 @@
+"""What a training run shows stock Keras callbacks, and keep_best / patience.
+
+    Run(experiment, callbacks=[keras.callbacks.EarlyStopping(monitor="dev/tnews", mode="max"),
+                               keras.callbacks.CSVLogger("log.csv")]).train()
+
+A run's Keras epoch is `eval_every` updates (the whole run when it is 0), ending
+at the run's evaluation steps (the first epoch of a resumed run and the last may
+be shorter), so an epoch's logs carry that evaluation's dev scores as a Keras
+`validation_data` epoch carries `val_*`. Keras's `logs` hold, per update and per
+epoch:
+
+  loss             the update's mean micro-batch loss (as before)
+  loss/<task>      the task's mean loss over its micro-batches since the epoch began
+                   (NaN while the task has not been drawn in this epoch)
+  rate/<task>      the sampler's rate for the task
+  dev/<task>       the task's dev score, dev/aggregate their mean: in the logs of
+                   the update that was evaluated and of the epoch it ends
+
+keep_best / patience (experiment keys) are `BestTracker`: each evaluation's
+score of the chosen metric against the best so far (strictly better counts, as
+in HF Trainer's `metric_for_best_model` / `greater_is_better` and jiant's
+`do_save_best` / `no_improvements_for_n_evals`). Its state is saved in every
+checkpoint's trainer.json, so a resumed run keeps and stops exactly as an
+uninterrupted one.
+"""
+import math
+
+import keras
+import numpy as np
+
+# Keras's warning when an epoch ends before steps_per_epoch; here that is intended.
+EPOCH_CUT_WARNING = "Your input ran out of data"
+
+
+class EvaluationEpochs(keras.callbacks.Callback):
+    """Ends each Keras epoch at the next evaluation step (or the run's last step)."""
+
+    def __init__(self, run, epoch_updates):
+        super().__init__()
+        self.run, self.epoch_updates = run, epoch_updates
+
+    def on_epoch_begin(self, epoch, logs=None):
+        end = min((epoch + 1) * self.epoch_updates, self.run.experiment.steps)
+        self.run.model.epoch_updates_left = end - self.run.step
+
+    def on_train_end(self, logs=None):
+        self.run.model.epoch_updates_left = None
+
+
+class TaskLogs(keras.callbacks.Callback):
+    """Per-task losses, rates and the latest dev scores into Keras's `logs` (in place:
+    Keras hands every callback of one call the same dict, and this one comes first)."""
+
+    def __init__(self, run):
+        super().__init__()
+        self.run = run
+        self.losses = {}  # task -> [sum, count] of this epoch's finite micro-batch losses
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.losses = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        for entry in self.run.model.last_micro_logs:
+            if entry["finite"]:
+                total = self.losses.setdefault(entry["task"], [0.0, 0])
+                total[0] += float(entry["loss"])
+                total[1] += 1
+        self.add(logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.add(logs)
+
+    def add(self, logs):
+        if logs is None:
+            return
+        for task, rate in self.run.rates.items():
+            total, count = self.losses.get(task, (0.0, 0))
+            logs[f"loss/{task}"] = total / count if count else math.nan
+            logs[f"rate/{task}"] = float(rate)
+        evaluation = self.run.last_evaluation
+        if evaluation is not None and evaluation["step"] == self.run.step:
+            logs.update(dev_logs(evaluation))
+
+
+def dev_logs(evaluation):
+    """{dev/<task>: score, dev/aggregate: mean} of an evaluations.jsonl line (None -> NaN)."""
+    logs = {f"dev/{task}": _number(entry.get("score"))
+            for task, entry in evaluation["tasks"].items()}
+    logs["dev/aggregate"] = _number(evaluation.get("aggregate"))
+    return logs
+
+
+def _number(value):
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+class Progress(keras.callbacks.ProgbarLogger):
+    """Keras's progress bar showing `loss` and the dev aggregate only (the per-task keys
+    would fill the line; metrics.jsonl and the evaluation tables have them)."""
+
+    SHOWN = ("loss", "dev/aggregate")
+
+    def on_train_batch_end(self, batch, logs=None):
+        super().on_train_batch_end(batch, self.shown(logs))
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, self.shown(logs))
+
+    def shown(self, logs):
+        return {key: value for key, value in (logs or {}).items() if key in self.SHOWN}
+
+
+class BestTracker:
+    """The best dev score so far (keep_best) and evaluations since it (patience)."""
+
+    def __init__(self, metric="aggregate", mode="max", patience=None):
+        self.metric, self.mode, self.patience = metric, mode, patience
+        self.best, self.best_step, self.since_best = None, None, 0
+
+    def score(self, evaluation):
+        value = evaluation.get("aggregate") if self.metric == "aggregate" else \
+            evaluation["tasks"].get(self.metric, {}).get("score")
+        return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+    def update(self, step, evaluation):
+        """Record an evaluation; True when its score is strictly better than the best."""
+        score = self.score(evaluation)
+        better = score is not None and (self.best is None or (
+            score > self.best if self.mode == "max" else score < self.best))
+        if better:
+            self.best, self.best_step, self.since_best = score, step, 0
+        else:
+            self.since_best += 1
+        return better
+
+    @property
+    def name(self):
+        return f"dev {self.metric}"
+
+    def exhausted(self):
+        return bool(self.patience) and self.since_best >= self.patience
+
+    def stop_reason(self):
+        best = "no score yet" if self.best is None else \
+            f"best {self.best:.4f} at update {self.best_step}"
+        return (f"{self.name} has not improved ({self.mode}) for {self.since_best} "
+                f"evaluation(s) (patience {self.patience}; {best})")
+
+    def state(self):
+        return {"metric": self.metric, "mode": self.mode, "best": self.best,
+                "best_step": self.best_step, "since_best": self.since_best}
+
+    def restore(self, state):
+        if state:
+            self.best, self.best_step, self.since_best = \
+                state["best"], state["best_step"], state["since_best"]

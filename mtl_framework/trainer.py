@@ -235,6 +235,7 @@ class Run:
         directory as it was."""
         os.makedirs(self.work_dir, exist_ok=True)
         files.write_experiment(self.work_dir, self.plan.resolved)
+        files.append_provenance(self.work_dir, self.step)  # self.step: where this start resumes
         target = os.path.join(self.work_dir, files.VOCAB)
         if os.path.abspath(self.vocab_path) != os.path.abspath(target):
             shutil.copyfile(self.vocab_path, target)

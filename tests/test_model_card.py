@@ -1,9 +1,9 @@
 """Every export's model card (Hugging Face metadata) and provenance, and no absolute path in it.
 
-Two tiny runs on the demo data: A from scratch, B started from A's keras export
-(`backbone: {init: ...}`, so B's cards name a base model). B is exported in every
-format; the cards are read back with huggingface_hub and compared with the run's
-own files, and every exported byte is searched for the paths of the machine.
+A tiny run on the demo data started from a saved backbone folder (`backbone: {init:
+a_backbone}`, so its cards name a base model) is exported in every format; the cards
+are read back with huggingface_hub and compared with the run's own files, and every
+exported byte is searched for the paths of the machine.
 """
 import importlib.util
 import json
@@ -12,7 +12,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from conftest import REPO, write_tiny_experiment
+from conftest import DEMO_DATA, REPO, write_tiny_experiment
 from mtl_framework import cli
 from mtl_framework.model_card import LIBRARY
 from mtl_framework.provenance import provenance
@@ -24,14 +24,20 @@ TASKS = ["tnews", "cluener"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    from mtl_framework.backbone import RoFormerV2Backbone
+    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+
     root = tmp_path_factory.mktemp("card")
-    base = dict(tasks=TASKS, steps=2, checkpoint_every=2, eval_every=2, eval_batches=2,
-                max_length=32)
-    assert cli.main(["train", str(write_tiny_experiment(root / "a.yaml", **base)),
-                     "--output", str(root / "A")]) == 0
-    assert cli.main(["export", str(root / "A"), "--format", "keras",
-                     "--output", str(root / "a_backbone")]) == 0
-    experiment = write_tiny_experiment(root / "b.yaml", backbone={"init": "a_backbone"}, **base)
+    texts = [json.loads(line)["sentence"] for line in
+             (DEMO_DATA / "tnews" / "train.json").read_text(encoding="utf-8").splitlines()]
+    write_vocab(build_vocab(count_units(texts), max_size=400), root / "vocab.txt")
+    size = len((root / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    backbone = RoFormerV2Backbone(vocab_size=size, num_layers=1, hidden_size=32, num_heads=2)
+    backbone.build()
+    backbone.save_preset(str(root / "a_backbone"), str(root / "vocab.txt"))
+    experiment = write_tiny_experiment(root / "b.yaml", backbone={"init": "a_backbone"},
+                                       tasks=TASKS, steps=2, checkpoint_every=2, eval_every=2,
+                                       eval_batches=2, max_length=32)
     assert cli.main(["train", str(experiment), "--output", str(root / "B")]) == 0
     exports = {}
     for fmt in FORMATS:

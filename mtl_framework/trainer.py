@@ -7,6 +7,7 @@ run_dir/
                         (step, sampler and per-task stream positions), written atomically
                         (the layout, names and faults: mtl_framework/run_dir.py)
   metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
+  provenance.jsonl      one line per start or resume: our version, commit, TF/Keras versions
   logs/                 TensorBoard scalars
 
 Distributed runs (`distribution: mirrored | multi_worker`): every process builds the

@@ -80,7 +80,10 @@ def experiment_sources(run_dir):
     from mtl_framework.experiment import load_experiment
     from mtl_framework.registry import load_registry
 
-    experiment = load_experiment(files.experiment_file(run_dir))
+    try:  # an experiment.yaml this version no longer reads: the card names tasks only
+        experiment = load_experiment(files.experiment_file(run_dir))
+    except (UserError, OSError):
+        return {}, None
     folder = experiment.backbone.get("init") or experiment.backbone.get("checkpoint")
     base_model = os.path.basename(os.path.normpath(folder)) if folder else None
     try:

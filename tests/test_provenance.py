@@ -15,6 +15,14 @@ from mtl_framework.provenance import describe, provenance
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def fresh_provenance():
+    """provenance() is computed once per process; the checkout may have moved since."""
+    from mtl_framework import provenance as module
+
+    module._provenance.cache_clear()
+
+
 def git_head():
     """HEAD of this checkout, asked of git directly; None outside a checkout."""
     if not (REPO / ".git").exists():

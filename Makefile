@@ -67,7 +67,9 @@ demo: install interop
 	    $(BIN)/python experiments/demo/show_predictions.py $$task runs/demo/predict/$$task.jsonl -n 4; \
 	  done; \
 	else echo "mtl predict is not in this version: no predictions shown"; fi
-	@echo "dev scores: runs/demo/evaluations.jsonl; plots: runs/demo/plots/"
+	@# The dev table README quotes (with date and machine): runs/demo/dev_scores.md + .json.
+	$(BIN)/python experiments/demo/dev_table.py runs/demo
+	@echo "dev scores: runs/demo/dev_scores.md (all evaluations: runs/demo/evaluations.jsonl); plots: runs/demo/plots/"
 
 bench: install interop
 	$(BIN)/python bench/backbone.py --output bench/results/backbone.json

@@ -457,7 +457,7 @@ def benchmark(exports, suite_path, data_root, output, task_specs=(), cache_dir=N
         majority = "-" if row["baseline"] is None else f"{row['baseline']:.4f}"
         log(f"{prefix}: {row['metric']} {row['score']:.4f} (majority class {majority}, "
             f"{row['wall_s']:.0f} s)")
-    return write_results(output, suite, labels, paths, [done[key] for key in order])
+    return write_results(output, suite, labels, paths, [done[key] for key in order], log)
 
 
 def finetune_one(path, label, task, seed, settings, data_root, output, task_specs, cache_dir,
@@ -492,9 +492,7 @@ def finetune_one(path, label, task, seed, settings, data_root, output, task_spec
 
 # --- results ------------------------------------------------------------------
 
-def write_results(output, suite, labels, paths, rows):
-    from mtl_framework.report import plot_benchmark
-
+def write_results(output, suite, labels, paths, rows, log=print):
     tasks = [t["name"] for t in suite["tasks"]]
     first = {}
     for row in rows:
@@ -515,7 +513,12 @@ def write_results(output, suite, labels, paths, rows):
         json.dump(results, f, indent=1, ensure_ascii=False)
     with open(os.path.join(output, "results.md"), "w", encoding="utf-8") as f:
         f.write(markdown(results))
-    plot_benchmark(results, os.path.join(output, "results.png"))
+    try:
+        from mtl_framework.report import plot_benchmark
+    except UserError as error:  # no [plots] extra: results.json and .md are the results
+        log(f"warning: no results.png: {error}")
+    else:
+        plot_benchmark(results, os.path.join(output, "results.png"))
     return results
 
 

@@ -153,7 +153,9 @@ def write_checkpoint(weights, checkpoint_path):
         saver = tf.compat.v1.train.Saver(variables)
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.variables_initializer(variables))
-            saver.save(session, checkpoint_path, write_meta_graph=False)
+            # No `checkpoint` state file: it would hold the absolute path written to
+            # (an export's temporary folder); bert4keras reads the bert_model.ckpt prefix.
+            saver.save(session, checkpoint_path, write_meta_graph=False, write_state=False)
 
 
 def save_bert4keras(backbone, directory, vocab_path=None):

@@ -25,6 +25,19 @@ COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", 
             "benchmark", "report"]
 
 
+class VersionAction(argparse.Action):
+    """`mtl --version`: read the installed versions only when asked (not on every command)."""
+
+    def __init__(self, option_strings, dest, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from mtl_framework.provenance import describe, provenance
+
+        print(describe(provenance()))
+        parser.exit()
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="mtl", allow_abbrev=False,  # `--verbose` is also read before parsing
@@ -32,6 +45,9 @@ def build_parser():
     )
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's own log lines and warnings (also: MTL_VERBOSE=1)")
+    parser.add_argument("--version", action=VersionAction,
+                        help="print the version, the source commit and the versions of "
+                             "TensorFlow, Keras, tokenizers and Python, then exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:

@@ -1,7 +1,7 @@
 """Export a run's trained backbone: our keras preset, bert4keras checkpoint, keras-hub preset,
 PyTorch `roformer` folder.
 
-keras       config.json + model.weights.h5 + vocab.txt + README.md (model card), what
+keras       config.json + model.weights.h5 + vocab.txt, what
             `RoFormerV2Backbone.from_preset` loads; `with_heads` adds heads.json +
             heads.weights.npz (task heads for a continued run: experiment `backbone.init`).
 bert4keras  bert_config.json + bert_model.ckpt.* + vocab.txt for
@@ -9,8 +9,11 @@ bert4keras  bert_config.json + bert_model.ckpt.* + vocab.txt for
 keras-hub   keras-hub's preset layout (config.json, model.weights.h5, metadata.json,
             tokenizer.json + assets/tokenizer/vocabulary.txt) for
             `keras_hub.models.RoformerV2Backbone.from_preset`.
-roformer-pytorch  config.json + model.safetensors + vocab.txt + README.md for JunnYu's
+roformer-pytorch  config.json + model.safetensors + vocab.txt for JunnYu's
             `roformer` 0.4.x (`RoFormerModel.from_pretrained`); see roformer_pytorch.py.
+
+Every format also gets README.md (a Hugging Face model card) and provenance.json
+(model_card.py); no file of an export holds an absolute path.
 
 bert4keras, keras-hub and roformer have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
@@ -29,6 +32,7 @@ import uuid
 import numpy as np
 
 from mtl_framework import run_dir as files
+from mtl_framework.model_card import relative_checkpoint, write_card
 from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import ExperimentError
@@ -36,7 +40,6 @@ from mtl_framework.experiment import ExperimentError
 FORMATS = ("keras", "bert4keras", "keras-hub", "roformer-pytorch")
 HEADS_CONFIG = "heads.json"
 HEADS_WEIGHTS = "heads.weights.npz"
-EVALUATIONS = files.EVALUATIONS
 # A folder holding one of these is an earlier export, which --force may replace.
 EXPORT_MARKERS = ("config.json", "bert_config.json")
 
@@ -126,59 +129,6 @@ def fold_residual_alpha(backbone):
                 kernel.assign(kernel.numpy() * alpha)
         backbone.residual_alpha.assign(1.0)
     return alpha
-
-
-def last_dev_evaluation(run_dir, step=None):
-    """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
-    one is of it: an export of keep_best's checkpoint shows that evaluation), or None."""
-    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"]
-    at = [line for line in dev if step is not None and line.get("step") == step]
-    return (at or dev or [None])[-1]
-
-
-def model_card(run_dir, state, heads=None, use=None):
-    """README.md of an export: tasks, steps, the run's last dev scores and `use` (lines
-    on loading it; default: the keras export's)."""
-    tasks = list(state["mixture"]["streams"])
-    config = state["backbone"]
-    lines = [
-        "# RoFormerV2 backbone from mtl_framework", "",
-        f"Run: `{os.path.abspath(run_dir)}`, checkpoint `{os.path.basename(state['checkpoint'])}` "
-        f"({state['step']} optimizer updates).", "",
-        f"Backbone: {config['num_layers']} layers, hidden {config['hidden_size']}, "
-        f"{config['num_heads']} heads, FFN {config['intermediate_size']}, "
-        f"vocab {config['vocab_size']}.", "",
-        f"Trained by supervised multi-task pretraining on {len(tasks)} tasks: "
-        f"{', '.join(tasks)}.", "",
-        "## Dev scores", "",
-    ]
-    evaluation = last_dev_evaluation(run_dir, state["step"])
-    if evaluation is None:
-        lines.append(f"not evaluated (run `mtl evaluate {run_dir}`)")
-    else:
-        lines += [f"From `{EVALUATIONS}`, step {evaluation.get('step')}"
-                  + (f", aggregate {evaluation['aggregate']:.4f}"
-                     if isinstance(evaluation.get("aggregate"), (int, float)) else "") + ":", "",
-                  "| task | metric | score | majority baseline | examples |", "|---|---|---|---|---|"]
-
-        def number(value):
-            return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
-
-        for task, result in evaluation.get("tasks", {}).items():
-            lines.append(f"| {task} | {result.get('metric', '')} | {number(result.get('score'))} | "
-                         f"{number(result.get('baseline'))} | {result.get('examples', '-')} |")
-    lines += ["", "## Use", ""] + (use or [
-        "```python", "from mtl_framework import RoFormerV2Backbone",
-        "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt", "```", "",
-        "Fine-tune one task from it: `mtl finetune DIR TASK`, or an experiment with "
-        "`backbone: {init: DIR}`."])
-    if heads:
-        lines += ["", f"Task heads included ({HEADS_WEIGHTS}): {', '.join(heads)}; an "
-                      "experiment with `backbone: {init: DIR}` starts the heads of tasks with "
-                      "the same name from them."]
-    elif not use:  # a keras export without heads (other formats never hold heads)
-        lines += ["", "Task heads are not included (export with `--with-heads` to keep them)."]
-    return "\n".join(lines) + "\n"
 
 
 def save_heads(directory, heads, weights):
@@ -291,15 +241,15 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
             heads = heads[0]
         backbone.save_preset(output, vocab, extra={
             "run": {"step": state["step"], "tasks": list(state["mixture"]["streams"]),
-                    "checkpoint": os.path.abspath(state["checkpoint"])},
+                    "checkpoint": relative_checkpoint(state["checkpoint"])},
             "heads": list(heads) if heads else []})
-        with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card(run_dir, state, heads))
+        write_card(output, run_dir, state, fmt, heads)
         return
     alpha = fold_residual_alpha(backbone)
     if alpha != 1.0 and log:
         log(f"residual scale a = {alpha:.4g} (warm-up not finished): folded into the "
             "attention and FFN output kernels")
+    use = None  # the format's default lines on loading it
     if fmt == "bert4keras":
         from mtl_framework.bert4keras_io import save_bert4keras
 
@@ -309,14 +259,14 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
 
         roformer_pytorch.save_roformer_pytorch(backbone, output, vocab,
                                                roformer_pytorch.trained_length(run_dir))
-        with open(os.path.join(output, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card(run_dir, state, use=roformer_pytorch.MODEL_CARD_USE))
+        use = roformer_pytorch.MODEL_CARD_USE
     else:
         from mtl_framework.interop.hub import to_keras_hub
 
         to_keras_hub(backbone).save_to_preset(output)
         shutil.copyfile(vocab, os.path.join(output, "vocab.txt"))
         save_keras_hub_tokenizer(output, vocab)
+    write_card(output, run_dir, state, fmt, use=use)
 
 
 # --- starting a run from a backbone folder (experiment `backbone: {init: DIR}`) ---------

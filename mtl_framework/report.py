@@ -17,17 +17,24 @@ import json
 import math
 import os
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display needed, none wanted on servers
-import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
-
-from mtl_framework.errors import UserError  # noqa: E402
-from mtl_framework.metrics import RANGES  # noqa: E402
+from mtl_framework.errors import UserError
+from mtl_framework.metrics import RANGES
 
 
 class ReportError(UserError, ValueError):
     pass
+
+
+try:  # the [plots] extra: a plain install trains and exports without it
+    import matplotlib
+except ModuleNotFoundError as error:
+    if error.name != "matplotlib":
+        raise
+    raise ReportError("plots need matplotlib, which is not installed: "
+                      "pip install mtl_framework[plots]") from None
+
+matplotlib.use("Agg")  # files only: no display needed, none wanted on servers
+import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 
 
 # --- reading ------------------------------------------------------------------

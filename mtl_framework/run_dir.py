@@ -12,6 +12,8 @@ RUN_DIR/
   checkpoints/best-step-N/  keep_best's checkpoint (same files), never rotated away
   metrics.jsonl        one line per update (trainer.RunLogger)
   evaluations.jsonl    one line per evaluation (evaluation.record)
+  provenance.jsonl     one line per `mtl train` start or resume: its start step, time and
+                       provenance.provenance() (our version, commit, TF/Keras/tokenizers)
   logs/                TensorBoard scalars
 
 Variable names do not depend on what else a process built (Keras numbers auto-named
@@ -35,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
 import zipfile
 import zlib
@@ -48,6 +51,7 @@ LOCK = "train.lock"
 EXPERIMENT = "experiment.yaml"
 VOCAB = "vocab.txt"
 EVALUATIONS = "evaluations.jsonl"
+PROVENANCE = "provenance.jsonl"
 CHECKPOINTS = "checkpoints"
 STATE = "state.npz"
 TRAINER = "trainer.json"
@@ -445,4 +449,33 @@ def read_evaluations(run_dir, log=None):
                 continue
             raise DamagedFile(f"{path}:{number}: not a JSON line ({error}); delete or fix "
                               "that line") from None
+    return lines
+
+
+# --- provenance.jsonl -------------------------------------------------------------------
+
+def append_provenance(run_dir, step):
+    """A line for a `mtl train` that starts (or resumes) at `step`: what code it runs."""
+    from mtl_framework.provenance import provenance
+
+    line = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **provenance()}
+    with open(os.path.join(run_dir, PROVENANCE), "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def read_provenance(run_dir):
+    """The lines of RUN_DIR/provenance.jsonl ([] for a run older than it); a line a
+    kill cut short (no newline, not JSON) is skipped: it recorded nothing else."""
+    path = os.path.join(run_dir, PROVENANCE)
+    if not os.path.exists(path):
+        return []
+    lines = []
+    with open(path, encoding="utf-8") as f:
+        for number, text in enumerate(f, 1):
+            try:
+                lines.append(json.loads(text))
+            except json.JSONDecodeError as error:
+                if text.endswith("\n"):
+                    raise DamagedFile(f"{path}:{number}: not a JSON line ({error}); delete or "
+                                      "fix that line") from None
     return lines

@@ -24,7 +24,11 @@ TENSORFLOW_LINE = re.compile(
     # absl / glog: severity (info, warning, error), MMDD hh:mm:ss.micros, thread, file:line]
     rb"|[IWE]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^\s\]]+:\d+\] "
     # TensorFlow's older format: 2026-11-24 14:00:00.123456: I tensorflow/...cc:182]
-    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] [^\s\]]+:\d+\] ")
+    rb"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] [^\s\]]+:\d+\] "
+    # the second line of cpu_feature_guard's message (shown when TF_CPP_MIN_LOG_LEVEL < 2):
+    # a line without a header of its own, so matched by its text
+    rb"|To enable the following instructions: .*rebuild TensorFlow with the appropriate "
+    rb"compiler flags\.$")
 
 
 def is_tensorflow_line(line):

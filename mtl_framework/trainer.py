@@ -8,6 +8,7 @@ run_dir/
                         (the layout, names and faults: mtl_framework/run_dir.py)
   checkpoints/best-step-N/  keep_best's checkpoint (best dev score so far), never rotated
   metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
+  provenance.jsonl      one line per start or resume: our version, commit, TF/Keras versions
   logs/                 TensorBoard scalars
 
 Distributed runs (`distribution: mirrored | multi_worker`): every process builds the
@@ -268,6 +269,7 @@ class Run:
         directory as it was."""
         os.makedirs(self.work_dir, exist_ok=True)
         files.write_experiment(self.work_dir, self.plan.resolved)
+        files.append_provenance(self.work_dir, self.step)  # self.step: where this start resumes
         target = os.path.join(self.work_dir, files.VOCAB)
         if os.path.abspath(self.vocab_path) != os.path.abspath(target):
             shutil.copyfile(self.vocab_path, target)

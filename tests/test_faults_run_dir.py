@@ -114,7 +114,7 @@ def test_export_and_evaluate_fall_back_and_name_the_damaged_checkpoint(trained, 
     assert f"{bad}" in capsys.readouterr().out
     assert snapshot(run) == before
     config = json.loads((out / "config.json").read_text())
-    assert config["run"]["checkpoint"] == str((run / "checkpoints" / "step-00000002").resolve())
+    assert config["run"]["checkpoint"] == "checkpoints/step-00000002"  # inside the run
     from mtl_framework import RoFormerV2Backbone
 
     exported = RoFormerV2Backbone.from_preset(str(out))
@@ -218,7 +218,7 @@ def test_export_refuses_a_non_empty_folder_unless_forced_and_force_keeps_nothing
     assert mtl(["export", str(run), "--format", "bert4keras", "--output", str(out),
                 "--force"]) == 0
     assert sorted(os.listdir(out)) == sorted(
-        ["bert_config.json", "vocab.txt", "checkpoint"] +
+        ["bert_config.json", "vocab.txt", "README.md", "provenance.json"] +
         [f for f in os.listdir(out) if f.startswith("bert_model.ckpt")])
     assert sorted(os.listdir(tmp_path)) == ["export"]  # no temporary folder left beside it
     other = tmp_path / "notes"

@@ -23,6 +23,12 @@ ONEDNN = (b"I0000 00:00:1764000000.123456    4242 port.cc:153] oneDNN custom ope
 CUDA = b"E0000 00:00:1764000000.223456    4242 cuda_dnn.cc:8310] Unable to register cuDNN factory\n"
 OLD_FORMAT = (b"2026-11-24 14:00:00.123456: I tensorflow/core/platform/cpu_feature_guard.cc:182] "
               b"This TensorFlow binary is optimized to use available CPU instructions\n")
+# As the `tensorflow` wheel 2.21 wrote it on this machine (one write, two lines).
+CPU_GUARD = (b"I0000 00:00:1795534244.279844   32011 cpu_feature_guard.cc:227] This TensorFlow "
+             b"binary is optimized to use available CPU instructions in performance-critical "
+             b"operations.\nTo enable the following instructions: AVX2 AVX512F AVX512_VNNI "
+             b"AVX512_BF16 AVX512_FP16 AVX_VNNI AMX_TILE AMX_INT8 AMX_BF16 FMA, in other "
+             b"operations, rebuild TensorFlow with the appropriate compiler flags.\n")
 FATAL = (b"F0000 00:00:1764000000.323456    4242 cpu_feature_guard.cc:95] The TensorFlow library was "
          b"compiled to use AVX512F instructions, but these aren't available on your machine.\n")
 
@@ -43,7 +49,7 @@ def copied(*writes):
 def test_filter_drops_absl_and_tensorflow_lines_and_passes_everything_else():
     ours = ["error: x.yaml:3: steps must be >= 1 (got 0)\n", "训练 50%\r", "训练 100%\n",
             "I0000 is how a line of ours may start\n", "Traceback (most recent call last):\n"]
-    writes = [NOTICE, ONEDNN, ours[0].encode(), NOTICE + ONEDNN + CUDA, OLD_FORMAT,
+    writes = [NOTICE, ONEDNN, ours[0].encode(), NOTICE + ONEDNN + CUDA, OLD_FORMAT, CPU_GUARD,
               *(line.encode() for line in ours[1:]), FATAL, b"unfinished"]
     assert copied(*writes) == "".join(ours).encode() + FATAL + b"unfinished"
 

@@ -218,7 +218,7 @@ def test_export_refuses_a_non_empty_folder_unless_forced_and_force_keeps_nothing
     assert mtl(["export", str(run), "--format", "bert4keras", "--output", str(out),
                 "--force"]) == 0
     assert sorted(os.listdir(out)) == sorted(
-        ["bert_config.json", "vocab.txt", "checkpoint"] +
+        ["bert_config.json", "vocab.txt", "checkpoint", "export-manifest.json"] +
         [f for f in os.listdir(out) if f.startswith("bert_model.ckpt")])
     assert sorted(os.listdir(tmp_path)) == ["export"]  # no temporary folder left beside it
     other = tmp_path / "notes"

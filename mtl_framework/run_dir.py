@@ -335,6 +335,23 @@ class RunLock:
     __del__ = release
 
 
+def lock_holder_of(run_dir):
+    """The PID of a process holding RUN_DIR/train.lock now, else None (creates nothing)."""
+    try:
+        fd = os.open(os.path.join(run_dir, LOCK), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return lock_holder(fd) or "unknown"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 def lock_holder(fd):
     """The PID holding a flock on the open file `fd`, from /proc/locks (Linux), or None."""
     inode = str(os.fstat(fd).st_ino)

@@ -288,13 +288,18 @@ def vocab_key(tasks, data_root, max_size):
 def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None, log=None,
                  total=None):
     """Path of the character vocab built from the tasks' train text (in the cache
-    root; built once, in `workers` processes, with a progress bar)."""
+    root; built once, in `workers` processes, with a progress bar). Its meta.json holds
+    the vocab's SHA-256 and token count: a folder that does not match it (a cut or
+    edited vocab.txt, a missing meta.json) is rebuilt, with a warning naming it."""
     final = C.cache_root(cache_dir) / ".vocab" / vocab_key(tasks, data_root, max_size)[:16]
     path = final / "vocab.txt"
-    final.parent.mkdir(parents=True, exist_ok=True)
+    C.make_cache_folder(final.parent)
     with C.folder_lock(final):
-        if path.is_file():
+        problem = check_vocab_folder(final) if final.exists() else None
+        if final.exists() and problem is None:
             return path
+        if problem:
+            C.warn(f"{final}: {problem}; rebuilding it")
         own = workers is None
         workers = Workers(default_workers()) if own else workers
         try:
@@ -305,13 +310,42 @@ def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None,
         finally:
             if own:
                 workers.close()
-        temporary = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        temporary = final.parent / f".{final.name}{C.TEMPORARY}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         temporary.mkdir()
-        V.write_vocab(V.build_vocab(counts, max_size=max_size), temporary / "vocab.txt")
-        os.replace(temporary, final)
+        try:
+            tokens = V.build_vocab(counts, max_size=max_size)
+            V.write_vocab(tokens, temporary / "vocab.txt")
+            digest = hashlib.sha256((temporary / "vocab.txt").read_bytes()).hexdigest()
+            (temporary / "meta.json").write_text(json.dumps(
+                {"sha256": digest, "tokens": len(tokens)}), encoding="utf-8")  # last: complete
+            if final.exists():  # the damaged folder, out of the way
+                C.remove_folder(final)
+            os.replace(temporary, final)
+        finally:
+            C.remove_folder(temporary)
     if log:
         log(f"built a character vocab from the tasks' train text: {path}")
     return path
+
+
+def check_vocab_folder(folder):
+    """None when vocab.txt matches its meta.json (hash, token count), else what does not."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        expected, tokens = meta["sha256"], meta["tokens"]
+    except FileNotFoundError:
+        return "no meta.json (an interrupted or damaged vocab folder)"
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"meta.json unreadable ({error})"
+    try:
+        data = (folder / "vocab.txt").read_bytes()
+    except OSError as error:
+        return f"vocab.txt unreadable ({error.strerror or error})"
+    if hashlib.sha256(data).hexdigest() != expected:
+        lines = data.count(b"\n")
+        return (f"vocab.txt ({lines} lines) is not the vocab meta.json describes "
+                f"({tokens} tokens): cut or changed")
+    return None
 
 
 def count_vocab(tasks, data_root, workers, total=None):

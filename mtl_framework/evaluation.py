@@ -141,6 +141,10 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     entry["examples"] = len(references)
     if not references:
         return {**entry, "score": None, "note": "no labelled examples in this split"}
+    if not task_family.labelled and not any(len(r) for r in references):
+        # Span gold (entities, answers, triples) empty everywhere: an unlabelled split
+        # (a test file). F1 would be 1.0 for a model that predicts nothing.
+        return {**entry, "score": None, "note": "no gold spans in this split (unlabelled?)"}
     metric = task.metric
     if metric == "mrr":
         # Ranking needs candidates grouped by question: only matching features give them.
@@ -257,11 +261,19 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
         os.environ.get("MTL_DATA_ROOT", "data")
     # the split's files before the model is built (a task without the split is scored
     # as "no such split", not refused)
+    if not any(split in t.files for t in selected):
+        splits = sorted({s for t in selected for s in t.files})
+        raise UserError(f"--split {split}: none of the run's tasks has it; their splits: "
+                        f"{', '.join(splits)}")
     problems = missing_files([t for t in selected if split in t.files], data_root, split,
                              "pass --data-root DIR")
     if problems:
         raise UserError("\n".join(problems))
-    tokenizer = Tokenizer(os.path.join(run_dir, files.VOCAB))
+    vocab = os.path.join(run_dir, files.VOCAB)
+    if not os.path.isfile(vocab):
+        raise UserError(f"{vocab}: not found (the vocab the run trained with): copy it back "
+                        "from where the run was written")
+    tokenizer = Tokenizer(vocab)
     model = checkpoint_model(checkpoint, experiment)
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
     train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=log,

@@ -46,6 +46,7 @@ LOCK = "train.lock"
 EXPERIMENT = "experiment.yaml"
 VOCAB = "vocab.txt"
 EVALUATIONS = "evaluations.jsonl"
+METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 STATE = "state.npz"
 TRAINER = "trainer.json"
@@ -290,7 +291,8 @@ def remove_leftovers(run_dir, log=print):
     leftovers = [os.path.join(root, d) for d in sorted(os.listdir(root))
                  if d.startswith(TEMPORARY)] if os.path.isdir(root) else []
     leftovers += [os.path.join(run_dir, f) for f in sorted(os.listdir(run_dir))
-                  if f.startswith(EXPERIMENT + TEMPORARY)]
+                  if any(f.startswith(name + TEMPORARY) for name in (EXPERIMENT, METRICS,
+                                                                     EVALUATIONS))]
     for path in leftovers:
         if os.path.isdir(path):
             shutil.rmtree(path)
@@ -391,6 +393,44 @@ def experiment_file(run_dir):
 def append_evaluation(run_dir, line):
     with open(os.path.join(run_dir, EVALUATIONS), "a", encoding="utf-8") as f:
         f.write(json.dumps(line, ensure_ascii=False, default=float) + "\n")
+
+
+def trim_records(path, step, log=print):
+    """Cut a JSON-lines record file (metrics.jsonl, evaluations.jsonl) back to the lines
+    of updates <= `step`, the step a run (re)starts from: the updates after it are trained
+    again and write their lines again, so each step is in the file once. A last line
+    without its newline (a killed append) is dropped rather than appended onto. Rewritten
+    atomically, and only when something changes. Returns the number of lines dropped."""
+    if not os.path.exists(path):
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        texts = f.readlines()
+    kept, cut, later = [], 0, 0
+    for number, text in enumerate(texts, 1):
+        if not text.endswith("\n") and number == len(texts):
+            cut = 1  # an unfinished append
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            kept.append(text)  # a damaged middle line is the user's to see (report names it)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and \
+                record["step"] > step:
+            later += 1
+            continue
+        kept.append(text)
+    if not (cut or later):
+        return 0
+    temporary = f"{path}{TEMPORARY}{uuid.uuid4().hex}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(temporary, path)
+    if log:
+        log(f"{path}: " + ", ".join(
+            ([f"{later} line(s) of updates after {step} removed (trained again)"] if later else [])
+            + (["an unfinished last line (a killed write) removed"] if cut else [])))
+    return cut + later
 
 
 def read_evaluations(run_dir, log=None):

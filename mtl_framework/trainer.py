@@ -87,7 +87,7 @@ class RunLogger(keras.callbacks.Callback):
         self.run, self.every, self.keep, self.step = run, every, keep, start_step
         self.evaluated = None  # step of the last evaluation
         self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
-        self.metrics = open(os.path.join(run.work_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.metrics = open(os.path.join(run.work_dir, files.METRICS), "a", encoding="utf-8")
         self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
 
     def on_train_batch_end(self, batch, logs=None):
@@ -394,6 +394,8 @@ class Run:
         start = self.restore_latest() if resume else 0
         if self.is_chief:
             self.write_run_files()
+            for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
+                files.trim_records(os.path.join(self.run_dir, name), start, self.log)
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")
         remaining = self.experiment.steps - start

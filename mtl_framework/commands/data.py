@@ -73,6 +73,11 @@ def run_prepare(args):
         raise UserError(str(error)) from None
     except (FileNotFoundError, KeyError) as error:  # a data file or split the specs name
         raise UserError(str(error).strip("'\"")) from None
+    except KeyboardInterrupt:
+        from mtl_framework.errors import Interrupted
+
+        raise Interrupted(f"interrupted while preparing; `mtl data prepare {args.experiment}` "
+                          "continues (finished caches are kept)") from None
     print(f"vocab: {vocab}")
     for name, entry in features.items():
         print(f"{name}: {entry.num_examples} examples, {len(entry)} rows "

@@ -292,7 +292,7 @@ def remove_leftovers(run_dir, log=print):
                  if d.startswith(TEMPORARY)] if os.path.isdir(root) else []
     leftovers += [os.path.join(run_dir, f) for f in sorted(os.listdir(run_dir))
                   if any(f.startswith(name + TEMPORARY) for name in (EXPERIMENT, METRICS,
-                                                                     EVALUATIONS))]
+                                                                     EVALUATIONS, VOCAB))]
     for path in leftovers:
         if os.path.isdir(path):
             shutil.rmtree(path)
@@ -375,9 +375,14 @@ def write_experiment(run_dir, raw):
     """experiment.yaml (the resolved experiment), replaced atomically."""
     path = os.path.join(run_dir, EXPERIMENT)
     temporary = f"{path}{TEMPORARY}{uuid.uuid4().hex}"
-    with open(temporary, "w", encoding="utf-8") as f:
-        yaml.safe_dump(raw, f, allow_unicode=True, sort_keys=False)
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            yaml.safe_dump(raw, f, allow_unicode=True, sort_keys=False)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
     return path
 
 

@@ -79,6 +79,17 @@ def build_backbone(experiment, tokenizer):
     return RoFormerV2Backbone(**backbone_config(size, **spec))
 
 
+def no_rows_message(task, features):
+    """A train split nothing could be learned from, with what the adapter skipped and where."""
+    read = features.meta.get("read", {})
+    reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
+                        for reason, entry in list(read.get("skipped", {}).items())[:2])
+    return (f"{task.spec_path}:{task.line}: task {task.name!r} has no usable train rows "
+            f"({read.get('examples', 0)} examples read"
+            + (f"; skipped {read.get('skipped_total')}: {reasons}" if reasons else "")
+            + "): fix its train file or leave the task out")
+
+
 class RunLogger(keras.callbacks.Callback):
     """metrics.jsonl + TensorBoard per update; checkpoints every `every` updates."""
 
@@ -233,11 +244,20 @@ class Run:
         """experiment.yaml and vocab.txt into the run directory: called by `train` once
         every check has passed and the lock is held, so a refused command leaves the
         directory as it was."""
-        os.makedirs(self.work_dir, exist_ok=True)
-        files.write_experiment(self.work_dir, self.plan.resolved)
         target = os.path.join(self.work_dir, files.VOCAB)
-        if os.path.abspath(self.vocab_path) != os.path.abspath(target):
-            shutil.copyfile(self.vocab_path, target)
+        temporary = f"{target}{files.TEMPORARY}{os.getpid()}"
+        try:
+            os.makedirs(self.work_dir, exist_ok=True)
+            files.write_experiment(self.work_dir, self.plan.resolved)
+            if os.path.abspath(self.vocab_path) != os.path.abspath(target):
+                shutil.copyfile(self.vocab_path, temporary)  # whole or not at all
+                os.replace(temporary, target)
+        except OSError as error:  # disk full, a read-only run directory
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise UserError(f"{self.work_dir}: cannot write the run's files "
+                            f"({error.strerror or error}): free space or train into another "
+                            "--output") from None
 
     def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
         """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
@@ -269,6 +289,8 @@ class Run:
             length = min(task.max_length, exp.max_length)
             features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
                                        max_length=length, log=self.log)
+            if len(features) == 0:
+                raise UserError(no_rows_message(task, features))
             streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
             sizes[task.name] = example_count(features)
             labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
@@ -363,7 +385,11 @@ class Run:
         for name, variable in named.items():
             variable.assign(values[name])
         state = checkpoint.trainer
-        self.mixture.restore(state["mixture"])
+        try:
+            self.mixture.restore(state["mixture"])
+        except ValueError as error:  # the train data changed since the checkpoint
+            raise UserError(f"{checkpoint.path}: {error}: restore the data the run trained "
+                            "on, or train into a new --output") from None
         self.model.skipped.update(state.get("skipped", {}))
         self.log(f"resumed from {checkpoint.path} (step {state['step']})")
         self.step = state["step"]

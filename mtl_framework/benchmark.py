@@ -47,6 +47,7 @@ import time
 import yaml
 
 from mtl_framework.errors import UserError
+from mtl_framework.outputs import check_folder
 from mtl_framework.finetune import DEFAULTS as FINETUNE_DEFAULTS
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
@@ -433,6 +434,7 @@ def benchmark(exports, suite_path, data_root, output, task_specs=(), cache_dir=N
              for label in labels]
     plan = {key: {"settings": settings[key[1]], "fingerprint": fingerprints[key[0]]}
             for key in order}
+    check_folder(output, "--output")
     done = reusable_rows(output, plan)  # refuses before anything is written
     os.makedirs(output, exist_ok=True)
     cache_dir = cache_dir or os.path.join(output, "cache")

@@ -36,6 +36,14 @@ def check_file(path, flag="--output"):
         raise UserError(f"{flag} {path}: its folder {parent} is not writable")
 
 
+def usual_mode(path):
+    """rw for whom the umask allows, as `open()` makes files: a file written through
+    mkstemp (0600) or a library's temporary would otherwise differ from its siblings."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def write_text_atomic(path, text):
     """`text` into `path` whole or not at all (a temporary file beside it, renamed)."""
     temporary = f"{path}.tmp-{os.getpid()}"

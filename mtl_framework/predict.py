@@ -41,6 +41,7 @@ from data_adapters.report import place
 from mtl_framework import clue, evaluation
 from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.errors import UserError
+from mtl_framework.outputs import usual_mode
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
 # What each example type holds as gold; prediction never reads it (test files have none).
@@ -468,9 +469,7 @@ def write_atomic(path, text):
     except OSError as error:
         raise UserError(f"{path}: cannot write in {directory} ({error.strerror})") from None
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp's 0600 would differ from its siblings
+        usual_mode(temporary)  # mkstemp's 0600 would differ from its siblings
         with os.fdopen(handle, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(temporary, path)

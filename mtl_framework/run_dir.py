@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import uuid
 import zipfile
 import zlib
@@ -245,6 +246,10 @@ def read_checkpoint(path, wanted=None):
     return Checkpoint(path, trainer, arrays)
 
 
+def warn(message):
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 def _reason(error):
     return str(error) or type(error).__name__
 
@@ -260,9 +265,8 @@ def latest_checkpoint(run_dir, wanted=None, log=print):
             checkpoint = read_checkpoint(path, wanted)
         except CheckpointError as error:
             damaged.append((path, str(error)))
-            if log:
-                log(f"warning: checkpoint {path} cannot be read ({error}); "
-                    "trying the one before it")
+            if log:  # a warning: on stderr, whatever `log` prints to
+                warn(f"checkpoint {path} cannot be read ({error}); trying the one before it")
             continue
         checkpoint.damaged = [path for path, _ in damaged]
         return checkpoint
@@ -280,7 +284,7 @@ def set_aside(paths, log=print):
         target = os.path.join(os.path.dirname(path), DAMAGED + os.path.basename(path))
         os.replace(path, target)
         if log:
-            log(f"warning: moved the damaged checkpoint {path} aside to {target}")
+            warn(f"moved the damaged checkpoint {path} aside to {target}")
 
 
 def remove_leftovers(run_dir, log=print):

@@ -19,6 +19,7 @@ import json
 import sys
 
 from mtl_framework import data_stats
+from mtl_framework.commands import at_least
 from mtl_framework import registry as reg
 
 
@@ -40,7 +41,7 @@ def register(subparsers):
     stats.add_argument("--vocab", metavar="VOCAB_TXT", default=None,
                        help="also featurize with this vocab and count truncated examples and "
                             "the spans truncation cuts off")
-    stats.add_argument("--max-length", type=int, metavar="N", default=None,
+    stats.add_argument("--max-length", type=at_least(4), metavar="N", default=None,
                        help="with --vocab: this max_length instead of each spec's")
     stats.add_argument("--cache-dir", metavar="DIR", default=None,
                        help="with --vocab: feature cache folder ($MTL_CACHE_DIR wins; "
@@ -51,7 +52,7 @@ def register(subparsers):
     prepare = commands.add_parser(
         "prepare", help="build an experiment's vocab and feature caches in worker processes")
     prepare.add_argument("experiment", help="experiment YAML (see experiments/demo.yaml)")
-    prepare.add_argument("--workers", type=int, default=None, metavar="N",
+    prepare.add_argument("--workers", type=at_least(1), default=None, metavar="N",
                          help="worker processes (default: this machine's cores; 1 = this process)")
     prepare.add_argument("--data-root", metavar="DIR", default=None,
                          help="folder the specs' file paths are relative to (default: the "

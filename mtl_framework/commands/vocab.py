@@ -50,6 +50,10 @@ def run_build(args):
     if missing:
         raise UserError("\n".join(missing))
     check_file(args.output, "--output")  # before reading anything
+    for path in args.text:
+        if os.path.exists(args.output) and os.path.samefile(path, args.output):
+            raise UserError(f"--output {args.output}: is the --text file {path}: write the "
+                            "vocab to another file")
     counts = vocab.count_units(vocab.read_text_lines(args.text), lowercase=not args.cased)
     if args.tasks:
         counts.update(vocab.count_units(task_texts(tasks, data_root, args.split),

@@ -207,10 +207,10 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print):
         raise UserError("--with-heads is for --format keras (our preset); bert4keras and "
                         "keras-hub exports hold the backbone only")
     check_output(run_dir, output, force)
-    if not os.path.isfile(os.path.join(run_dir, files.VOCAB)) and os.path.isdir(run_dir):
+    checkpoint = read_run(run_dir, log)
+    if not os.path.isfile(os.path.join(run_dir, files.VOCAB)):
         raise UserError(f"{os.path.join(run_dir, files.VOCAB)}: not found (every export holds "
                         "the run's vocab): copy the vocab.txt the run trained with back there")
-    checkpoint = read_run(run_dir, log)
     backbone = checkpoint_backbone(checkpoint)
     if fmt == "roformer-pytorch":  # refuse what the format cannot hold before writing anything
         from mtl_framework.roformer_pytorch import check_expressible

@@ -269,7 +269,8 @@ def write_report(run_dir, output=None):
         raise ReportError(f"{metrics_path}: no update recorded yet; plot after the run's first update")
     from mtl_framework.outputs import check_folder
 
-    check_folder(output or os.path.join(run_dir, "plots"), "--output")
+    check_folder(output or os.path.join(run_dir, "plots"),
+                 "--output" if output else "the plots folder")
     output = output or os.path.join(run_dir, "plots")
     os.makedirs(output, exist_ok=True)
     written = [

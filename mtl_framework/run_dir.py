@@ -265,9 +265,9 @@ def latest_checkpoint(run_dir, wanted=None, log=print):
             checkpoint = read_checkpoint(path, wanted)
         except CheckpointError as error:
             damaged.append((path, str(error)))
-            if log:  # a warning: on stderr, whatever `log` prints to
-                warn(f"checkpoint {path} cannot be read ({error}); trying the one before it")
             continue
+        for bad, reason in damaged if log else []:  # warnings: on stderr, whatever `log` is
+            warn(f"checkpoint {bad} cannot be read ({reason}); trying the one before it")
         checkpoint.damaged = [path for path, _ in damaged]
         return checkpoint
     if damaged:

@@ -52,7 +52,7 @@ def register(subparsers):
     prepare = commands.add_parser(
         "prepare", help="build an experiment's vocab and feature caches in worker processes")
     prepare.add_argument("experiment", help="experiment YAML (see experiments/demo.yaml)")
-    prepare.add_argument("--workers", type=at_least(1), default=None, metavar="N",
+    prepare.add_argument("--workers", type=int, default=None, metavar="N",
                          help="worker processes (default: this machine's cores; 1 = this process)")
     prepare.add_argument("--data-root", metavar="DIR", default=None,
                          help="folder the specs' file paths are relative to (default: the "

@@ -37,7 +37,8 @@ def task_texts(tasks, data_root, split):
 def run_build(args):
     if not args.text and not args.tasks:
         raise UserError("mtl vocab build: give --text FILE... and/or --tasks NAME...")
-    missing = [f"{path}: no such file (--text)" for path in args.text if not os.path.isfile(path)]
+    missing = [f"{path}: {'a folder, not a text file' if os.path.isdir(path) else 'no such file'} "
+               "(--text)" for path in args.text if not os.path.isfile(path)]
     tasks = []
     if args.tasks:  # every file checked before anything is read or written
         from mtl_framework.data_stats import default_data_root

@@ -28,7 +28,7 @@ from mtl_framework.cache import cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
-from mtl_framework.export import checkpoint_backbone, read_run
+from mtl_framework.export import check_run_vocab, checkpoint_backbone, read_run
 from mtl_framework.families import family
 from mtl_framework.heads import build_head
 from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,
@@ -269,11 +269,7 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
                              "pass --data-root DIR")
     if problems:
         raise UserError("\n".join(problems))
-    vocab = os.path.join(run_dir, files.VOCAB)
-    if not os.path.isfile(vocab):
-        raise UserError(f"{vocab}: not found (the vocab the run trained with): copy it back "
-                        "from where the run was written")
-    tokenizer = Tokenizer(vocab)
+    tokenizer = Tokenizer(check_run_vocab(run_dir, checkpoint))
     model = checkpoint_model(checkpoint, experiment)
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
     train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=log,

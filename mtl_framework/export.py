@@ -67,6 +67,23 @@ def read_run(run_dir, log=print):
     return checkpoint
 
 
+def check_run_vocab(run_dir, checkpoint):
+    """RUN/vocab.txt must exist and have one token per row of the checkpoint's embedding
+    table: a cut or replaced vocab would tokenize into wrong ids, silently."""
+    from mtl_framework.tokenizer import load_vocab
+
+    path = os.path.join(run_dir, files.VOCAB)
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: not found (the vocab the run trained with): copy it back "
+                        "from where the run was written")
+    size, rows = len(load_vocab(path)), checkpoint.trainer["backbone"]["vocab_size"]
+    if size != rows:
+        raise UserError(f"{path}: {size} tokens, but the checkpoint {checkpoint.path} has "
+                        f"{rows} embedding rows: the vocab was cut or replaced; restore the "
+                        "run's own vocab.txt")
+    return path
+
+
 def load_run_backbone(run_dir, log=print):
     """(backbone, trainer state + "checkpoint": its folder) of the run's newest readable
     checkpoint."""
@@ -208,9 +225,7 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print):
                         "keras-hub exports hold the backbone only")
     check_output(run_dir, output, force)
     checkpoint = read_run(run_dir, log)
-    if not os.path.isfile(os.path.join(run_dir, files.VOCAB)):
-        raise UserError(f"{os.path.join(run_dir, files.VOCAB)}: not found (every export holds "
-                        "the run's vocab): copy the vocab.txt the run trained with back there")
+    check_run_vocab(run_dir, checkpoint)  # every export holds it
     backbone = checkpoint_backbone(checkpoint)
     if fmt == "roformer-pytorch":  # refuse what the format cannot hold before writing anything
         from mtl_framework.roformer_pytorch import check_expressible

@@ -92,6 +92,7 @@ def _load_run(path, data_root, specs, max_length, log):
     try:
         experiment = load_experiment(os.path.join(path, "experiment.yaml"))
         checkpoint = export.read_run(path, log)
+        export.check_run_vocab(path, checkpoint)
         backbone = export.checkpoint_backbone(checkpoint)
         metadata, weights = export.run_heads(checkpoint)
     except (FileNotFoundError, ValueError, ExperimentError) as error:

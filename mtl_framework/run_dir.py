@@ -400,8 +400,22 @@ def experiment_file(run_dir):
 
 
 def append_evaluation(run_dir, line):
-    with open(os.path.join(run_dir, EVALUATIONS), "a", encoding="utf-8") as f:
+    path = os.path.join(run_dir, EVALUATIONS)
+    drop_cut_last_line(path)  # appended onto, a cut line would merge with this one
+    with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line, ensure_ascii=False, default=float) + "\n")
+
+
+def drop_cut_last_line(path):
+    """Truncate a JSON-lines file after its last newline (a killed append's rest)."""
+    try:
+        with open(path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+                warn(f"{path}: removed an unfinished last line (a killed write)")
+    except FileNotFoundError:
+        pass
 
 
 def trim_records(path, step, log=print):

@@ -130,6 +130,33 @@ def test_export_of_a_run_without_vocab(trained, tmp_path, capsys):
     assert message.startswith(f"{run / 'vocab.txt'}: not found")
 
 
+def test_a_cut_run_vocab_is_refused_by_every_reader(trained, tmp_path, capsys):
+    """A vocab shorter than the embedding table would tokenize into other ids, silently."""
+    run = tmp_path / "run"
+    shutil.copytree(trained["run"], run)
+    size = len(lines_of(run / "vocab.txt"))
+    (run / "vocab.txt").write_text("\n".join(lines_of(run / "vocab.txt")[:100]) + "\n")
+    five = write(tmp_path / "in.json", "\n".join(demo_lines("tnews", "dev", 5)) + "\n")
+    for argv in (["evaluate", run, "--max-examples", "2"],
+                 ["export", run, "--format", "keras", "--output", tmp_path / "o"],
+                 ["predict", run, "--task", "tnews", "--input", five, "--output",
+                  tmp_path / "o.jsonl"]):
+        message = refused(capsys, argv, run)
+        assert message.startswith(f"{run / 'vocab.txt'}: 100 tokens, but the checkpoint ")
+        assert f"has {size} embedding rows" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json", "run"]
+
+
+def test_evaluate_repairs_a_cut_last_line_before_appending(trained, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained["run"], run)
+    (run / "evaluations.jsonl").write_text('{"step": 1, "split": "dev", "tasks": {}}\n{"step": 2, "spl')
+    assert cli.main(["evaluate", str(run), "--max-examples", "2", "--json"]) == 0
+    assert "removed an unfinished last line" in capsys.readouterr().err
+    steps = [json.loads(line)["step"] for line in lines_of(run / "evaluations.jsonl")]
+    assert steps == [1, 2]  # the cut line gone, the new evaluation (step 2) a line of its own
+
+
 # --- 2. and 6. predict: outputs checked first, one line per input record ---------------
 
 @pytest.fixture()

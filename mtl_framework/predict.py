@@ -33,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+import zipfile
 
 import numpy as np
 from data_adapters import ReadReport
@@ -68,7 +69,7 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print):
     if os.path.isfile(os.path.join(path, "config.json")):
         try:
             metadata, weights = export.load_heads(path)
-        except (OSError, ValueError) as error:  # heads.json without readable weights beside it
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # cut heads files
             raise UserError(f"{path}: its heads cannot be read ({error}); export again with "
                             "`mtl export RUN_DIR --format keras --with-heads`") from None
         if metadata is None:

@@ -317,8 +317,13 @@ class RunLock:
     (the file stays empty: the PID comes from the kernel's lock table, /proc/locks)."""
 
     def __init__(self, run_dir):
-        self.path = os.path.join(run_dir, LOCK)
-        self.fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+        self.path, self.fd = os.path.join(run_dir, LOCK), None
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError as error:  # a folder of that name, a read-only run directory
+            raise UserError(f"{self.path}: cannot create or open the run's lock file "
+                            f"({error.strerror}): remove what is there, or train into "
+                            "another --output") from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -426,6 +431,9 @@ def trim_records(path, step, log=print):
     atomically, and only when something changes. Returns the number of lines dropped."""
     if not os.path.exists(path):
         return 0
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: not a file (the run's record of each step is kept there): "
+                        "move it away")
     with open(path, encoding="utf-8", errors="replace") as f:
         texts = f.readlines()
     kept, cut, later = [], 0, 0

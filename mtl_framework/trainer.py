@@ -419,9 +419,9 @@ class Run:
             files.remove_leftovers(self.run_dir, self.log)
         start = self.restore_latest() if resume else 0
         if self.is_chief:
-            self.write_run_files()
             for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
                 files.trim_records(os.path.join(self.run_dir, name), start, self.log)
+            self.write_run_files()
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")
         remaining = self.experiment.steps - start

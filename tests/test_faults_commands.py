@@ -140,9 +140,11 @@ def test_a_cut_run_vocab_is_refused_by_every_reader(trained, tmp_path, capsys):
     for argv in (["evaluate", run, "--max-examples", "2"],
                  ["export", run, "--format", "keras", "--output", tmp_path / "o"],
                  ["predict", run, "--task", "tnews", "--input", five, "--output",
-                  tmp_path / "o.jsonl"]):
+                  tmp_path / "o.jsonl"],
+                 ["train", trained["experiment"], "--output", run, "--resume"]):
         message = refused(capsys, argv, run)
         assert message.startswith(f"{run / 'vocab.txt'}: 100 tokens, but the checkpoint ")
+        assert "cut or replaced" in message
         assert f"has {size} embedding rows" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json", "run"]
 

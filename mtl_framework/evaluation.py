@@ -247,6 +247,8 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     backbone and heads (built from trainer.json's head metadata), with no optimizer,
     mixture or sampler; train features are read (from the feature cache, built if it
     was deleted) only for the majority baselines."""
+    if data_root and not os.path.isdir(data_root):
+        raise UserError(f"--data-root {data_root}: no such folder")
     experiment = load_experiment(files.experiment_file(run_dir))
     checkpoint = read_run(run_dir, log)
     registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)

@@ -76,7 +76,10 @@ def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache
     if pretrained.vocab_path(export_dir) is None:
         raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found; fine-tuning uses "
                         "the vocab the weights were trained with: copy it into that folder")
-    load_registry(task_specs).select([task])  # an unknown task: refused before writing
+    spec = load_registry(task_specs).select([task])[0]  # an unknown task: refused before writing
+    if eval_split not in (spec.files or {}):
+        raise UserError(f"--eval-split {eval_split}: task {task!r} has no such split; its "
+                        f"splits: {', '.join(spec.files or {}) or 'none'} ({spec.spec_path})")
     if data_root is None:  # named here, not as a key of the generated experiment
         data_root = os.environ.get("MTL_DATA_ROOT", "data")
         if not os.path.isdir(data_root):

@@ -46,6 +46,8 @@ def run(args):
         raise UserError("mtl predict: --task needs --input FILE (examples in the task's format)")
     if args.input and not os.path.isfile(args.input):
         raise UserError(f"--input {args.input}: no such file")
+    if args.data_root and not os.path.isdir(args.data_root):
+        raise UserError(f"--data-root {args.data_root}: no such folder")
     if not os.path.isdir(args.run_dir):
         raise UserError(f"{args.run_dir}: no such folder: give a run directory or a keras "
                         "export written with --with-heads")

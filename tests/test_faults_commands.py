@@ -401,6 +401,35 @@ def test_unwritable_outputs_of_other_commands(trained, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "t.txt"]
 
 
+def test_folders_where_the_run_keeps_files(trained, tmp_path, capsys):
+    """A folder named train.lock or metrics.jsonl in the run: one line, nothing written."""
+    for name in ("train.lock", "metrics.jsonl"):
+        run = tmp_path / name.replace(".", "_")
+        shutil.copytree(trained["run"], run)
+        (run / name).unlink()
+        (run / name).mkdir()
+        message = refused_late(capsys, ["train", trained["experiment"], "--output", run,
+                                        "--resume"], run)
+        assert message.startswith(f"{run / name}: ")
+
+
+def test_finetune_eval_split_and_predict_with_cut_heads(trained, tmp_path, capsys):
+    out = tmp_path / "ft"
+    message = refused(capsys, ["finetune", trained["export"], "tnews", "--data-root", DEMO_DATA,
+                               "--output", out, "--eval-split", "bogus"])
+    assert message.startswith("--eval-split bogus: task 'tnews' has no such split; its splits: "
+                              "train, dev")
+    assert not out.exists()
+    cut = tmp_path / "cut"
+    shutil.copytree(trained["export"], cut)
+    (cut / "heads.weights.npz").write_bytes((cut / "heads.weights.npz").read_bytes()[:100])
+    five = write(tmp_path / "in.json", "\n".join(demo_lines("tnews", "dev", 5)) + "\n")
+    message = refused(capsys, ["predict", cut, "--task", "tnews", "--input", five, "--output",
+                               tmp_path / "o.jsonl", "--data-root", DEMO_DATA], cut)
+    assert message.startswith(f"{cut}: its heads cannot be read")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
 # --- 10. messages -------------------------------------------------------------------------
 
 def test_vocab_build_from_no_text_keeps_the_vocab(tmp_path, capsys):

@@ -418,6 +418,7 @@ def benchmark(exports, suite_path, data_root, output, task_specs=(), cache_dir=N
     if not os.path.isdir(data_root):
         raise UserError(f"{data_root}: data root not found; pass --data-root DIR (the folder "
                         "holding the datasets, e.g. ../shared/data)")
+    check_folder(output, "--output")  # where the results go, before anything is read
     check_exports(exports)
     try:
         registry = load_registry(task_specs or None)
@@ -434,7 +435,6 @@ def benchmark(exports, suite_path, data_root, output, task_specs=(), cache_dir=N
              for label in labels]
     plan = {key: {"settings": settings[key[1]], "fingerprint": fingerprints[key[0]]}
             for key in order}
-    check_folder(output, "--output")
     done = reusable_rows(output, plan)  # refuses before anything is written
     os.makedirs(output, exist_ok=True)
     cache_dir = cache_dir or os.path.join(output, "cache")

@@ -398,6 +398,9 @@ def test_unwritable_outputs_of_other_commands(trained, tmp_path, capsys):
     run = trained["run"]
     assert "exists and is not a folder" in refused(capsys, ["report", run, "--output",
                                                             tmp_path / "afile"], run)
+    assert "exists and is not a folder" in refused(capsys, [
+        "benchmark", trained["export"], "--suite", Path(__file__).parents[1] / "suites" /
+        "clue_small.yaml", "--data-root", DEMO_DATA, "--output", tmp_path / "afile"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "t.txt"]
 
 

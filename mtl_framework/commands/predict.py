@@ -45,7 +45,8 @@ def run(args):
     if args.task and not args.input:
         raise UserError("mtl predict: --task needs --input FILE (examples in the task's format)")
     if args.input and not os.path.isfile(args.input):
-        raise UserError(f"--input {args.input}: no such file")
+        raise UserError(f"--input {args.input}: "
+                        + ("a folder: give a file" if os.path.isdir(args.input) else "no such file"))
     if args.data_root and not os.path.isdir(args.data_root):
         raise UserError(f"--data-root {args.data_root}: no such folder")
     if not os.path.isdir(args.run_dir):

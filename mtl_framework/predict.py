@@ -42,7 +42,7 @@ from data_adapters.report import place
 from mtl_framework import clue, evaluation
 from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.errors import UserError
-from mtl_framework.outputs import usual_mode
+from mtl_framework.outputs import check_file, check_folder, usual_mode
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
 # What each example type holds as gold; prediction never reads it (test files have none).
@@ -398,25 +398,12 @@ def check_output(output, inputs=(), model_dir=None, force=False, folder=False):
         raise UserError(f"{flag} {output}: a file of {model_dir}, which the predictions "
                         "would replace: write them outside it")
     if folder:
-        if os.path.exists(output) and not os.path.isdir(output):
-            raise UserError(f"{flag} {output}: exists and is not a folder (--clue writes a "
-                            "folder of files): give a folder")
-        parent = output if os.path.isdir(output) else os.path.dirname(os.path.abspath(output))
-    else:
-        if os.path.isdir(output):
-            raise UserError(f"{flag} {output}: is a folder: give a file path, e.g. "
-                            f"{os.path.join(output, 'predictions.jsonl')}")
-        if os.path.exists(output) and not force:
-            raise UserError(f"{flag} {output}: exists: pass --force to replace it, or give "
-                            "a new file")
-        parent = os.path.dirname(os.path.abspath(output))
-    while folder and not os.path.exists(parent):  # --clue creates the folder
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise UserError(f"{flag} {output}: its folder {parent} does not exist: create it first")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {output}: its folder {parent} is not writable: give "
-                        "another path")
+        check_folder(output, flag)
+        return
+    check_file(output, flag)
+    if os.path.exists(output) and not force:
+        raise UserError(f"{flag} {output}: exists: pass --force to replace it, or give "
+                        "a new file")
 
 
 def prediction_line(example, prediction, error=None):

@@ -62,7 +62,8 @@ class SpanJsonAdapter(Adapter):
                 entities = []
                 for start, end, type_, mention in spans:
                     if labels is not None and type_ not in labels:
-                        report.filter(f"entity type {type_!r} is not in the task's labels")
+                        report.filter(f"entity type {type_!r} is not in the task's labels",
+                                      file=path, line=line)
                         continue
                     reason = self.check(text, start, end, shift, mention)
                     if reason:
@@ -143,7 +144,8 @@ class InlineNerAdapter(Adapter):
                 entities = []
                 for start, end, type_ in marks:
                     if labels is not None and type_ not in labels:
-                        report.filter(f"entity type {type_!r} is not in the task's labels")
+                        report.filter(f"entity type {type_!r} is not in the task's labels",
+                                      file=path, line=number)
                     else:
                         entities.append(Entity(start, end, type_))
                 yield NERExample(text, entities)

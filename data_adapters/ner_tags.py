@@ -97,7 +97,8 @@ def tagged_example(tokens, tags, options, labels, path, line, report, line_per_t
         if type_ is None:
             continue
         if labels is not None and type_ not in labels:
-            report.filter(f"entity type {type_!r} is not in the task's labels")
+            report.filter(f"entity type {type_!r} is not in the task's labels", file=path,
+                          line=line + first if line_per_token else line)
             continue
         entities.append(Entity(starts[first], starts[end], type_))
     return NERExample("".join(tokens), entities)

@@ -73,9 +73,12 @@ class ReadReport:
             self.skip(NO_LABEL, file, line)
         return self.labels_required
 
-    def filter(self, reason, count=1):
-        """Annotations removed on purpose by an option (e.g. weibo's keep_suffix)."""
+    def filter(self, reason, count=1, file=None, line=None):
+        """Annotations removed on purpose by an option (e.g. weibo's keep_suffix), or
+        not in the task's labels; `file`/`line`: the first few places are kept."""
         self.filtered[reason] += count
+        if file is not None:
+            self._note("filtered", reason, file, line)
 
     def repair(self, reason, count=1):
         """A documented quirk of the release read as its publisher means it (BosonNLP's
@@ -135,6 +138,8 @@ class ReadReport:
         result["spans_lost_total"] = self.total_lost
         if self.filtered:
             result["filtered"] = dict(self.filtered.most_common())
+            result["filtered_places"] = {reason: self.places.get(("filtered", reason), [])
+                                         for reason in self.filtered}
         if self.repaired:
             result["repaired"] = dict(self.repaired.most_common())
         if self.absent:

@@ -47,6 +47,7 @@ import time
 import yaml
 
 from mtl_framework.errors import UserError
+from mtl_framework.outputs import check_folder
 from mtl_framework.finetune import DEFAULTS as FINETUNE_DEFAULTS
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
@@ -421,6 +422,7 @@ def benchmark(exports, suite_path, data_root, output, task_specs=(), cache_dir=N
     if not os.path.isdir(data_root):
         raise UserError(f"{data_root}: data root not found; pass --data-root DIR (the folder "
                         "holding the datasets, e.g. ../shared/data)")
+    check_folder(output, "--output")  # where the results go, before anything is read
     check_exports(exports)
     try:
         registry = load_registry(task_specs or None)

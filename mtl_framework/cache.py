@@ -64,6 +64,57 @@ def cache_root(cache_dir=None):
     return Path(os.environ.get(CACHE_ENV) or cache_dir or default_cache_root())
 
 
+TEMPORARY = ".tmp-"  # `.<folder>.tmp-<pid>-<random>`: a build in progress (or killed)
+
+
+def make_cache_folder(folder):
+    """mkdir -p a folder of the cache, or one UserError naming it ($MTL_CACHE_DIR a file,
+    read-only), and remove the temporary folders of builds whose process is gone."""
+    from mtl_framework.errors import UserError
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        where = f"$MTL_CACHE_DIR={os.environ[CACHE_ENV]}" if os.environ.get(CACHE_ENV) else \
+            "the feature cache"
+        raise UserError(f"{folder}: cannot create it ({error.strerror}; {where}): set "
+                        f"{CACHE_ENV} or cache_dir to a folder you can write") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"{folder}: not writable (the feature cache): set {CACHE_ENV} or "
+                        "cache_dir to a folder you can write")
+    remove_dead_temporaries(folder)
+
+
+def remove_dead_temporaries(folder):
+    """Remove `*.tmp-<pid>-*` entries of `folder` whose pid is no running process (a
+    killed build or worker left them); a live pid's is a build in progress. Returns them."""
+    removed = []
+    for name in os.listdir(folder):
+        if TEMPORARY not in name:
+            continue
+        pid = name.split(TEMPORARY, 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            remove_folder(Path(folder) / name)
+            removed.append(name)
+    return removed
+
+
+def process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_folder(path):
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        os.remove(path)
+
+
 def warn(message):
     print(f"mtl: warning: {message}", file=sys.stderr, flush=True)
 
@@ -258,7 +309,7 @@ def cached_features(task, split, tokenizer, data_root, cache_dir=None, max_lengt
     featurizer = featurizer_for_task(task, tokenizer, data_root, max_length, family, **settings)
     digest, inputs = cache_key(task, split, featurizer, data_root)
     final = cache_path(task, split, digest, cache_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(final.parent)
     with folder_lock(final):
         problem = check_folder(final) if final.exists() else None
         if final.exists() and problem is None:
@@ -302,7 +353,7 @@ def build_features(task, split, featurizer, data_root, final, inputs=None, log=N
 
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    temporary = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    temporary = final.parent / f".{final.name}{TEMPORARY}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     temporary.mkdir()
     try:
         if build is not None:

@@ -18,7 +18,9 @@ import sys
 import warnings
 
 from mtl_framework import tf_log_filter
-from mtl_framework.errors import UserError
+from mtl_framework.errors import Interrupted, UserError
+
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 # Command groups in the order `mtl --help` lists them.
 COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", "finetune",
@@ -96,6 +98,12 @@ def run_command(argv):
         for line in str(error).splitlines() or [type(error).__name__]:
             print(f"error: {line}", file=sys.stderr)
         return 2
+    except Interrupted as error:  # Ctrl-C where a command knows how to continue
+        print(f"\n{error}", file=sys.stderr)
+        return INTERRUPTED
+    except KeyboardInterrupt:  # Ctrl-C anywhere else: nothing half-written is kept
+        print(f"\ninterrupted: mtl {args.command} stopped", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

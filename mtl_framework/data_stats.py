@@ -86,7 +86,9 @@ def format_table(rows):
                 first = f" (first: {detail['first'][0]})" if detail["first"] else ""
                 lines.append(f"{kind} {detail['count']}: {reason}{first}")
         for reason, count in row.get("filtered", {}).items():
-            lines.append(f"filtered {count}: {reason}")
+            places = row.get("filtered_places", {}).get(reason)
+            lines.append(f"filtered {count}: {reason}"
+                         + (f" (first: {places[0]})" if places else ""))
         for reason, count in row.get("repaired", {}).items():
             lines.append(f"repaired {count}: {reason}")
         for path in row.get("absent", []):

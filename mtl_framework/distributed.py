@@ -35,7 +35,7 @@ def make_strategy(distribution="none"):
     if distribution == "multi_worker":
         if not os.environ.get("TF_CONFIG"):
             raise ExperimentError("distribution: multi_worker needs $TF_CONFIG (the cluster and "
-                                  "this worker's task); see README 'Multi-host training'")
+                                  "this worker's task); see docs/distributed.md")
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)

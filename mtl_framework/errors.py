@@ -11,3 +11,8 @@ class UserError(Exception):
     The message names the file (and line or field) and the fix, e.g.
     `experiments/x.yaml:4: keep_checkpoints must be >= 1 (got -1)`.
     """
+
+
+class Interrupted(Exception):
+    """Ctrl-C: the CLI prints str(error) (where the work stopped and the command that
+    continues it) as one line and exits 130, as a shell does for SIGINT."""

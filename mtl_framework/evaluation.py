@@ -28,7 +28,7 @@ from mtl_framework.cache import cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
-from mtl_framework.export import checkpoint_backbone, read_run
+from mtl_framework.export import check_run_vocab, checkpoint_backbone, read_run
 from mtl_framework.families import family
 from mtl_framework.heads import build_head
 from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,
@@ -141,6 +141,10 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     entry["examples"] = len(references)
     if not references:
         return {**entry, "score": None, "note": "no labelled examples in this split"}
+    if not task_family.labelled and not any(len(r) for r in references):
+        # Span gold (entities, answers, triples) empty everywhere: an unlabelled split
+        # (a test file). F1 would be 1.0 for a model that predicts nothing.
+        return {**entry, "score": None, "note": "no gold spans in this split (unlabelled?)"}
     metric = task.metric
     if metric == "mrr":
         # Ranking needs candidates grouped by question: only matching features give them.
@@ -243,6 +247,8 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     backbone and heads (built from trainer.json's head metadata), with no optimizer,
     mixture or sampler; train features are read (from the feature cache, built if it
     was deleted) only for the majority baselines."""
+    if data_root and not os.path.isdir(data_root):
+        raise UserError(f"--data-root {data_root}: no such folder")
     experiment = load_experiment(files.experiment_file(run_dir))
     checkpoint = read_run(run_dir, log)
     registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)
@@ -257,11 +263,15 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
         os.environ.get("MTL_DATA_ROOT", "data")
     # the split's files before the model is built (a task without the split is scored
     # as "no such split", not refused)
+    if not any(split in t.files for t in selected):
+        splits = sorted({s for t in selected for s in t.files})
+        raise UserError(f"--split {split}: none of the run's tasks has it; their splits: "
+                        f"{', '.join(splits)}")
     problems = missing_files([t for t in selected if split in t.files], data_root, split,
                              "pass --data-root DIR")
     if problems:
         raise UserError("\n".join(problems))
-    tokenizer = Tokenizer(os.path.join(run_dir, files.VOCAB))
+    tokenizer = Tokenizer(check_run_vocab(run_dir, checkpoint))
     model = checkpoint_model(checkpoint, experiment)
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
     train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=log,

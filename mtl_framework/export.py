@@ -22,7 +22,9 @@ which is exact because both blocks end in a bias-free linear map.
 The run is read through run_dir.py: the newest readable checkpoint (a damaged newer
 one is named in a warning), its backbone and head arrays only. An export is written
 into a temporary folder beside `output` and renamed into place; `output` must be new
-or empty, or (--force) hold an earlier export, which is then replaced entirely.
+or empty, or (--force) wholly an earlier export: its `export-manifest.json` lists every
+file the export wrote, and a folder holding anything else (or no manifest) is refused,
+so --force never deletes a file of the user's.
 """
 import json
 import os
@@ -40,8 +42,9 @@ from mtl_framework.experiment import ExperimentError
 FORMATS = ("keras", "bert4keras", "keras-hub", "roformer-pytorch")
 HEADS_CONFIG = "heads.json"
 HEADS_WEIGHTS = "heads.weights.npz"
-# A folder holding one of these is an earlier export, which --force may replace.
-EXPORT_MARKERS = ("config.json", "bert_config.json")
+# Every file an export wrote (relative path -> size); --force replaces only a folder
+# holding exactly these (plus the manifest itself).
+MANIFEST = "export-manifest.json"
 
 
 def checkpoint_backbone(checkpoint):
@@ -92,6 +95,21 @@ def chosen_checkpoint(run_dir, which, wanted=None):
     except files.CheckpointError as error:
         raise UserError(f"{error}: this checkpoint cannot be read; export another "
                         "(--checkpoint latest or a step)") from None
+def check_run_vocab(run_dir, checkpoint):
+    """RUN/vocab.txt must exist and have one token per row of the checkpoint's embedding
+    table: a cut or replaced vocab would tokenize into wrong ids, silently."""
+    from mtl_framework.tokenizer import load_vocab
+
+    path = os.path.join(run_dir, files.VOCAB)
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: not found (the vocab the run trained with): copy it back "
+                        "from where the run was written")
+    size, rows = len(load_vocab(path)), checkpoint.trainer["backbone"]["vocab_size"]
+    if size != rows:
+        raise UserError(f"{path}: {size} tokens, but the checkpoint {checkpoint.path} has "
+                        f"{rows} embedding rows: the vocab was cut or replaced; restore the "
+                        "run's own vocab.txt")
+    return path
 
 
 def load_run_backbone(run_dir, log=print):
@@ -186,6 +204,7 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print, check
     check_output(run_dir, output, force)
     which = checkpoint
     checkpoint = read_run(run_dir, log, which)
+    check_run_vocab(run_dir, checkpoint)  # every export holds it
     backbone = checkpoint_backbone(checkpoint)
     if fmt == "roformer-pytorch":  # refuse what the format cannot hold before writing anything
         from mtl_framework.roformer_pytorch import check_expressible
@@ -194,27 +213,78 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print, check
     heads = run_heads(checkpoint) if with_heads else None
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
-    os.makedirs(parent, exist_ok=True)
     stem = os.path.basename(os.path.abspath(output)) + files.TEMPORARY
-    for leftover in os.listdir(parent):  # from an export that was killed
-        if leftover.startswith(stem):
-            shutil.rmtree(os.path.join(parent, leftover), ignore_errors=True)
-    temporary = os.path.join(parent, stem + uuid.uuid4().hex)
-    os.makedirs(temporary)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        for leftover in os.listdir(parent):  # from an export that was killed
+            if leftover.startswith(stem):
+                shutil.rmtree(os.path.join(parent, leftover), ignore_errors=True)
+        temporary = os.path.join(parent, stem + uuid.uuid4().hex)
+        os.makedirs(temporary)
+    except OSError as error:
+        raise UserError(f"{output}: cannot write beside it in {parent} ({error.strerror}): give "
+                        "--output a folder you can write") from None
     try:
         write_export(run_dir, fmt, temporary, backbone, checkpoint, heads, log)
+        write_manifest(temporary)
         if os.path.isdir(output) and os.listdir(output):  # checked above: --force, an export
+            check_output(run_dir, output, force)  # again: it may have changed meanwhile
             shutil.rmtree(output)
         os.replace(temporary, output)
+    except OSError as error:  # disk full, a read-only folder: nothing of it is left
+        raise UserError(f"{output}: the export could not be written ({error.strerror or error}); "
+                        "nothing was written (an earlier export there is intact): free space "
+                        "or give --output a folder you can write") from None
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return output
+
+
+def export_files(directory):
+    """{relative path: size} of every file under `directory`, the manifest left out."""
+    found = {}
+    for root, folders, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, directory)
+            if relative != MANIFEST:
+                found[relative] = os.path.getsize(path)
+    return found
+
+
+def write_manifest(directory):
+    """export-manifest.json: every file the export wrote, so that --force can tell an
+    export of ours from a folder that merely holds a config.json."""
+    with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump({"written_by": "mtl export", "files": export_files(directory)}, f, indent=1,
+                  sort_keys=True)
+        f.write("\n")
+
+
+def foreign_files(directory):
+    """What in `directory` is not part of the export its manifest lists (a list of
+    reasons; empty when the folder is wholly that export)."""
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+            listed = json.load(f)["files"]
+    except FileNotFoundError:
+        return [f"no {MANIFEST}, so not an export of `mtl export`"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return [f"{MANIFEST} unreadable ({error})"]
+    found = export_files(directory)
+    extra = sorted(set(found) - set(listed))
+    changed = sorted(name for name in set(found) & set(listed) if found[name] != listed[name])
+    return [f"{name} is not part of the export" for name in extra] + \
+        [f"{name} changed since the export" for name in changed]
 
 
 def check_output(run_dir, output, force):
     """An export goes into a new or empty folder, or with --force over an earlier export."""
     if not os.path.exists(output):
         return
+    if os.path.islink(output):
+        raise UserError(f"{output}: a symbolic link (to {os.path.realpath(output)}): give "
+                        "--output the folder itself, or a new one")
     if not os.path.isdir(output):
         raise UserError(f"{output}: exists and is not a folder: give --output a new folder")
     entries = sorted(os.listdir(output))
@@ -227,9 +297,11 @@ def check_output(run_dir, output, force):
     if run == out or run.startswith(out + os.sep):
         raise UserError(f"{output}: holds the run directory {run_dir}, which --force would "
                         "delete: give --output a folder outside the run")
-    if not any(os.path.exists(os.path.join(output, m)) for m in EXPORT_MARKERS):
-        raise UserError(f"{output}: holds no earlier export (no {' or '.join(EXPORT_MARKERS)}), "
-                        "and --force only replaces one: give --output a new or empty folder")
+    foreign = foreign_files(output)
+    if foreign:
+        raise UserError(f"{output}: not wholly an earlier export ({foreign[0]}"
+                        + (f", and {len(foreign) - 1} more" if len(foreign) > 1 else "")
+                        + "), and --force replaces only that: give --output a new or empty folder")
 
 
 def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):

@@ -17,8 +17,13 @@ paired comparison (`mtl benchmark`) can check it instead of assuming it.
 """
 import hashlib
 import os
+import tempfile
 
 import yaml
+
+from mtl_framework.errors import UserError
+
+FINETUNE_YAML = "finetune.yaml"
 
 DEFAULTS = dict(steps=200, batch_size=16, lr=2e-5, max_length=128, warmup_steps=None,
                 weight_decay=0.01, optimizer="adamw", seed=0, dropout=None)
@@ -68,21 +73,61 @@ def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache
     from mtl_framework.trainer import Run
 
     pretrained.layout(export_dir)  # refuse a folder it cannot start from before writing
-    load_registry(task_specs).select([task])  # an unknown task: refused before writing
+    if pretrained.vocab_path(export_dir) is None:
+        raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found; fine-tuning uses "
+                        "the vocab the weights were trained with: copy it into that folder")
+    spec = load_registry(task_specs).select([task])[0]  # an unknown task: refused before writing
+    if eval_split not in (spec.files or {}):
+        raise UserError(f"--eval-split {eval_split}: task {task!r} has no such split; its "
+                        f"splits: {', '.join(spec.files or {}) or 'none'} ({spec.spec_path})")
+    if data_root is None:  # named here, not as a key of the generated experiment
+        data_root = os.environ.get("MTL_DATA_ROOT", "data")
+        if not os.path.isdir(data_root):
+            raise UserError(f"no --data-root given, and the default {data_root} ("
+                            f"{'$MTL_DATA_ROOT' if 'MTL_DATA_ROOT' in os.environ else './data'}) "
+                            "is no folder: pass --data-root DIR (the folder holding the datasets)")
+    elif not os.path.isdir(data_root):
+        raise UserError(f"--data-root {data_root}: no such folder")
     output = output or os.path.join("runs", f"finetune-{task}")
-    os.makedirs(output, exist_ok=True)
-    path = os.path.join(output, "finetune.yaml")
-    with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(finetune_experiment(export_dir, task, data_root, task_specs, cache_dir,
-                                           **settings), f, allow_unicode=True, sort_keys=False)
-    run = Run(path, output=output, log=log, resume=False)
-    start = start_digests(run, task)
-    run.train()
+    check_output(output)
+    experiment = finetune_experiment(export_dir, task, data_root, task_specs, cache_dir, **settings)
+    # The run is checked and built from a copy outside `output`: a refusal writes nothing there.
+    with tempfile.TemporaryDirectory(prefix="mtl-finetune-") as scratch:
+        draft = os.path.join(scratch, FINETUNE_YAML)
+        write_yaml(draft, experiment)
+        run = Run(draft, output=output, log=log, resume=False)
+        start = start_digests(run, task)
+        os.makedirs(output, exist_ok=True)
+        write_yaml(os.path.join(output, FINETUNE_YAML), experiment)  # the record of what ran
+        run.train()
     results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
     line = evaluation.record(run.run_dir, run.step, eval_split, results)
     if log:
         log(evaluation.format_results(line))
     return run, {**line, "start": start}
+
+
+def write_yaml(path, experiment):
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(experiment, f, allow_unicode=True, sort_keys=False)
+
+
+def check_output(output):
+    """A fine-tune trains into a new run directory: one that holds a run (checkpoints, an
+    experiment, an earlier fine-tune, or a training writing it now) is refused."""
+    from mtl_framework import run_dir as files
+
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise UserError(f"--output {output}: exists and is not a folder: give a new folder")
+    holder = files.lock_holder_of(output)
+    if holder:
+        raise UserError(f"--output {output}: `mtl train` (pid {holder}) is writing it: give "
+                        "--output a new folder")
+    held = [name for name in (FINETUNE_YAML, files.EXPERIMENT, files.CHECKPOINTS)
+            if os.path.exists(os.path.join(output, name))]
+    if held:
+        raise UserError(f"--output {output}: already holds a run ({held[0]}); a fine-tune "
+                        "starts fresh: give --output a new folder")
 
 
 def start_digests(run, task):

@@ -21,7 +21,12 @@ becomes `{"id": ..., "prediction": ...}` (`id` only when the input has one):
     extraction_event     [{"event_type", "trigger": SPAN or null, "arguments": [{"role", "text", "start", "end"}]}]
 
 An example the featurizer cannot take (a coreference span past max_length, a question
-without choices) is still written, as `"prediction": null` with an `"error"` saying why.
+without choices), and a row the adapter cannot read (bad JSON, no text), is still
+written, as `"prediction": null` with an `"error"` saying why (the unreadable row's
+file:line), so the output has one line per input record in input order.
+
+Outputs are checked before the model is loaded (`check_output`): an existing file is
+replaced only with `force`, the input never, and its folder must exist.
 """
 import dataclasses
 import json
@@ -29,12 +34,16 @@ import os
 import sys
 import tempfile
 import time
+import zipfile
 
 import numpy as np
+from data_adapters import ReadReport
+from data_adapters.report import place
 
 from mtl_framework import clue, evaluation
 from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.errors import UserError
+from mtl_framework.outputs import check_file, check_folder, usual_mode
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
 # What each example type holds as gold; prediction never reads it (test files have none).
@@ -61,7 +70,7 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print):
     if os.path.isfile(os.path.join(path, "config.json")):
         try:
             metadata, weights = export.load_heads(path)
-        except (OSError, ValueError) as error:  # heads.json without readable weights beside it
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # cut heads files
             raise UserError(f"{path}: its heads cannot be read ({error}); export again with "
                             "`mtl export RUN_DIR --format keras --with-heads`") from None
         if metadata is None:
@@ -85,6 +94,7 @@ def _load_run(path, data_root, specs, max_length, log):
     try:
         experiment = load_experiment(os.path.join(path, "experiment.yaml"))
         checkpoint = export.read_run(path, log)
+        export.check_run_vocab(path, checkpoint)
         backbone = export.checkpoint_backbone(checkpoint)
         metadata, weights = export.run_heads(checkpoint)
     except (FileNotFoundError, ValueError, ExperimentError) as error:
@@ -188,10 +198,12 @@ class PredictModel:
     def read(self, task, paths, report=None):
         """The examples of `paths` in the task's format, in file order. Gold filters
         (skip_labels) are off, labels unchecked and the adapter's predict_options on
-        (e.g. CLUE test placeholders read as no gold): every row is predicted."""
-        from data_adapters import ReadReport, get_adapter, read_files
+        (e.g. CLUE test placeholders read as no gold): every row is predicted.
+        `report.order` (an OrderedReport) then holds, in input order, each example's
+        index or an unreadable row's (reason, place)."""
+        from data_adapters import get_adapter, read_files
 
-        report = report if report is not None else ReadReport()
+        report = report if report is not None else OrderedReport()
         for path in paths:
             if not os.path.isfile(path):
                 raise UserError(f"{path}: no such file (task {task.name!r} reads "
@@ -200,8 +212,11 @@ class PredictModel:
                    **get_adapter(task.format).predict_options}
         where = f"{', '.join(map(str, paths))} (task {task.name!r}, format {task.format!r})"
         try:
-            examples = list(read_files(task.format, paths, options, task.fields, task.type, None,
-                                       report, where=where))
+            examples = []
+            for example in read_files(task.format, paths, options, task.fields, task.type, None,
+                                      report, where=where):
+                report.order.append(len(examples))  # after the skips met before it
+                examples.append(example)
         except (OSError, ValueError, KeyError, UnicodeDecodeError) as error:
             raise UserError(f"{where}: unreadable ({error})") from None
         if not examples:
@@ -275,6 +290,7 @@ class PredictModel:
         """Predict every example of `input_path` into `output_path` (JSON lines, input
         order, written whole or not at all); returns a summary dict."""
         task = self.task(task_name)
+        check_output(output_path, [input_path], force=True)  # never the input itself
         started = time.time()
         examples, report = self.read(task, [input_path])
         update, close = progress_bar(len(examples), task.name)
@@ -282,22 +298,28 @@ class PredictModel:
             rows = self.predict(task, examples, batch_size, update)
         finally:
             close()
-        lines = [json.dumps(prediction_line(e, p, error), ensure_ascii=False)
-                 for e, p, error in rows]
+        lines = [json.dumps(prediction_line(*rows[slot]) if isinstance(slot, int) else
+                            {"prediction": None, "error": f"unreadable row ({slot[0]}) at {slot[1]}"},
+                            ensure_ascii=False) for slot in report.order]
         write_atomic(output_path, "\n".join(lines) + "\n")
         summary = {"task": task.name, "input": input_path, "output": output_path,
-                   "examples": len(rows), "skipped_rows": dict(report.skipped),
+                   "examples": len(rows), "lines": len(lines), "skipped_rows": dict(report.skipped),
                    "not_featurized": sum(error is not None for _, _, error in rows),
                    "truncated": self.truncated, "seconds": round(time.time() - started, 2)}
         self.log(summary_line(summary, report, self.length(task)))
         return summary
 
-    def predict_clue(self, output_dir, batch_size=32):
+    def predict_clue(self, output_dir, batch_size=32, force=False):
         """Every CLUE 1.1 file the model's tasks can fill from their test splits, written to
         output_dir; returns {"written": {file: rows}, "skipped": {file or task: reason}}.
-        Everything is read and predicted before anything is written."""
-        from data_adapters import ReadReport
-
+        Everything is read and predicted before anything is written; a file already in
+        output_dir is replaced only with `force` (checked before predicting)."""
+        existing = [os.path.join(output_dir, f.name) for f in clue.clue_files_for(self.tasks)
+                    if os.path.exists(os.path.join(output_dir, f.name))]
+        if existing and not force:
+            raise UserError(f"--output {output_dir}: already holds {existing[0]}"
+                            + (f" and {len(existing) - 1} more CLUE file(s)" if len(existing) > 1
+                               else "") + ": pass --force to replace them, or give a new folder")
         files, skipped = {}, {}
         for clue_file in clue.clue_files_for(self.tasks):
             rows, labels = [], None
@@ -313,7 +335,12 @@ class PredictModel:
                 if missing:
                     skipped[name] = f"test file not found: {missing[0]} (pass --data-root)"
                     continue
-                examples, _ = self.read(task, paths, ReadReport())
+                examples, report = self.read(task, paths)
+                if report.skipped:  # a file keyed by id would silently miss those rows
+                    reason, n = report.skipped.most_common(1)[0]
+                    skipped[name] = (f"{sum(report.skipped.values())} test row(s) unreadable, "
+                                     f"e.g. {reason} at {report.places[('skipped', reason)][0]}")
+                    continue
                 rows.append((task, examples))
             if not rows:
                 continue
@@ -344,13 +371,62 @@ class PredictModel:
             raise UserError(f"{self.source}: no CLUE file to write: "
                             + (reasons or f"none of its tasks ({', '.join(self.tasks)}) is a "
                                "CLUE task"))
-        os.makedirs(output_dir, exist_ok=True)
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+        except OSError as error:
+            raise UserError(f"{output_dir}: cannot create the folder ({error.strerror}): give "
+                            "--output a folder you can write") from None
         for name, (text, _) in files.items():
             write_atomic(os.path.join(output_dir, name), text)
         return {"written": {name: n for name, (_, n) in files.items()}, "skipped": skipped}
 
 
 # ------------------------------------------------------------------ output
+
+
+class OrderedReport(ReadReport):
+    """A ReadReport that also keeps the input order of examples and skipped rows
+    (adapters read their files in order and yield lazily: a skip recorded before an
+    example was yielded came from a row before it). `order`: an example's index, or
+    an unreadable row's (reason, file:line)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.order = []
+
+    def skip(self, reason, file, line=None):
+        super().skip(reason, file, line)
+        self.order.append((reason, place(file, line)))
+
+
+def same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(output, inputs=(), model_dir=None, force=False, folder=False):
+    """Refuse, before any work, an output that would lose a file: an input (always), a
+    file of the run directory or export predicted from (always), an existing file
+    (unless `force`), or a path whose folder is missing or not writable. `folder`: the
+    output is a folder (--clue), which may exist."""
+    flag = "--output"
+    for path in inputs:
+        if path and os.path.exists(output) and same_file(output, path):
+            raise UserError(f"{flag} {output}: is the input {path}: write the predictions "
+                            "to another file")
+    if model_dir and os.path.exists(output) and not folder and \
+            os.path.realpath(output).startswith(os.path.realpath(model_dir) + os.sep):
+        raise UserError(f"{flag} {output}: a file of {model_dir}, which the predictions "
+                        "would replace: write them outside it")
+    if folder:
+        check_folder(output, flag)
+        return
+    check_file(output, flag)
+    if os.path.exists(output) and not force:
+        raise UserError(f"{flag} {output}: exists: pass --force to replace it, or give "
+                        "a new file")
 
 
 def prediction_line(example, prediction, error=None):
@@ -366,7 +442,7 @@ def summary_line(summary, report, max_length):
              f"({summary['seconds']} s)"]
     for reason, n in report.skipped.most_common():
         places = ", ".join(report.places.get(("skipped", reason), []))
-        parts.append(f"{n} row(s) unreadable, not predicted: {reason} (e.g. {places})")
+        parts.append(f"{n} row(s) unreadable, written as prediction null: {reason} (e.g. {places})")
     if summary["not_featurized"]:
         parts.append(f"{summary['not_featurized']} example(s) not featurized (prediction null, "
                      "`error` says why)")
@@ -398,11 +474,22 @@ def write_atomic(path, text):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UserError(f"{path}: its folder {directory} does not exist")
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-predict-")
+    if os.path.isdir(path):
+        raise UserError(f"{path}: is a folder: remove it or write elsewhere")
     try:
+        handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-predict-")
+    except OSError as error:
+        raise UserError(f"{path}: cannot write in {directory} ({error.strerror})") from None
+    try:
+        usual_mode(temporary)  # mkstemp's 0600 would differ from its siblings
         with os.fdopen(handle, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(temporary, path)
+    except OSError as error:  # disk full, ...: the temporary goes, the old file stays
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise UserError(f"{path}: could not be written ({error.strerror or error}); nothing "
+                        "was changed: free space or write elsewhere") from None
     except BaseException:
         if os.path.exists(temporary):
             os.remove(temporary)

@@ -16,6 +16,7 @@ and label files, the vocab and its size against a checkpoint's embedding
 table, and (with `resume` given) that the run directory is free for a new run
 or holds a run of this same experiment.
 """
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -163,6 +164,24 @@ def check_run_dir(plan, resume):
             f"{experiment.where('backbone', 'vocab')}: the vocab {plan.vocab} differs from "
             f"{os.path.join(run_dir, 'vocab.txt')}, which the run was trained with: use that "
             "one to resume, or --output a new directory")
+    own, rows = os.path.join(run_dir, "vocab.txt"), _checkpoint_vocab_size(run_dir, plan)
+    if rows is not None and _vocab_size(own, own) != rows:
+        raise ExperimentError(
+            f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
+            f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
+
+
+def _checkpoint_vocab_size(run_dir, plan):
+    """vocab_size in the newest checkpoint's trainer.json (None when it cannot be read:
+    the resume then falls back past it, and checks the one it uses)."""
+    from mtl_framework import run_dir as files
+
+    path = os.path.join(run_dir, files.CHECKPOINTS, plan.checkpoints[-1], files.TRAINER)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return int(json.load(f)["backbone"]["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _differences(plan, stored_path):

@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import pickle
+import signal
 import sys
 import uuid
 from concurrent.futures import ProcessPoolExecutor
@@ -112,7 +113,7 @@ class Workers:
         self.pool = None
         if self.count > 1:
             self.pool = ProcessPoolExecutor(self.count, mp_context=get_context("spawn"),
-                                            initializer=_worker_start)
+                                            initializer=_worker_start, initargs=(os.getpid(),))
 
     def map(self, fn, items, window=None):
         """fn(item) for each item, in order; at most `window` (2 x workers) pending."""
@@ -127,21 +128,55 @@ class Workers:
         while pending:
             yield pending.popleft().result()
 
-    def close(self):
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+    def close(self, interrupted=False):
+        """Wait for the workers to finish; `interrupted` (Ctrl-C, an error): stop them now
+        (a worker's half-built cache folder is removed by the next build's clean-up)."""
+        if self.pool is None:
+            return
+        if interrupted:
+            for process in list(getattr(self.pool, "_processes", {}).values()):
+                process.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, kind, *exc):
+        self.close(interrupted=kind is not None)
 
 
-def _worker_start():
+def _worker_start(parent):
     # One tokenizer thread per worker: N workers, N cores (not N x the rayon pool).
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # Ctrl-C reaches the whole process group: the parent alone handles it (and stops
+    # us), so a worker prints no KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent)
+
+
+def die_with_parent(parent):
+    """Linux: the kernel sends this process SIGKILL when its parent dies (SIGKILLed
+    included), so no worker outlives a killed `mtl` (and with the workers gone, the
+    resource tracker sees its pipe close and exits too). Elsewhere: a thread that
+    watches the parent."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) == 0:  # 1 = PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before the prctl
+                os._exit(1)
+            return
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 _FEATURIZER = {}  # one unpickled featurizer per worker, by the digest of its pickle
@@ -288,13 +323,18 @@ def vocab_key(tasks, data_root, max_size):
 def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None, log=None,
                  total=None):
     """Path of the character vocab built from the tasks' train text (in the cache
-    root; built once, in `workers` processes, with a progress bar)."""
+    root; built once, in `workers` processes, with a progress bar). Its meta.json holds
+    the vocab's SHA-256 and token count: a folder that does not match it (a cut or
+    edited vocab.txt, a missing meta.json) is rebuilt, with a warning naming it."""
     final = C.cache_root(cache_dir) / ".vocab" / vocab_key(tasks, data_root, max_size)[:16]
     path = final / "vocab.txt"
-    final.parent.mkdir(parents=True, exist_ok=True)
+    C.make_cache_folder(final.parent)
     with C.folder_lock(final):
-        if path.is_file():
+        problem = check_vocab_folder(final) if final.exists() else None
+        if final.exists() and problem is None:
             return path
+        if problem:
+            C.warn(f"{final}: {problem}; rebuilding it")
         own = workers is None
         workers = Workers(default_workers()) if own else workers
         try:
@@ -302,16 +342,48 @@ def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None,
                 total = sum(count_jobs([Job(t, "train", 0) for t in tasks], data_root,
                                        workers).values())
             counts = count_vocab(tasks, data_root, workers, total)
-        finally:
+        except BaseException:
             if own:
-                workers.close()
-        temporary = final.parent / f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                workers.close(interrupted=True)
+            raise
+        if own:
+            workers.close()
+        temporary = final.parent / f".{final.name}{C.TEMPORARY}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         temporary.mkdir()
-        V.write_vocab(V.build_vocab(counts, max_size=max_size), temporary / "vocab.txt")
-        os.replace(temporary, final)
+        try:
+            tokens = V.build_vocab(counts, max_size=max_size)
+            V.write_vocab(tokens, temporary / "vocab.txt")
+            digest = hashlib.sha256((temporary / "vocab.txt").read_bytes()).hexdigest()
+            (temporary / "meta.json").write_text(json.dumps(
+                {"sha256": digest, "tokens": len(tokens)}), encoding="utf-8")  # last: complete
+            if final.exists():  # the damaged folder, out of the way
+                C.remove_folder(final)
+            os.replace(temporary, final)
+        finally:
+            C.remove_folder(temporary)
     if log:
         log(f"built a character vocab from the tasks' train text: {path}")
     return path
+
+
+def check_vocab_folder(folder):
+    """None when vocab.txt matches its meta.json (hash, token count), else what does not."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        expected, tokens = meta["sha256"], meta["tokens"]
+    except FileNotFoundError:
+        return "no meta.json (an interrupted or damaged vocab folder)"
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"meta.json unreadable ({error})"
+    try:
+        data = (folder / "vocab.txt").read_bytes()
+    except OSError as error:
+        return f"vocab.txt unreadable ({error.strerror or error})"
+    if hashlib.sha256(data).hexdigest() != expected:
+        lines = data.count(b"\n")
+        return (f"vocab.txt ({lines} lines) is not the vocab meta.json describes "
+                f"({tokens} tokens): cut or changed")
+    return None
 
 
 def count_vocab(tasks, data_root, workers, total=None):
@@ -377,7 +449,14 @@ def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print,
                                       job.max_length, job.family, build=build, **job.settings)
             for future in futures:
                 future.result()
-    finally:
+    except BaseException:
+        if pool is not workers_pool:
+            pool.close(interrupted=True)
+            for folder in {C.cache_root(cache_dir) / job.task.name for job in pending}:
+                if folder.is_dir():  # what the stopped workers were building
+                    C.remove_dead_temporaries(folder)
+        raise
+    else:
         if pool is not workers_pool:
             pool.close()
     return pending

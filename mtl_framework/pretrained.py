@@ -85,6 +85,15 @@ def read_config(directory, kind):
 def load_backbone(directory, kind, **overrides):
     """The folder's backbone with its weights; `overrides` (dropout, attention_dropout,
     alpha_warmup_steps) replace the folder's values, never its dims."""
+    try:
+        return _load(directory, kind, overrides)
+    except unreadable_weights() as error:  # truncated or damaged weight files
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"{directory}: its {kind} weights cannot be read ({reason[:200]}): "
+                        "copy or export the folder again") from None
+
+
+def _load(directory, kind, overrides):
     from mtl_framework.backbone import RoFormerV2Backbone
 
     if kind == "keras":
@@ -97,6 +106,20 @@ def load_backbone(directory, kind, **overrides):
                                                   os.path.join(directory, "bert_model.ckpt"),
                                                   **overrides)
     return RoFormerV2Backbone.from_roformer_pytorch(directory, **overrides)
+
+
+def unreadable_weights():
+    """The exceptions a damaged weights file raises in h5py (OSError), TensorFlow's
+    checkpoint reader (OpError: DataLossError and kin) and safetensors."""
+    import tensorflow as tf
+
+    kinds = [OSError, EOFError, tf.errors.OpError]
+    try:
+        from safetensors import SafetensorError
+        kinds.append(SafetensorError)
+    except ImportError:
+        pass
+    return tuple(kinds)
 
 
 def vocab_path(directory):

@@ -274,6 +274,10 @@ def write_report(run_dir, output=None):
     records = read_jsonl(metrics_path, check_update)
     if not task_names(records):
         raise ReportError(f"{metrics_path}: no update recorded yet; plot after the run's first update")
+    from mtl_framework.outputs import check_folder
+
+    check_folder(output or os.path.join(run_dir, "plots"),
+                 "--output" if output else "the plots folder")
     output = output or os.path.join(run_dir, "plots")
     os.makedirs(output, exist_ok=True)
     written = [

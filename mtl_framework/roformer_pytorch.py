@@ -25,6 +25,7 @@ import numpy as np
 
 from mtl_framework import bert4keras_io
 from mtl_framework.errors import UserError
+from mtl_framework.outputs import usual_mode
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
@@ -173,6 +174,7 @@ def save_roformer_pytorch(backbone, directory, vocab_path=None, max_positions=MI
     # metadata format=pt: transformers refuses a safetensors file without it
     save_file(to_torch_weights(backbone, config["max_position_embeddings"]),
               os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
+    usual_mode(os.path.join(directory, SAFETENSORS))  # safetensors writes it 0600
     if vocab_path is not None:
         shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
         # Our tokenizer gives BertTokenizer's ids (lower-cased, one token per CJK char)

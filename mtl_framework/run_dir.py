@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 import uuid
 import zipfile
@@ -52,6 +53,7 @@ EXPERIMENT = "experiment.yaml"
 VOCAB = "vocab.txt"
 EVALUATIONS = "evaluations.jsonl"
 PROVENANCE = "provenance.jsonl"
+METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 STATE = "state.npz"
 TRAINER = "trainer.json"
@@ -295,6 +297,10 @@ def read_checkpoint(path, wanted=None):
     return Checkpoint(path, trainer, arrays)
 
 
+def warn(message):
+    print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
 def _reason(error):
     return str(error) or type(error).__name__
 
@@ -310,10 +316,9 @@ def latest_checkpoint(run_dir, wanted=None, log=print):
             checkpoint = read_checkpoint(path, wanted)
         except CheckpointError as error:
             damaged.append((path, str(error)))
-            if log:
-                log(f"warning: checkpoint {path} cannot be read ({error}); "
-                    "trying the one before it")
             continue
+        for bad, reason in damaged if log else []:  # warnings: on stderr, whatever `log` is
+            warn(f"checkpoint {bad} cannot be read ({reason}); trying the one before it")
         checkpoint.damaged = [path for path, _ in damaged]
         return checkpoint
     if damaged:
@@ -330,7 +335,7 @@ def set_aside(paths, log=print):
         target = os.path.join(os.path.dirname(path), DAMAGED + os.path.basename(path))
         os.replace(path, target)
         if log:
-            log(f"warning: moved the damaged checkpoint {path} aside to {target}")
+            warn(f"moved the damaged checkpoint {path} aside to {target}")
 
 
 def remove_leftovers(run_dir, log=print):
@@ -341,7 +346,8 @@ def remove_leftovers(run_dir, log=print):
     leftovers = [os.path.join(root, d) for d in sorted(os.listdir(root))
                  if d.startswith(TEMPORARY)] if os.path.isdir(root) else []
     leftovers += [os.path.join(run_dir, f) for f in sorted(os.listdir(run_dir))
-                  if f.startswith(EXPERIMENT + TEMPORARY)]
+                  if any(f.startswith(name + TEMPORARY) for name in (EXPERIMENT, METRICS,
+                                                                     EVALUATIONS, VOCAB))]
     for path in leftovers:
         if os.path.isdir(path):
             shutil.rmtree(path)
@@ -362,8 +368,13 @@ class RunLock:
     (the file stays empty: the PID comes from the kernel's lock table, /proc/locks)."""
 
     def __init__(self, run_dir):
-        self.path = os.path.join(run_dir, LOCK)
-        self.fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+        self.path, self.fd = os.path.join(run_dir, LOCK), None
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError as error:  # a folder of that name, a read-only run directory
+            raise UserError(f"{self.path}: cannot create or open the run's lock file "
+                            f"({error.strerror}): remove what is there, or train into "
+                            "another --output") from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -384,6 +395,23 @@ class RunLock:
             self.fd = None
 
     __del__ = release
+
+
+def lock_holder_of(run_dir):
+    """The PID of a process holding RUN_DIR/train.lock now, else None (creates nothing)."""
+    try:
+        fd = os.open(os.path.join(run_dir, LOCK), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return lock_holder(fd) or "unknown"
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 def lock_holder(fd):
@@ -407,9 +435,14 @@ def write_experiment(run_dir, raw):
     """experiment.yaml (the resolved experiment), replaced atomically."""
     path = os.path.join(run_dir, EXPERIMENT)
     temporary = f"{path}{TEMPORARY}{uuid.uuid4().hex}"
-    with open(temporary, "w", encoding="utf-8") as f:
-        yaml.safe_dump(raw, f, allow_unicode=True, sort_keys=False)
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            yaml.safe_dump(raw, f, allow_unicode=True, sort_keys=False)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
     return path
 
 
@@ -423,8 +456,63 @@ def experiment_file(run_dir):
 
 
 def append_evaluation(run_dir, line):
-    with open(os.path.join(run_dir, EVALUATIONS), "a", encoding="utf-8") as f:
+    path = os.path.join(run_dir, EVALUATIONS)
+    drop_cut_last_line(path)  # appended onto, a cut line would merge with this one
+    with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(line, ensure_ascii=False, default=float) + "\n")
+
+
+def drop_cut_last_line(path):
+    """Truncate a JSON-lines file after its last newline (a killed append's rest)."""
+    try:
+        with open(path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+                warn(f"{path}: removed an unfinished last line (a killed write)")
+    except FileNotFoundError:
+        pass
+
+
+def trim_records(path, step, log=print):
+    """Cut a JSON-lines record file (metrics.jsonl, evaluations.jsonl) back to the lines
+    of updates <= `step`, the step a run (re)starts from: the updates after it are trained
+    again and write their lines again, so each step is in the file once. A last line
+    without its newline (a killed append) is dropped rather than appended onto. Rewritten
+    atomically, and only when something changes. Returns the number of lines dropped."""
+    if not os.path.exists(path):
+        return 0
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: not a file (the run's record of each step is kept there): "
+                        "move it away")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        texts = f.readlines()
+    kept, cut, later = [], 0, 0
+    for number, text in enumerate(texts, 1):
+        if not text.endswith("\n") and number == len(texts):
+            cut = 1  # an unfinished append
+            continue
+        try:
+            record = json.loads(text)
+        except ValueError:
+            kept.append(text)  # a damaged middle line is the user's to see (report names it)
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and \
+                record["step"] > step:
+            later += 1
+            continue
+        kept.append(text)
+    if not (cut or later):
+        return 0
+    temporary = f"{path}{TEMPORARY}{uuid.uuid4().hex}"
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.writelines(kept)
+    os.replace(temporary, path)
+    if log:
+        log(f"{path}: " + ", ".join(
+            ([f"{later} line(s) of updates after {step} removed (trained again)"] if later else [])
+            + (["an unfinished last line (a killed write) removed"] if cut else [])))
+    return cut + later
 
 
 def read_evaluations(run_dir, log=None):

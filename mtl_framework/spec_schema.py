@@ -42,6 +42,14 @@ def positive_int(value):
         return "must be a whole number > 0, got %r%s" % (value, hint)
 
 
+def length_int(value):
+    """max_length: room for [CLS], [SEP] and at least one token of each of two texts."""
+    problem = positive_int(value)
+    if problem is None and value < 4:
+        return "must be a whole number >= 4 ([CLS] text [SEP] takes 3), got %r" % (value,)
+    return problem
+
+
 def non_negative_number(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         return "must be a number >= 0, got %r" % (value,)
@@ -162,7 +170,7 @@ TASK_KEYS = {
     "labels": (label_list, False),
     "label_file": (text, False),
     "multi_label": (boolean, False),
-    "max_length": (positive_int, True),
+    "max_length": (length_int, True),
     "metric": (text, True),
     "rate": (non_negative_number, False),
     "loss_weight": (positive_number, False),

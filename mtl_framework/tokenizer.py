@@ -13,6 +13,8 @@ from tokenizers import Tokenizer as RustTokenizer
 from tokenizers import normalizers, pre_tokenizers
 from tokenizers.models import WordPiece
 
+from mtl_framework.errors import UserError
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 # bert4keras's _is_space (\t \n \r and Unicode Zs) become spaces; Cc/Cf controls and
@@ -21,11 +23,21 @@ BERT4KERAS_SPACES = Regex(r"[\t\n\r\p{Zs}]")
 BERT4KERAS_CONTROLS = Regex(r"[\p{Cc}\p{Cf}\x{fffd}]")
 
 
+class VocabError(UserError, ValueError):
+    """A vocab.txt that cannot be used (not UTF-8, no special tokens): one line."""
+
+
 def load_vocab(path):
     """token -> id from a bert4keras/BERT vocab.txt (first field of each line)."""
     vocab = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise VocabError(f"{path}:{number}: not UTF-8 ({error.reason} at byte "
+                                 f"{error.start}): a damaged vocab; use the vocab.txt the "
+                                 "weights were trained with") from None
             fields = line.split()
             token = fields[0] if fields else line.strip()
             vocab.setdefault(token, len(vocab))
@@ -56,7 +68,7 @@ class Tokenizer:
         self.vocab = load_vocab(vocab_path)
         missing = [t for t in SPECIAL_TOKENS if t not in self.vocab]
         if missing:
-            raise ValueError(f"{vocab_path}: missing special tokens {missing}; a bert4keras vocab "
+            raise VocabError(f"{vocab_path}: missing special tokens {missing}; a bert4keras vocab "
                              "starts with [PAD] (id 0), [UNK], [CLS], [SEP], [MASK]")
         if self.vocab["[PAD]"] != 0:
             raise ValueError(f"{vocab_path}: [PAD] must be id 0 (padding masks token id 0)")

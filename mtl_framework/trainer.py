@@ -90,6 +90,17 @@ def build_backbone(experiment, tokenizer):
     return RoFormerV2Backbone(**backbone_config(size, **spec))
 
 
+def no_rows_message(task, features):
+    """A train split nothing could be learned from, with what the adapter skipped and where."""
+    read = features.meta.get("read", {})
+    reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
+                        for reason, entry in list(read.get("skipped", {}).items())[:2])
+    return (f"{task.spec_path}:{task.line}: task {task.name!r} has no usable train rows "
+            f"({read.get('examples', 0)} examples read"
+            + (f"; skipped {read.get('skipped_total')}: {reasons}" if reasons else "")
+            + "): fix its train file or leave the task out")
+
+
 class RunLogger(keras.callbacks.Callback):
     """metrics.jsonl + TensorBoard per update; checkpoints every `every` updates."""
 
@@ -98,7 +109,7 @@ class RunLogger(keras.callbacks.Callback):
         self.run, self.every, self.keep, self.step = run, every, keep, start_step
         self.evaluated = None  # step of the last evaluation
         self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
-        self.metrics = open(os.path.join(run.work_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        self.metrics = open(os.path.join(run.work_dir, files.METRICS), "a", encoding="utf-8")
         self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
 
     def on_train_batch_end(self, batch, logs=None):
@@ -267,12 +278,21 @@ class Run:
         """experiment.yaml and vocab.txt into the run directory: called by `train` once
         every check has passed and the lock is held, so a refused command leaves the
         directory as it was."""
-        os.makedirs(self.work_dir, exist_ok=True)
-        files.write_experiment(self.work_dir, self.plan.resolved)
-        files.append_provenance(self.work_dir, self.step)  # self.step: where this start resumes
         target = os.path.join(self.work_dir, files.VOCAB)
-        if os.path.abspath(self.vocab_path) != os.path.abspath(target):
-            shutil.copyfile(self.vocab_path, target)
+        temporary = f"{target}{files.TEMPORARY}{os.getpid()}"
+        try:
+            os.makedirs(self.work_dir, exist_ok=True)
+            files.write_experiment(self.work_dir, self.plan.resolved)
+            files.append_provenance(self.work_dir, self.step)  # self.step: where this start resumes
+            if os.path.abspath(self.vocab_path) != os.path.abspath(target):
+                shutil.copyfile(self.vocab_path, temporary)  # whole or not at all
+                os.replace(temporary, target)
+        except OSError as error:  # disk full, a read-only run directory
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise UserError(f"{self.work_dir}: cannot write the run's files "
+                            f"({error.strerror or error}): free space or train into another "
+                            "--output") from None
 
     def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
         """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
@@ -304,6 +324,8 @@ class Run:
             length = min(task.max_length, exp.max_length)
             features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
                                        max_length=length, log=self.log)
+            if len(features) == 0:
+                raise UserError(no_rows_message(task, features))
             streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
             sizes[task.name] = example_count(features)
             labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
@@ -415,7 +437,11 @@ class Run:
         for name, variable in named.items():
             variable.assign(values[name])
         state = checkpoint.trainer
-        self.mixture.restore(state["mixture"])
+        try:
+            self.mixture.restore(state["mixture"])
+        except ValueError as error:  # the train data changed since the checkpoint
+            raise UserError(f"{checkpoint.path}: {error}: restore the data the run trained "
+                            "on, or train into a new --output") from None
         self.model.skipped.update(state.get("skipped", {}))
         if self.best is not None:
             self.best.restore(state.get("best"))
@@ -449,6 +475,8 @@ class Run:
         if self.is_chief:
             if self.lock is not None:
                 files.remove_best_after(self.run_dir, start, self.log)
+            for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
+                files.trim_records(os.path.join(self.run_dir, name), start, self.log)
             self.write_run_files()
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")

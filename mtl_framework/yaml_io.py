@@ -59,8 +59,14 @@ def parse_yaml(text, path):
             problem = f"{error.problem} {error.context}{where}"
         doc.problems.append((line, f"YAML syntax error: {problem}"))
         doc.data = None
+    except yaml.reader.ReaderError as error:  # a character YAML does not allow (NUL, ...)
+        line = text.count("\n", 0, error.position) + 1
+        code = ord(error.character) if isinstance(error.character, str) else error.character
+        doc.problems.append((line, f"YAML error: {error.reason} (character #x{code:04x}): "
+                                   "not a text file?"))
+        doc.data = None
     except yaml.YAMLError as error:
-        doc.problems.append((1, f"YAML error: {error}"))
+        doc.problems.append((1, f"YAML error: {' '.join(str(error).split())}"))
         doc.data = None
     finally:
         loader.dispose()

@@ -94,8 +94,9 @@ def test_resume_falls_back_past_a_damaged_checkpoint_and_trains_its_steps_again(
     bad = truncate(run, 4)
     capsys.readouterr()
     assert mtl(["train", str(trained["experiment"]), "--output", str(run), "--resume"]) == 0
-    out = capsys.readouterr().out
-    assert f"warning: checkpoint {bad} cannot be read" in out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert f"warning: checkpoint {bad} cannot be read" in captured.err  # a warning: stderr
     assert f"resumed from {run / 'checkpoints' / 'step-00000002'} (step 2)" in out
     assert (run / "checkpoints" / "damaged-step-00000004").is_dir()  # set aside, not deleted
     again = arrays(run / "checkpoints" / "step-00000004")
@@ -111,7 +112,7 @@ def test_export_and_evaluate_fall_back_and_name_the_damaged_checkpoint(trained, 
     capsys.readouterr()
     out = tmp_path / "export"
     assert mtl(["export", str(run), "--format", "keras", "--output", str(out)]) == 0
-    assert f"{bad}" in capsys.readouterr().out
+    assert f"{bad}" in capsys.readouterr().err
     assert snapshot(run) == before
     config = json.loads((out / "config.json").read_text())
     assert config["run"]["checkpoint"] == "checkpoints/step-00000002"  # inside the run
@@ -218,7 +219,7 @@ def test_export_refuses_a_non_empty_folder_unless_forced_and_force_keeps_nothing
     assert mtl(["export", str(run), "--format", "bert4keras", "--output", str(out),
                 "--force"]) == 0
     assert sorted(os.listdir(out)) == sorted(
-        ["bert_config.json", "vocab.txt", "README.md", "provenance.json"] +
+        ["bert_config.json", "vocab.txt", "README.md", "provenance.json", "export-manifest.json"] +
         [f for f in os.listdir(out) if f.startswith("bert_model.ckpt")])
     assert sorted(os.listdir(tmp_path)) == ["export"]  # no temporary folder left beside it
     other = tmp_path / "notes"

@@ -128,7 +128,8 @@ def test_export_writes_config_weights_vocab_and_card(run_dir, exported, trained)
     directory = exported["roformer-pytorch"]
     assert {p.name for p in directory.iterdir()} == {
         "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "README.md",
-        "provenance.json"}
+        "provenance.json",
+        "export-manifest.json"}  # what --force checks before replacing it (issue 24)
     config = json.loads((directory / "config.json").read_text())
     assert config["model_type"] == "roformer"
     assert config["architectures"] == ["RoFormerForMaskedLM"]

@@ -17,18 +17,19 @@ def builtin_is_valid_fixture(monkeypatch):
     monkeypatch.setattr(registry, "BUILTIN_SPECS", VALID)
 
 
-def test_validate_prints_each_error_sorted_and_exits_1(capsys):
+def test_validate_prints_each_error_sorted_and_exits_2(capsys):
+    """Like every refusal (issue 24): one `error:` line per problem on stderr, exit 2."""
     path = BROKEN / "mistyped.yaml"
-    assert cli.main(["tasks", "validate", str(path), str(BROKEN / "missing_key.yaml")]) == 1
+    assert cli.main(["tasks", "validate", str(path), str(BROKEN / "missing_key.yaml")]) == 2
     out = capsys.readouterr()
-    lines = out.out.splitlines()
-    assert len(lines) == 7
+    assert out.out == ""
+    lines = [line[len("error: "):] for line in out.err.splitlines()]
+    assert len(lines) == 7 and all(line.startswith("error: ") for line in out.err.splitlines())
     assert lines[0] == f"{BROKEN / 'missing_key.yaml'}:1: the top level: missing required key 'format'"
     assert lines[2] == (f"{path}:10: task 'quoted_length': labels must be a list of strings; "
                         "0 is not (quote it: YAML read it as a number)")
     assert [line.split(":")[:2] for line in lines] == sorted(
         (line.split(":")[:2] for line in lines), key=lambda p: (p[0], int(p[1])))
-    assert "7 problem(s) found" in out.err
 
 
 def test_validate_valid_specs_exits_0_with_a_summary(capsys):
@@ -71,9 +72,9 @@ def test_list_table_and_extra_spec_dirs(capsys, builtin_is_valid_fixture, tmp_pa
 
 
 def test_list_with_invalid_specs_prints_the_errors(capsys, builtin_is_valid_fixture):
-    assert cli.main(["tasks", "list", "--specs", str(SPECS / "duplicates")]) == 1
-    out = capsys.readouterr().out.splitlines()
-    assert len(out) == 4 and all("duplicate" in line for line in out)
+    assert cli.main(["tasks", "list", "--specs", str(SPECS / "duplicates")]) == 2
+    out = capsys.readouterr().err.splitlines()
+    assert len(out) == 4 and all(line.startswith("error: ") and "duplicate" in line for line in out)
 
 
 def test_mtl_console_script_exit_codes():
@@ -82,8 +83,8 @@ def test_mtl_console_script_exit_codes():
         pytest.skip(f"console script not installed next to {sys.executable}")
     broken = subprocess.run([str(mtl), "tasks", "validate", str(BROKEN / "syntax_error.yaml")],
                             capture_output=True, text=True, timeout=60)
-    assert broken.returncode == 1
-    assert broken.stdout.startswith(f"{BROKEN / 'syntax_error.yaml'}:11: YAML syntax error:")
+    assert broken.returncode == 2
+    assert broken.stderr.startswith(f"error: {BROKEN / 'syntax_error.yaml'}:11: YAML syntax error:")
     valid = subprocess.run([str(mtl), "tasks", "validate", str(VALID)],
                            capture_output=True, text=True, timeout=60)
     assert (valid.returncode, valid.stdout) == (0, "ok: 2 spec files, 2 datasets, 3 tasks\n")

@@ -19,6 +19,7 @@ import json
 import sys
 
 from mtl_framework import data_stats
+from mtl_framework.commands import at_least
 from mtl_framework import registry as reg
 
 
@@ -40,7 +41,7 @@ def register(subparsers):
     stats.add_argument("--vocab", metavar="VOCAB_TXT", default=None,
                        help="also featurize with this vocab and count truncated examples and "
                             "the spans truncation cuts off")
-    stats.add_argument("--max-length", type=int, metavar="N", default=None,
+    stats.add_argument("--max-length", type=at_least(4), metavar="N", default=None,
                        help="with --vocab: this max_length instead of each spec's")
     stats.add_argument("--cache-dir", metavar="DIR", default=None,
                        help="with --vocab: feature cache folder ($MTL_CACHE_DIR wins; "
@@ -73,6 +74,11 @@ def run_prepare(args):
         raise UserError(str(error)) from None
     except (FileNotFoundError, KeyError) as error:  # a data file or split the specs name
         raise UserError(str(error).strip("'\"")) from None
+    except KeyboardInterrupt:
+        from mtl_framework.errors import Interrupted
+
+        raise Interrupted(f"interrupted while preparing; `mtl data prepare {args.experiment}` "
+                          "continues (finished caches are kept)") from None
     print(f"vocab: {vocab}")
     for name, entry in features.items():
         print(f"{name}: {entry.num_examples} examples, {len(entry)} rows "

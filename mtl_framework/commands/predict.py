@@ -7,7 +7,10 @@ RUN_DIR is a run directory (its latest checkpoint) or a keras export written wit
 of the run's CLUE tasks from their test splits (docs/predict.md).
 """
 import json
+import os
 import sys
+
+from mtl_framework.commands import at_least
 
 
 def register(subparsers):
@@ -18,13 +21,16 @@ def register(subparsers):
     parser.add_argument("--clue", action="store_true",
                         help="write the CLUE 1.1 submission files from the test splits")
     parser.add_argument("--output", required=True,
-                        help="OUT.jsonl (with --task) or a folder (with --clue)")
+                        help="OUT.jsonl (with --task) or a folder (with --clue); an existing "
+                             "file is replaced only with --force, the input never")
+    parser.add_argument("--force", action="store_true",
+                        help="replace existing output file(s)")
     parser.add_argument("--data-root", help="data folder (label files, --clue test files); "
                         "default: the run's")
     parser.add_argument("--specs", nargs="+", default=[], metavar="DIR",
                         help="extra task spec folders or files")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-length", type=int, default=None, metavar="N",
+    parser.add_argument("--batch-size", type=at_least(1), default=32)
+    parser.add_argument("--max-length", type=at_least(4), default=None, metavar="N",
                         help="cap each task's max_length (default: the run's max_length)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
@@ -32,18 +38,26 @@ def register(subparsers):
 
 def run(args):
     from mtl_framework.errors import UserError
-    from mtl_framework.predict import load_model
+    from mtl_framework.predict import check_output, load_model
 
     if args.clue == bool(args.task):
         raise UserError("mtl predict: give either --task TASK --input FILE or --clue")
     if args.task and not args.input:
         raise UserError("mtl predict: --task needs --input FILE (examples in the task's format)")
-    if args.batch_size < 1:
-        raise UserError(f"mtl predict: --batch-size must be >= 1 (got {args.batch_size})")
+    if args.input and not os.path.isfile(args.input):
+        raise UserError(f"--input {args.input}: "
+                        + ("a folder: give a file" if os.path.isdir(args.input) else "no such file"))
+    if args.data_root and not os.path.isdir(args.data_root):
+        raise UserError(f"--data-root {args.data_root}: no such folder")
+    if not os.path.isdir(args.run_dir):
+        raise UserError(f"{args.run_dir}: no such folder: give a run directory or a keras "
+                        "export written with --with-heads")
+    # the outputs before any work: an hour of predictions never ends in "cannot write"
+    check_output(args.output, [args.input], args.run_dir, args.force, folder=args.clue)
     log = (lambda message: print(message, file=sys.stderr)) if args.json else print
     model = load_model(args.run_dir, args.data_root, args.specs, args.max_length, log=log)
     if args.clue:
-        summary = model.predict_clue(args.output, args.batch_size)
+        summary = model.predict_clue(args.output, args.batch_size, args.force)
         if not args.json:
             for name, rows in summary["written"].items():
                 print(f"wrote {args.output}/{name} ({rows} rows)")

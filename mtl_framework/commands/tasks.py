@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from mtl_framework import registry as reg
+from mtl_framework.errors import UserError
 
 
 def register(subparsers):
@@ -34,8 +35,7 @@ def list_tasks(args):
     try:
         registry = reg.load_registry(args.specs, data_root=args.data_root)
     except reg.SpecValidationError as error:
-        print_errors(error.errors)
-        return 1
+        raise spec_errors(error.errors) from None
     rows = [describe(task, args.data_root, registry.datasets.get(task.dataset))
             for task in registry.tasks.values()]
     if args.json:
@@ -99,14 +99,38 @@ def validate_specs(args):
     try:
         registry = reg.load_paths(paths, data_root=args.data_root)
     except reg.SpecValidationError as error:
-        print_errors(error.errors)
-        return 1
+        raise spec_errors(error.errors) from None
+    clashes = builtin_clashes(registry, paths)
+    if clashes:
+        raise UserError("\n".join(clashes))
     files, _ = reg.spec_files(paths)
     print(f"ok: {len(files)} spec files, {len(registry.datasets)} datasets, {len(registry.tasks)} tasks")
     return 0
 
 
-def print_errors(errors):
-    for error in errors:
-        print(error)
-    print(f"{len(errors)} problem(s) found", file=sys.stderr)
+def spec_errors(errors):
+    """Every problem as one `error: file:line: message` line (exit 2, like every refusal)."""
+    return UserError("\n".join(str(error) for error in errors))
+
+
+def builtin_clashes(registry, paths):
+    """Names of these specs that a built-in task or dataset already has: an experiment
+    loads both (built-in first), where the name would mean two things."""
+    builtin_dir = reg.BUILTIN_SPECS.resolve()
+    if any(Path(p).resolve() == builtin_dir or builtin_dir in Path(p).resolve().parents
+           for p in paths):
+        return []
+    try:
+        builtin = reg.load_paths([reg.BUILTIN_SPECS])
+    except reg.SpecValidationError:
+        return []  # the built-in specs' own problems are `mtl tasks validate`'s to show
+    names = {**{n: d for n, d in builtin.datasets.items()}, **builtin.tasks}
+    problems = []
+    for kind, mine in (("dataset", registry.datasets), ("task", registry.tasks)):
+        for name, spec in mine.items():
+            if name in names:
+                other = names[name]
+                problems.append(f"{spec.spec_path}:{spec.line}: {kind} name {name!r} is also a "
+                                f"built-in name ({other.spec_path}:{other.line}); an experiment "
+                                "loads both: rename it")
+    return sorted(problems)

@@ -34,6 +34,12 @@ def register(subparsers):
     parser.set_defaults(func=run)
 
 
+import shlex
+
+from mtl_framework import run_dir as files
+from mtl_framework.errors import Interrupted
+
+
 def run(args):
     from mtl_framework.preflight import plan_run
 
@@ -42,9 +48,16 @@ def run(args):
         return 0
     plan = plan_run(args.experiment, args.output, args.data_root, resume=args.resume,
                     overrides=args.overrides)
-    from mtl_framework.trainer import Run  # imports TensorFlow: only once the plan holds
+    started = newest_checkpoint_step(plan.run_dir) if args.resume else 0
+    run = None
+    try:
+        from mtl_framework.trainer import Run  # imports TensorFlow: only once the plan holds
 
-    Run(plan.experiment, distribution=args.distribution, plan=plan).train(resume=args.resume)
+        run = Run(plan.experiment, distribution=args.distribution, plan=plan)
+        run.train(resume=args.resume)
+    except KeyboardInterrupt:
+        step = run.step if run is not None and run.step else started
+        raise Interrupted(interrupted_line(args, plan.run_dir, step)) from None
     return 0
 
 
@@ -62,3 +75,26 @@ def print_config(args, out=sys.stdout):
         out.write("# defaults (not given):\n")
         for line in yaml.safe_dump(unset, allow_unicode=True, sort_keys=False).splitlines():
             out.write(f"#   {line}\n")
+
+
+def newest_checkpoint_step(run_dir):
+    names = files.checkpoint_dirs(run_dir)
+    return files.checkpoint_step(names[-1]) if names else 0
+
+
+def interrupted_line(args, run_dir, step):
+    """Where Ctrl-C stopped and the command that continues (the newest checkpoint: a
+    resume trains the updates after it again, bit-identical to an uninterrupted run)."""
+    resume_from = newest_checkpoint_step(run_dir)
+    command = ["mtl", "train", args.experiment, "--output", run_dir]
+    if args.data_root:
+        command += ["--data-root", args.data_root]
+    if args.distribution:
+        command += ["--distribution", args.distribution]
+    for override in args.overrides or ():
+        command += ["--set", override]
+    if resume_from:
+        return (f"interrupted at update {step}; `{shlex.join(command + ['--resume'])}` "
+                f"continues from update {resume_from}")
+    return (f"interrupted at update {step}, before the first checkpoint; "
+            f"`{shlex.join(command)}` starts again from update 0")

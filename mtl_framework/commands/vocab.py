@@ -4,6 +4,7 @@ import os
 from mtl_framework import vocab
 from mtl_framework.commands import at_least
 from mtl_framework.errors import UserError
+from mtl_framework.outputs import check_file, write_text_atomic
 
 
 def register(subparsers):
@@ -36,7 +37,8 @@ def task_texts(tasks, data_root, split):
 def run_build(args):
     if not args.text and not args.tasks:
         raise UserError("mtl vocab build: give --text FILE... and/or --tasks NAME...")
-    missing = [f"{path}: no such file (--text)" for path in args.text if not os.path.isfile(path)]
+    missing = [f"{path}: {'a folder, not a text file' if os.path.isdir(path) else 'no such file'} "
+               "(--text)" for path in args.text if not os.path.isfile(path)]
     tasks = []
     if args.tasks:  # every file checked before anything is read or written
         from mtl_framework.data_stats import default_data_root
@@ -48,12 +50,22 @@ def run_build(args):
         missing += missing_files(tasks, data_root, args.split)
     if missing:
         raise UserError("\n".join(missing))
+    check_file(args.output, "--output")  # before reading anything
+    for path in args.text:
+        if os.path.exists(args.output) and os.path.samefile(path, args.output):
+            raise UserError(f"--output {args.output}: is the --text file {path}: write the "
+                            "vocab to another file")
     counts = vocab.count_units(vocab.read_text_lines(args.text), lowercase=not args.cased)
     if args.tasks:
         counts.update(vocab.count_units(task_texts(tasks, data_root, args.split),
                                         lowercase=not args.cased))
     tokens = vocab.build_vocab(counts, args.max_size, args.min_count)
-    vocab.write_vocab(tokens, args.output)
+    if len(tokens) == len(vocab.SPECIAL_TOKENS):
+        sources = ", ".join([f"--text {p}" for p in args.text] + [f"--tasks {t}" for t in args.tasks])
+        raise UserError(f"{sources}: no text to build a vocab from ({sum(counts.values())} "
+                        f"units, none with --min-count {args.min_count}); nothing written to "
+                        f"{args.output}")
+    write_text_atomic(args.output, "".join(token + "\n" for token in tokens))
     covered = sum(counts[t] for t in tokens)
     total = sum(counts.values()) or 1
     print(f"wrote {args.output}: {len(tokens)} tokens from {len(counts)} distinct units "

@@ -1,0 +1,58 @@
+"""Checks on where a command will write, made before it does any work: an hour of
+training or predicting never ends in "cannot write", and a refusal writes nothing."""
+import os
+
+from mtl_framework.errors import UserError
+
+
+def nearest_existing(path):
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def check_folder(path, flag="--output"):
+    """`path` will be a folder (created if missing): not a file, and under a folder
+    this process can write."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UserError(f"{flag} {path}: exists and is not a folder: give a folder")
+    base = nearest_existing(path)
+    if not os.path.isdir(base):
+        raise UserError(f"{flag} {path}: {base} is a file, not a folder: give another path")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: {base} is not writable: give another path")
+
+
+def check_file(path, flag="--output"):
+    """`path` will be a file: not a folder, in an existing folder this process can write."""
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path}: is a folder: give the path of a file (in it, or "
+                        "elsewhere)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} {path}: its folder {parent} does not exist: create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: its folder {parent} is not writable")
+
+
+def usual_mode(path):
+    """rw for whom the umask allows, as `open()` makes files: a file written through
+    mkstemp (0600) or a library's temporary would otherwise differ from its siblings."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def write_text_atomic(path, text):
+    """`text` into `path` whole or not at all (a temporary file beside it, renamed)."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise UserError(f"{path}: could not be written ({error.strerror or error}); it is as "
+                        "it was: free space or write elsewhere") from None

@@ -9,6 +9,8 @@ of the run's CLUE tasks from their test splits (docs/predict.md).
 import json
 import sys
 
+from mtl_framework.commands import check_rope_scaling
+
 
 def register(subparsers):
     parser = subparsers.add_parser("predict", help="predict with a run's task heads")
@@ -25,12 +27,16 @@ def register(subparsers):
                         help="extra task spec folders or files")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=None, metavar="N",
-                        help="cap each task's max_length (default: the run's max_length)")
+                        help="cap each task's max_length (default: the run's max_length); may "
+                        "exceed the trained length (see --rope-scaling)")
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR",
+                        help="linear|ntk|dynamic_ntk:FACTOR, or none (default: the run's)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args):
+    check_rope_scaling(args.rope_scaling)  # before anything is read or written
     from mtl_framework.errors import UserError
     from mtl_framework.predict import load_model
 
@@ -41,7 +47,8 @@ def run(args):
     if args.batch_size < 1:
         raise UserError(f"mtl predict: --batch-size must be >= 1 (got {args.batch_size})")
     log = (lambda message: print(message, file=sys.stderr)) if args.json else print
-    model = load_model(args.run_dir, args.data_root, args.specs, args.max_length, log=log)
+    model = load_model(args.run_dir, args.data_root, args.specs, args.max_length, log=log,
+                       rope_scaling=args.rope_scaling)
     if args.clue:
         summary = model.predict_clue(args.output, args.batch_size)
         if not args.json:

@@ -105,8 +105,10 @@ def fold_residual_alpha(backbone):
 
 
 def last_dev_evaluation(run_dir):
-    """The last `split: dev` line of RUN_DIR/evaluations.jsonl, or None."""
-    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"]
+    """The last `split: dev` line of RUN_DIR/evaluations.jsonl scored as trained (not at
+    another --max-length / --rope-scaling), or None."""
+    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"
+           and not files.other_settings(line)]
     return dev[-1] if dev else None
 
 

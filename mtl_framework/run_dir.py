@@ -376,6 +376,12 @@ def append_evaluation(run_dir, line):
         f.write(json.dumps(line, ensure_ascii=False, default=float) + "\n")
 
 
+def other_settings(line):
+    """Whether an evaluations.jsonl line was scored at another length or rotary scaling
+    than the run trained with (`mtl evaluate --max-length/--rope-scaling` records them)."""
+    return "max_length" in line or "rope_scaling" in line
+
+
 def read_evaluations(run_dir, log=None):
     """Every line of RUN_DIR/evaluations.jsonl (empty when the run was never evaluated).
     A last line without its newline is an append a kill cut short: skipped (logged)."""

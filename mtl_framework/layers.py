@@ -108,15 +108,15 @@ def rotary_inverse_frequency(head_size, base=10000.0, scaling=None, lengths=None
         return trained
     if kind == "linear":
         return trained / factor
+    exponent = ops.arange(0, head_size // 2, dtype="float64") * 2.0 / head_size  # raised bases
     if kind == "ntk":
-        return ops.cast(ntk_base(base, factor, head_size) ** -ops.cast(exponent, "float64"),
-                        "float32")
+        return ops.cast(ntk_base(base, factor, head_size) ** -exponent, "float32")
     if lengths is None:
         raise ValueError("dynamic_ntk tables need the sequence lengths")
     n = ops.cast(lengths, "float64")
     original = float(scaling["original_max_length"])
     grown = base * (factor * n / original - (factor - 1.0)) ** (head_size / (head_size - 2.0))
-    scaled = ops.cast(grown[:, None] ** -ops.cast(exponent, "float64")[None, :], "float32")
+    scaled = ops.cast(grown[:, None] ** -exponent[None, :], "float32")
     return ops.where((n > original)[:, None], scaled, trained[None, :])
 
 

@@ -51,10 +51,11 @@ def backbone_inputs(batch):
 # ---------------------------------------------------------------- pointers
 
 
-def rotate_positions(x, rope_scaling=None, lengths=None):
-    """x [B, n, ..., d] with pairs (2i, 2i+1) rotated by position (axis 1): the
-    backbone's own tables (`layers.rotary_tables`, bert4keras's sinusoidal
-    positions) under the backbone's rope_scaling; lengths [B]: dynamic_ntk's n."""
+def rotate_positions(xs, rope_scaling=None, lengths=None):
+    """Each x [B, n, ..., d] of `xs` (q and k) with pairs (2i, 2i+1) rotated by
+    position (axis 1): the backbone's own tables (`layers.rotary_tables`, bert4keras's
+    sinusoidal positions) under the backbone's rope_scaling; lengths [B]: dynamic_ntk's n."""
+    x = xs[0]
     n, d = ops.shape(x)[1], x.shape[-1]
     dynamic = rope_scaling is not None and rope_scaling["type"] == "dynamic_ntk"
     if dynamic and lengths is None:
@@ -64,7 +65,7 @@ def rotate_positions(x, rope_scaling=None, lengths=None):
     extra = len(x.shape) - 3  # axes between n and d (GlobalPointer's heads)
     shape = (-1 if dynamic else 1, n) + (1,) * extra + (d,)
     cos, sin = (ops.cast(ops.reshape(t, shape), x.dtype) for t in (cos, sin))
-    return apply_rotary(x, cos, sin)
+    return [apply_rotary(x, cos, sin) for x in xs]
 
 
 def use_backbone_rotary(heads, backbone):
@@ -141,8 +142,7 @@ class GlobalPointer(_Pointer):
         x = ops.reshape(x, (b, n, self.heads, 2 * d))
         qw, kw = x[..., :d], x[..., d:]
         if self.RoPE:
-            qw = rotate_positions(qw, self.rope_scaling, lengths)
-            kw = rotate_positions(kw, self.rope_scaling, lengths)
+            qw, kw = rotate_positions((qw, kw), self.rope_scaling, lengths)
         logits = ops.einsum("bmhd,bnhd->bhmn", qw, kw) / d**0.5
         return pointer_masking(logits, mask, self.tril_mask)
 
@@ -170,8 +170,7 @@ class EfficientGlobalPointer(_Pointer):
         x = self.p_dense(inputs)
         qw, kw = x[..., ::2], x[..., 1::2]
         if self.RoPE:
-            qw = rotate_positions(qw, self.rope_scaling, lengths)
-            kw = rotate_positions(kw, self.rope_scaling, lengths)
+            qw, kw = rotate_positions((qw, kw), self.rope_scaling, lengths)
         pair = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
         bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]
         # masking the shared part masks every head alike (-inf + a bias is -inf)

@@ -15,6 +15,7 @@ experiment's max_length, `mtl evaluate` / `mtl predict` from the run's.
 
 TYPES = ("linear", "ntk", "dynamic_ntk")
 KEYS = ("type", "factor", "original_max_length")
+HF_NAMES = {"dynamic": "dynamic_ntk"}  # theirs -> ours, for messages
 
 
 def normalise(value, original_max_length=None, where="rope_scaling"):
@@ -28,10 +29,12 @@ def normalise(value, original_max_length=None, where="rope_scaling"):
                          f"or null, got {value!r}")
     unknown = sorted(set(value) - set(KEYS))
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; known: {', '.join(KEYS)}")
+        hint = " (Hugging Face's rope_type is our type)" if "rope_type" in unknown else ""
+        raise ValueError(f"{where}: unknown key(s) {unknown}{hint}; known: {', '.join(KEYS)}")
     kind = value.get("type")
     if kind not in TYPES:
-        raise ValueError(f"{where}.type must be one of {', '.join(TYPES)}, got {kind!r}")
+        hint = f" (Hugging Face's {kind!r} is ours {HF_NAMES[kind]!r})" if kind in HF_NAMES else ""
+        raise ValueError(f"{where}.type must be one of {', '.join(TYPES)}, got {kind!r}{hint}")
     factor = value.get("factor")
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
         raise ValueError(f"{where}.factor must be a number >= 1 (the length multiple to "

@@ -40,7 +40,9 @@ def test_normalise_fills_checks_and_parses():
            ({"type": "linear", "factor": 0.5}, "factor must be a number >= 1"),
            ({"type": "linear", "factor": 2, "scale": 1}, "unknown key(s) ['scale']"),
            ({"type": "dynamic_ntk", "factor": 2}, "dynamic_ntk needs original_max_length"),
-           ("linear", "must be a mapping")]
+           ("linear", "must be a mapping"),
+           ({"type": "dynamic", "factor": 2}, "Hugging Face's 'dynamic' is ours 'dynamic_ntk'"),
+           ({"rope_type": "linear", "factor": 2}, "Hugging Face's rope_type is our type")]
     for value, message in bad:
         with pytest.raises(ValueError, match=None) as error:
             rope_scaling.normalise(value)

@@ -90,7 +90,6 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print, rope_
 
 def _load_run(path, data_root, specs, max_length, log, rope_scaling=None):
     from mtl_framework import export
-    from mtl_framework.evaluation import backbone_overrides, run_overrides
     from mtl_framework.experiment import ExperimentError, load_experiment
 
     try:

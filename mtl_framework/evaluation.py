@@ -270,6 +270,10 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     if problems:
         raise UserError("\n".join(problems))
     tokenizer = Tokenizer(os.path.join(run_dir, files.VOCAB))
+    for task in selected:
+        if settings.get("max_length", 0) > task.max_length and log:
+            log(f"{task.name}: scored at max_length {task.max_length}, its spec's cap "
+                f"(--max-length {settings['max_length']} asked)")
     model = checkpoint_model(checkpoint, experiment, **backbone_overrides(settings))
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
     train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=log,

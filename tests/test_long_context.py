@@ -35,7 +35,8 @@ def one_line_error(capsys):
 def evaluate(run, capsys, *extra):
     capsys.readouterr()
     assert main(["evaluate", str(run), "--max-examples", str(EXAMPLES), "--json", *extra]) == 0
-    return json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
 
 
 def test_the_run_records_its_scaling_with_the_trained_length(run):
@@ -47,9 +48,11 @@ def test_the_run_records_its_scaling_with_the_trained_length(run):
 def test_evaluate_longer_than_trained_scores_fewer_windows(run, capsys):
     from mtl_framework.tokenizer import Tokenizer
 
-    default = evaluate(run, capsys)
+    default, _ = evaluate(run, capsys)
     assert "max_length" not in default and "rope_scaling" not in default
-    long = evaluate(run, capsys, "--max-length", "512", "--rope-scaling", "dynamic_ntk:4")
+    long, log = evaluate(run, capsys, "--max-length", "512", "--rope-scaling", "dynamic_ntk:4")
+    # cluener's spec caps it at 128: said, not silent
+    assert "cluener: scored at max_length 128, its spec's cap (--max-length 512 asked)" in log
     assert long["max_length"] == 512
     assert long["rope_scaling"] == {"type": "dynamic_ntk", "factor": 4.0,
                                     "original_max_length": TRAINED}
@@ -74,7 +77,7 @@ def test_evaluate_longer_than_trained_scores_fewer_windows(run, capsys):
     assert default["tasks"]["cmrc2018"]["windows"] == windows(TRAINED)
     assert windows(512) < EXAMPLES + 2 < 2 * EXAMPLES < windows(TRAINED)
     # the run's own setting at the trained length, spelled out, scores the same
-    same = evaluate(run, capsys, "--max-length", str(TRAINED), "--rope-scaling", "linear:2")
+    same, _ = evaluate(run, capsys, "--max-length", str(TRAINED), "--rope-scaling", "linear:2")
     for task in ("cmrc2018", "cluener"):
         assert same["tasks"][task]["result"] == pytest.approx(default["tasks"][task]["result"])
 

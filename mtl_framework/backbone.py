@@ -13,7 +13,9 @@ import numpy as np
 from keras import ops
 
 from mtl_framework.presets import PRESETS, backbone_config  # noqa: F401 (re-exported)
-from mtl_framework.layers import RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_tables
+from mtl_framework import rope_scaling as rope
+from mtl_framework.layers import (RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_lengths,
+                                  rotary_tables)
 
 
 def resolve_exact_padding(option, compute_dtype):
@@ -40,11 +42,16 @@ class RoFormerV2Backbone(keras.Model):
     float32 softmax (they move by ~1e-6); None (default) picks True on a float32 CPU
     run and False on a GPU or under mixed precision (`resolve_exact_padding`;
     costs and errors measured in docs/backbone.md). Configs without the key load as None.
+
+    rope_scaling: None, or {type: linear | ntk | dynamic_ntk, factor, original_max_length}
+    (`rope_scaling.normalise`): the rotary tables for inputs longer than the trained
+    length (`layers.rotary_inverse_frequency`; docs/backbone.md "Longer than trained").
     """
 
     def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size=None,
                  head_size=None, embedding_size=None, segment_vocab_size=2, dropout=0.1,
-                 attention_dropout=0.0, alpha_warmup_steps=0, exact_padding=None, **kwargs):
+                 attention_dropout=0.0, alpha_warmup_steps=0, exact_padding=None,
+                 rope_scaling=None, **kwargs):
         super().__init__(**kwargs)
         config = backbone_config(
             vocab_size=vocab_size, num_layers=num_layers, hidden_size=hidden_size,
@@ -54,6 +61,7 @@ class RoFormerV2Backbone(keras.Model):
             alpha_warmup_steps=alpha_warmup_steps,
         )
         config["exact_padding"] = exact_padding  # the option as given: None stays "auto"
+        config["rope_scaling"] = rope.normalise(rope_scaling, where="backbone.rope_scaling")
         self.config = config
         self.exact_padding = resolve_exact_padding(exact_padding, self.dtype_policy.compute_dtype)
         init = RoFormerV2Initializer(config["num_layers"])  # a fresh draw per weight
@@ -119,7 +127,10 @@ class RoFormerV2Backbone(keras.Model):
         # (a padded choice of a multiple-choice batch) stays finite instead of NaN.
         key_is_pad = ops.equal(token_ids, 0)[:, None, None, :]
         attention_bias = ops.where(key_is_pad, -1e9, 0.0)  # float32 (scores are added in it)
-        cos, sin = rotary_tables(ops.shape(token_ids)[1], self.config["head_size"], dtype=x.dtype)
+        scaling = self.config["rope_scaling"]
+        lengths = rotary_lengths(token_ids) if scaling and scaling["type"] == "dynamic_ntk" else None
+        cos, sin = rotary_tables(ops.shape(token_ids)[1], self.config["head_size"], dtype=x.dtype,
+                                 scaling=scaling, lengths=lengths)
         alpha = ops.cast(self.residual_alpha, x.dtype)
         for layer in self.transformer_layers:
             x = layer(x, attention_bias, cos, sin, alpha, training=training)
@@ -171,8 +182,9 @@ class RoFormerV2Backbone(keras.Model):
         return backbone
 
     @classmethod
-    def from_preset(cls, directory):
-        """Load our exported keras preset folder (config.json + model.weights.h5)."""
+    def from_preset(cls, directory, **overrides):
+        """Load our exported keras preset folder (config.json + model.weights.h5);
+        `overrides` replace config values that are not shapes (e.g. rope_scaling)."""
         config_path = os.path.join(directory, "config.json")
         if not os.path.exists(config_path):
             raise FileNotFoundError(
@@ -180,7 +192,7 @@ class RoFormerV2Backbone(keras.Model):
                 "--format keras --output DIR` writes")
         with open(config_path, encoding="utf-8") as f:
             config = json.load(f)
-        backbone = cls(**config["backbone"])
+        backbone = cls(**{**config["backbone"], **overrides})
         backbone.build()
         backbone.load_weights(os.path.join(directory, "model.weights.h5"))
         return backbone

@@ -36,6 +36,7 @@ from mtl_framework.metrics import (compute_metric, majority_baseline, majority_p
 from mtl_framework.mixture import iterate_batches
 from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
+from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel
@@ -214,10 +215,11 @@ def aggregate(results):
     return float(np.mean(scores)) if scores else None
 
 
-def record(run_dir, step, split, results):
-    """Append one evaluation to RUN_DIR/evaluations.jsonl; returns the line's dict."""
+def record(run_dir, step, split, results, settings=None):
+    """Append one evaluation to RUN_DIR/evaluations.jsonl; returns the line's dict.
+    settings: what differed from training (max_length, rope_scaling), kept in the line."""
     line = {"step": int(step), "split": split, "time": time.time(), "tasks": results,
-            "aggregate": aggregate(results)}
+            "aggregate": aggregate(results), **(settings or {})}
     files.append_evaluation(run_dir, line)
     return line
 
@@ -241,15 +243,21 @@ def format_results(line):
 
 
 def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=None, log=print,
-                 data_root=None):
+                 data_root=None, max_length=None, rope_scaling=None):
     """Score the run's newest readable checkpoint on its tasks (or `tasks`); record and
     return the line. Reads the run, not its training side: the model is the checkpoint's
     backbone and heads (built from trainer.json's head metadata), with no optimizer,
     mixture or sampler; train features are read (from the feature cache, built if it
-    was deleted) only for the majority baselines."""
+    was deleted) only for the majority baselines.
+
+    max_length: the cap on each task's length instead of the run's (it may exceed the
+    trained length: an mrc_span context then fits fewer windows); rope_scaling: `none`
+    or TYPE:FACTOR[:ORIGINAL] (rope_scaling.parse) instead of the run's own setting.
+    Both are recorded in the line when given."""
     if data_root and not os.path.isdir(data_root):
         raise UserError(f"--data-root {data_root}: no such folder")
     experiment = load_experiment(files.experiment_file(run_dir))
+    settings = run_overrides(experiment, max_length, rope_scaling)
     checkpoint = read_run(run_dir, log)
     registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)
     names = [task for task, meta in checkpoint_heads(checkpoint).items()
@@ -272,21 +280,44 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     if problems:
         raise UserError("\n".join(problems))
     tokenizer = Tokenizer(check_run_vocab(run_dir, checkpoint))
-    model = checkpoint_model(checkpoint, experiment)
+    for task in selected:
+        if settings.get("max_length", 0) > task.max_length and log:
+            log(f"{task.name}: scored at max_length {task.max_length}, its spec's cap "
+                f"(--max-length {settings['max_length']} asked)")
+    model = checkpoint_model(checkpoint, experiment, **backbone_overrides(settings))
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
     train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=log,
                                         max_length=min(task.max_length, experiment.max_length))
              for task in selected}
     results = evaluate_tasks(model, selected, tokenizer, data_root, split, batch_size, max_examples,
-                             cache_dir, experiment.max_length, train, log=log)
-    return record(run_dir, checkpoint.step, split, results)
+                             cache_dir, settings.get("max_length", experiment.max_length), train,
+                             log=log)
+    return record(run_dir, checkpoint.step, split, results, settings)
 
 
-def checkpoint_model(checkpoint, experiment):
-    """A MultiTaskModel for predictions: the checkpoint's backbone and heads (weights by
-    name), in the run's precision; not compiled (no optimizer)."""
+def run_overrides(experiment, max_length=None, rope_scaling=None):
+    """{max_length, rope_scaling}: those given, checked (UserError), the rope scaling
+    normalised with the run's max_length as its trained length."""
+    settings = {}
+    if max_length is not None:
+        settings["max_length"] = int(max_length)
+    if rope_scaling is not None:
+        try:
+            settings["rope_scaling"] = rope.parse(rope_scaling, experiment.max_length)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+    return settings
+
+
+def backbone_overrides(settings):
+    return {"rope_scaling": settings["rope_scaling"]} if "rope_scaling" in settings else {}
+
+
+def checkpoint_model(checkpoint, experiment, **backbone_overrides):
+    """A MultiTaskModel for predictions: the checkpoint's backbone (`backbone_overrides`:
+    rope_scaling) and heads (weights by name), in the run's precision; not compiled."""
     with precision_policy(experiment.precision):
-        backbone = checkpoint_backbone(checkpoint)
+        backbone = checkpoint_backbone(checkpoint, **backbone_overrides)
         heads = {}
         for task, meta in checkpoint_heads(checkpoint).items():
             tied = {"embeddings": backbone.token_embedding} \

@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 
 from mtl_framework.errors import UserError
-from mtl_framework import mixture
+from mtl_framework import mixture, rope_scaling
 from mtl_framework.presets import PRESETS, backbone_config
 from mtl_framework.yaml_io import load_yaml, parse_yaml
 
@@ -49,7 +49,8 @@ PATH_VALUES = (("data_root",), ("cache_dir",), ("vocab",), ("output_dir",), ("ta
                ("tasks", "*", "corpus"))
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
-                 "alpha_warmup_steps", "exact_padding", "checkpoint", "vocab", "init"}
+                 "alpha_warmup_steps", "exact_padding", "checkpoint", "vocab", "init",
+                 "rope_scaling"}
 # backbone integers and their smallest values (a vocab needs room beside its 5 special tokens).
 BACKBONE_MINIMUM = {"vocab_size": 6, "num_layers": 1, "hidden_size": 1, "num_heads": 1,
                     "intermediate_size": 1, "head_size": 2, "embedding_size": 1,
@@ -387,6 +388,13 @@ def _check_backbone(backbone, error):
             if value not in (None, True, False):
                 error(where, f"backbone.exact_padding must be true, false or null (auto), "
                              f"got {value!r}")
+        elif key == "rope_scaling":
+            try:
+                # the trained length is filled in when the backbone is built (trainer.py):
+                # any length will do to check the rest here
+                rope_scaling.normalise(value, DEFAULTS["max_length"], "backbone.rope_scaling")
+            except ValueError as problem:
+                error(where, str(problem))
         elif key in BACKBONE_PATHS or key == "size":
             if not isinstance(value, str) or not value:
                 error(where, f"backbone.{key} must be a " + ("size name" if key == "size" else "path")

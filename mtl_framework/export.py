@@ -33,8 +33,10 @@ import uuid
 
 import numpy as np
 
+from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
 from mtl_framework.model_card import relative_checkpoint, write_card
+from mtl_framework.roformer_pytorch import trained_length
 from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import ExperimentError
@@ -47,9 +49,10 @@ HEADS_WEIGHTS = "heads.weights.npz"
 MANIFEST = "export-manifest.json"
 
 
-def checkpoint_backbone(checkpoint):
-    """The backbone of a run_dir.Checkpoint, built from its config, weights by name."""
-    backbone = RoFormerV2Backbone(**checkpoint.trainer["backbone"])
+def checkpoint_backbone(checkpoint, **overrides):
+    """The backbone of a run_dir.Checkpoint, built from its config (`overrides`
+    replace keys that are not shapes: rope_scaling), weights by name."""
+    backbone = RoFormerV2Backbone(**{**checkpoint.trainer["backbone"], **overrides})
     backbone.build()
     named = files.layer_variable_names(backbone, "backbone")
     for name, value in checkpoint.backbone_arrays(list(named)).items():
@@ -206,6 +209,10 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print, check
     checkpoint = read_run(run_dir, log, which)
     check_run_vocab(run_dir, checkpoint)  # every export holds it
     backbone = checkpoint_backbone(checkpoint)
+    if fmt != "keras" and backbone.config.get("rope_scaling"):  # never dropped silently
+        raise UserError(f"{os.path.join(checkpoint.path, 'trainer.json')}: backbone.rope_scaling "
+                        f"{rope.describe(backbone.config['rope_scaling'])}: --format {fmt} has no "
+                        "way to hold it; export --format keras, or train without rope_scaling")
     if fmt == "roformer-pytorch":  # refuse what the format cannot hold before writing anything
         from mtl_framework.roformer_pytorch import check_expressible
 
@@ -313,7 +320,8 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
             heads = heads[0]
         backbone.save_preset(output, vocab, extra={
             "run": {"step": state["step"], "tasks": list(state["mixture"]["streams"]),
-                    "checkpoint": relative_checkpoint(state["checkpoint"])},
+                    "checkpoint": relative_checkpoint(state["checkpoint"]),
+                    "max_length": trained_length(run_dir)},
             "heads": list(heads) if heads else []})
         write_card(output, run_dir, state, fmt, heads)
         return
@@ -344,7 +352,8 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
 # --- starting a run from a backbone folder (experiment `backbone: {init: DIR}`) ---------
 
 # Experiment backbone keys that may differ from the export's config.json (not shapes).
-INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding")
+INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
+                  "rope_scaling")
 SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "head_size",
               "embedding_size", "segment_vocab_size")
 
@@ -362,7 +371,19 @@ def init_backbone(directory, spec, source="experiment"):
 
     overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
     overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    return pretrained.load_backbone(directory, pretrained.layout(directory, source), **overrides)
+    kind = pretrained.layout(directory, source)
+    if "rope_scaling" in overrides:  # stretched from the length the folder was trained at
+        overrides["rope_scaling"] = checked_rope_scaling(
+            overrides["rope_scaling"], pretrained.trained_length(directory, kind), source)
+    return pretrained.load_backbone(directory, kind, **overrides)
+
+
+def checked_rope_scaling(value, trained_length, source):
+    """rope_scaling.normalise with the trained length filled in, as an ExperimentError."""
+    try:
+        return rope.normalise(value, trained_length, f"{source}: backbone.rope_scaling")
+    except ValueError as error:
+        raise ExperimentError(str(error)) from None
 
 
 def init_heads(directory, heads, types, backbone, log=print):

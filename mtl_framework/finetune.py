@@ -26,7 +26,7 @@ from mtl_framework.errors import UserError
 FINETUNE_YAML = "finetune.yaml"
 
 DEFAULTS = dict(steps=200, batch_size=16, lr=2e-5, max_length=128, warmup_steps=None,
-                weight_decay=0.01, optimizer="adamw", seed=0, dropout=None)
+                weight_decay=0.01, optimizer="adamw", seed=0, dropout=None, rope_scaling=None)
 
 
 def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_dir=None,
@@ -37,6 +37,8 @@ def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_d
     backbone = {"init": os.path.abspath(export_dir)}
     if s["dropout"] is not None:
         backbone["dropout"] = s["dropout"]
+    if s["rope_scaling"] is not None:  # TYPE:FACTOR[:TRAINED] (--rope-scaling), or a mapping
+        backbone["rope_scaling"] = rope_setting(s["rope_scaling"])
     experiment = {
         "name": f"finetune-{task}",
         "backbone": backbone,
@@ -60,6 +62,22 @@ def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_d
     if cache_dir:
         experiment["cache_dir"] = os.path.abspath(cache_dir)
     return experiment
+
+
+def rope_setting(value):
+    """The experiment's backbone.rope_scaling for --rope-scaling TEXT (a mapping as it is):
+    `none` keeps the folder's rotary unscaled; the trained length, when TEXT does not give
+    it, is filled from the folder when the backbone is loaded (export.init_backbone)."""
+    from mtl_framework import rope_scaling
+
+    if not isinstance(value, str):
+        return value
+    if value == "none":
+        return "none"
+    parsed = rope_scaling.parse(value, original_max_length=2)  # syntax only
+    length = value.split(":")[2:]
+    return {"type": parsed["type"], "factor": parsed["factor"],
+            **({"original_max_length": int(length[0])} if length else {})}
 
 
 def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache_dir=None,

@@ -33,7 +33,7 @@ from keras import ops
 
 from mtl_framework import losses
 from mtl_framework.families import FAMILIES
-from mtl_framework.layers import RoFormerV2Initializer
+from mtl_framework.layers import RoFormerV2Initializer, apply_rotary, rotary_lengths, rotary_tables
 
 NEG_INF = float("-inf")
 
@@ -51,23 +51,32 @@ def backbone_inputs(batch):
 # ---------------------------------------------------------------- pointers
 
 
-def sinusoidal_embeddings(n, dim, dtype="float32"):
-    """bert4keras sinusoidal_embeddings: [n, dim] as (sin_0, cos_0, sin_1, ...)."""
-    pos = ops.arange(n, dtype=dtype)
-    inv = ops.power(10000.0, -2 * ops.arange(dim // 2, dtype=dtype) / dim)
-    angles = pos[:, None] * inv[None, :]
-    return ops.reshape(ops.stack([ops.sin(angles), ops.cos(angles)], -1), (n, dim))
-
-
-def apply_sinusoidal_rotary(x, sinusoidal):
-    """Rotate pairs (2i, 2i+1) of x [B, n, ..., d] by sinusoidal [n, d]."""
+def rotate_positions(xs, rope_scaling=None, lengths=None):
+    """Each x [B, n, ..., d] of `xs` (q and k) with pairs (2i, 2i+1) rotated by
+    position (axis 1): the backbone's own tables (`layers.rotary_tables`, bert4keras's
+    sinusoidal positions) under the backbone's rope_scaling; lengths [B]: dynamic_ntk's n."""
+    x = xs[0]
+    n, d = ops.shape(x)[1], x.shape[-1]
+    dynamic = rope_scaling is not None and rope_scaling["type"] == "dynamic_ntk"
+    if dynamic and lengths is None:
+        lengths = ops.full((ops.shape(x)[0],), n, dtype="int32")
+    # positions exact in float32 whatever x's dtype
+    cos, sin = rotary_tables(n, d, scaling=rope_scaling, lengths=lengths if dynamic else None)
     extra = len(x.shape) - 3  # axes between n and d (GlobalPointer's heads)
-    cos = ops.repeat(sinusoidal[:, 1::2], 2, axis=-1)
-    sin = ops.repeat(sinusoidal[:, ::2], 2, axis=-1)
-    cos = ops.reshape(cos, (1, -1) + (1,) * extra + (x.shape[-1],))
-    sin = ops.reshape(sin, (1, -1) + (1,) * extra + (x.shape[-1],))
-    x2 = ops.reshape(ops.stack([-x[..., 1::2], x[..., ::2]], axis=-1), ops.shape(x))
-    return x * cos + x2 * sin
+    shape = (-1 if dynamic else 1, n) + (1,) * extra + (d,)
+    cos, sin = (ops.cast(ops.reshape(t, shape), x.dtype) for t in (cos, sin))
+    return [apply_rotary(x, cos, sin) for x in xs]
+
+
+def use_backbone_rotary(heads, backbone):
+    """Give every rotary pointer of `heads` the backbone's rope_scaling: the positions
+    they rotate are the backbone's, so is their scaling (one setting, in the backbone
+    config; not part of a head's own config)."""
+    scaling = backbone.config.get("rope_scaling")
+    for head in heads:
+        for layer in head._flatten_layers():
+            if isinstance(layer, _Pointer):
+                layer.rope_scaling = scaling
 
 
 def pointer_masking(logits, mask=None, tril_mask=True):
@@ -95,6 +104,7 @@ class _Pointer(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         # takes an explicit token mask but emits none (as bert4keras)
         self.supports_masking = True
+        self.rope_scaling = None  # the backbone's (`use_backbone_rotary`)
 
     def compute_mask(self, inputs, mask=None):
         return None
@@ -123,7 +133,8 @@ class GlobalPointer(_Pointer):
     def build(self, input_shape):
         self.dense.build(input_shape)
 
-    def call(self, inputs, mask=None):
+    def call(self, inputs, mask=None, lengths=None):
+        """lengths [B]: each row's real tokens (dynamic_ntk's n; default: the padded length)."""
         d = self.head_size
         x = self.dense(inputs)
         b, n = ops.shape(x)[0], ops.shape(x)[1]
@@ -131,8 +142,7 @@ class GlobalPointer(_Pointer):
         x = ops.reshape(x, (b, n, self.heads, 2 * d))
         qw, kw = x[..., :d], x[..., d:]
         if self.RoPE:
-            pos = ops.cast(sinusoidal_embeddings(n, d), x.dtype)  # positions exact in float32
-            qw, kw = apply_sinusoidal_rotary(qw, pos), apply_sinusoidal_rotary(kw, pos)
+            qw, kw = rotate_positions((qw, kw), self.rope_scaling, lengths)
         logits = ops.einsum("bmhd,bnhd->bhmn", qw, kw) / d**0.5
         return pointer_masking(logits, mask, self.tril_mask)
 
@@ -151,16 +161,16 @@ class EfficientGlobalPointer(_Pointer):
         self.p_dense.build(input_shape)
         self.q_dense.build(tuple(input_shape[:-1]) + (self.head_size * 2,))
 
-    def call(self, inputs, mask=None, factored=False):
+    def call(self, inputs, mask=None, factored=False, lengths=None):
         """Scores [B, heads, L, L]; with `factored`, their three parts (training:
         losses.factored_globalpointer_crossentropy never needs them whole):
-        {"pair": [B, L, L] (masked), "start": [B, heads, L], "end": [B, heads, L]}."""
+        {"pair": [B, L, L] (masked), "start": [B, heads, L], "end": [B, heads, L]}.
+        lengths: as GlobalPointer's."""
         d = self.head_size
         x = self.p_dense(inputs)
         qw, kw = x[..., ::2], x[..., 1::2]
         if self.RoPE:
-            pos = ops.cast(sinusoidal_embeddings(ops.shape(x)[1], d), x.dtype)
-            qw, kw = apply_sinusoidal_rotary(qw, pos), apply_sinusoidal_rotary(kw, pos)
+            qw, kw = rotate_positions((qw, kw), self.rope_scaling, lengths)
         pair = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
         bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]
         # masking the shared part masks every head alike (-inf + a bias is -inf)
@@ -191,6 +201,10 @@ def _np(x):
 
 def _padding_mask(batch):
     return ops.not_equal(batch["token_ids"], 0)
+
+
+def _real_lengths(batch):
+    return rotary_lengths(batch["token_ids"])
 
 
 def _spans_from_scores(scores, length, threshold=0.0, max_spans=None):
@@ -353,7 +367,7 @@ class SpanHead(TaskHead):
         pos = ops.arange(ops.shape(hidden)[1])
         allowed = ops.logical_or(
             ops.greater(batch["context_mask"], 0), ops.equal(pos, 0)[None])
-        logits = self.pointer(hidden, mask=allowed)[:, 0]
+        logits = self.pointer(hidden, mask=allowed, lengths=_real_lengths(batch))[:, 0]
         cls_row = ops.logical_and(ops.equal(pos, 0)[:, None],
                                   ops.greater(pos, 0)[None, :])
         return ops.where(cls_row[None], NEG_INF, logits)
@@ -449,7 +463,8 @@ class EntityHead(TaskHead):
 
     def call(self, hidden, batch, training=False):
         # training: the scores' parts (the loss needs no [B, types, L, L]); else whole
-        return self.pointer(hidden, mask=_padding_mask(batch), factored=training)
+        return self.pointer(hidden, mask=_padding_mask(batch), factored=training,
+                            lengths=_real_lengths(batch))
 
     def compute_task_loss(self, logits, batch):
         return pointer_loss(batch["entity_labels"], logits)
@@ -486,7 +501,9 @@ class _GPLinkerHead(TaskHead):
     def call(self, hidden, batch, training=False):
         # training: each pointer's scores as parts (no [B, predicates, L, L]); else whole
         mask = _padding_mask(batch)
-        return {key: getattr(self, f"{key}_pointer")(hidden, mask=mask, factored=training)
+        lengths = _real_lengths(batch)
+        return {key: getattr(self, f"{key}_pointer")(hidden, mask=mask, factored=training,
+                                                     lengths=lengths)
                 for key in self.keys}
 
     def compute_task_loss(self, outputs, batch):

@@ -78,18 +78,80 @@ class RMSNorm(keras.layers.Layer):
         return {**super().get_config(), "epsilon": self.epsilon}
 
 
-def rotary_tables(length, head_size, base=10000.0, dtype="float32"):
-    """Rotary tables for positions m < length, shape [length, d], pair-interleaved:
+def rotary_inverse_frequency(head_size, base=10000.0, scaling=None, lengths=None):
+    """The rotary frequencies theta_i = base^(-2i/d), i < d/2, under `scaling`
+    (`rope_scaling.normalise`'s dict, None for none), as Hugging Face transformers'
+    `rope_scaling` types (modeling_rope_utils) compute them:
+
+    linear       theta_i / factor: positions divided by the factor, so L * factor
+                 positions span the angles L did ("position interpolation", Chen et al.
+                 2023, arXiv:2306.15595; HF `linear`).
+    ntk          base' = base * factor^(d / (d - 2)), at every length: the slowest pair
+                 turns factor times slower while the fastest is unchanged ("NTK-aware
+                 scaled RoPE", bloc97, r/LocalLLaMA, June 2023; Code Llama's "adjusted
+                 base frequency", Roziere et al. 2023, arXiv:2308.12950, raises the base
+                 the same way, to 1e6). HF has it as `default` with rope_theta = base'.
+    dynamic_ntk  base' = base * (factor * n / N - (factor - 1))^(d / (d - 2)) for a row
+                 of n tokens longer than the trained N (`original_max_length`); base for
+                 n <= N, so short inputs see the trained tables exactly (HF `dynamic`).
+                 n is each row's own count of real tokens (`lengths` [B]), where HF takes
+                 the batch's padded length: padding and batch neighbours then never change
+                 a row's output. Without `lengths` every row counts the full length.
+
+    Returns [d/2] float32, or [B, d/2] for dynamic_ntk given `lengths`.
+    """
+    exponent = ops.arange(0, head_size // 2, dtype="float32") * 2.0 / head_size
+    trained = base ** -exponent  # bert4keras's order of operations: the trained tables
+    kind = scaling["type"] if scaling else None
+    factor = scaling["factor"] if scaling else 1.0
+    if kind is None:
+        return trained
+    if kind == "linear":
+        return trained / factor
+    exponent = ops.arange(0, head_size // 2, dtype="float64") * 2.0 / head_size  # raised bases
+    if kind == "ntk":
+        return ops.cast(ntk_base(base, factor, head_size) ** -exponent, "float32")
+    if lengths is None:
+        raise ValueError("dynamic_ntk tables need the sequence lengths")
+    n = ops.cast(lengths, "float64")
+    original = float(scaling["original_max_length"])
+    grown = base * (factor * n / original - (factor - 1.0)) ** (head_size / (head_size - 2.0))
+    scaled = ops.cast(grown[:, None] ** -exponent[None, :], "float32")
+    return ops.where((n > original)[:, None], scaled, trained[None, :])
+
+
+def ntk_base(base, factor, head_size):
+    """NTK-aware / ABF base: base * factor^(d / (d - 2)) (`rotary_inverse_frequency`)."""
+    return base * factor ** (head_size / (head_size - 2.0))
+
+
+def rotary_lengths(token_ids):
+    """Each row's count of real (non-padding, id != 0) tokens: dynamic_ntk's n."""
+    return ops.sum(ops.cast(ops.not_equal(token_ids, 0), "int32"), axis=-1)
+
+
+def rotary_angles(length, head_size, base=10000.0, scaling=None, lengths=None):
+    """m * theta_i for positions m < length: [length, d/2], or [B, length, d/2]
+    for dynamic_ntk (`rotary_inverse_frequency`), in float32."""
+    inverse_frequency = rotary_inverse_frequency(head_size, base, scaling, lengths)
+    positions = ops.arange(0, length, dtype="float32")
+    return positions[:, None] * inverse_frequency[..., None, :]
+
+
+def rotary_tables(length, head_size, base=10000.0, dtype="float32", scaling=None, lengths=None):
+    """Rotary tables for positions m < length, pair-interleaved:
 
     cos: (c_0, c_0, c_1, c_1, ...) and sin: (-s_0, s_0, -s_1, s_1, ...) with
-    c_i, s_i = cos, sin of m * base^(-2i/d), so that `apply_rotary` is two
-    multiplies and an add (no strided slicing, whose gradient is slow on CPU).
+    c_i, s_i = cos, sin of m * theta_i (`rotary_inverse_frequency`, which applies
+    `scaling`), so that `apply_rotary` is two multiplies and an add (no strided
+    slicing, whose gradient is slow on CPU). Shape [length, d], or [B, length, d]
+    for dynamic_ntk (one base per row, from `lengths`).
     """
-    inverse_frequency = base ** (-ops.arange(0, head_size // 2, dtype="float32") * 2.0 / head_size)
-    angles = ops.arange(0, length, dtype="float32")[:, None] * inverse_frequency[None, :]
+    angles = rotary_angles(length, head_size, base, scaling, lengths)
     cos, sin = ops.cos(angles), ops.sin(angles)
-    cos = ops.reshape(ops.stack([cos, cos], axis=-1), (-1, head_size))
-    sin = ops.reshape(ops.stack([-sin, sin], axis=-1), (-1, head_size))
+    shape = (-1, head_size) if len(angles.shape) == 2 else (ops.shape(angles)[0], -1, head_size)
+    cos = ops.reshape(ops.stack([cos, cos], axis=-1), shape)
+    sin = ops.reshape(ops.stack([-sin, sin], axis=-1), shape)
     return ops.cast(cos, dtype), ops.cast(sin, dtype)
 
 
@@ -215,8 +277,9 @@ class SelfAttention(keras.layers.Layer):
 
     def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
         """x [batch, length, hidden]; attention_bias [batch, 1, 1, length] (0 or -inf);
-        cos, sin [length, head_size] from `rotary_tables`; output_scale multiplies the
-        output (applied to the [inner, hidden] output kernel, not to the activations)."""
+        cos, sin [length, head_size] or [batch, length, head_size] from `rotary_tables`;
+        output_scale multiplies the output (applied to the [inner, hidden] output kernel,
+        not to the activations)."""
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(dense(x, self.qkv_kernel),
                           (batch, length, 3, self.num_heads, self.head_size))
@@ -225,8 +288,11 @@ class SelfAttention(keras.layers.Layer):
         # two passes: 3-6% of a CPU step at small/128); q's tables carry 1/sqrt(d), so
         # the scores come out scaled
         scale = 1.0 / math.sqrt(self.head_size)
-        qk = apply_rotary(qk, ops.stack([cos * scale, cos])[:, None, None],
-                          ops.stack([sin * scale, sin])[:, None, None])
+        # tables [length, d] or (dynamic_ntk) [batch, length, d] -> [2, 1 or batch, 1, length, d]
+        if len(cos.shape) == 2:
+            cos, sin = cos[None], sin[None]
+        qk = apply_rotary(qk, ops.stack([cos * scale, cos])[:, :, None],
+                          ops.stack([sin * scale, sin])[:, :, None])
         q, k = (ops.squeeze(t, 0) for t in ops.split(qk, 2))
         v = ops.squeeze(v, 0)
         scores = ops.einsum("bhjd,bhkd->bhjk", q, k)

@@ -52,7 +52,8 @@ KERAS_HUB_USE = [
 def last_dev_evaluation(run_dir, step=None):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
     one is of it: an export of keep_best's checkpoint shows that evaluation), or None."""
-    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"]
+    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"
+           and not files.other_settings(line)]  # not one at another --max-length/--rope-scaling
     at = [line for line in dev if step is not None and line.get("step") == step]
     return (at or dev or [None])[-1]
 

@@ -44,6 +44,7 @@ from mtl_framework import clue, evaluation
 from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.errors import UserError
 from mtl_framework.outputs import check_file, check_folder, usual_mode
+from mtl_framework.rope_scaling import parse as parse_rope_scaling
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
 # What each example type holds as gold; prediction never reads it (test files have none).
@@ -60,13 +61,14 @@ def without_gold(example):
 # ------------------------------------------------------------------ loading
 
 
-def load_model(path, data_root=None, specs=(), max_length=None, log=print):
+def load_model(path, data_root=None, specs=(), max_length=None, log=print, rope_scaling=None):
     """A PredictModel from a run directory (its latest checkpoint) or a keras export
-    written with `mtl export --with-heads`. UserError when it is neither."""
+    written with `mtl export --with-heads`. UserError when it is neither.
+    rope_scaling: `none` or TYPE:FACTOR[:ORIGINAL] instead of the backbone's own."""
     from mtl_framework import export
 
     if os.path.isfile(os.path.join(path, "experiment.yaml")):
-        return _load_run(path, data_root, specs, max_length, log)
+        return _load_run(path, data_root, specs, max_length, log, rope_scaling)
     if os.path.isfile(os.path.join(path, "config.json")):
         try:
             metadata, weights = export.load_heads(path)
@@ -79,7 +81,16 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print):
                             "or predict from the run directory")
         from mtl_framework.backbone import RoFormerV2Backbone
 
-        backbone = RoFormerV2Backbone.from_preset(path)
+        overrides = {}
+        if rope_scaling is not None:
+            from mtl_framework.pretrained import trained_length
+
+            try:
+                overrides["rope_scaling"] = parse_rope_scaling(rope_scaling,
+                                                               trained_length(path, "keras"))
+            except ValueError as error:
+                raise UserError(f"{path}: {error}") from None
+        backbone = RoFormerV2Backbone.from_preset(path, **overrides)
         root = data_root or os.environ.get("MTL_DATA_ROOT", "data")
         return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
                             list(specs), root, max_length, log)
@@ -87,15 +98,17 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print):
                     "(config.json): give what `mtl train` or `mtl export --with-heads` wrote")
 
 
-def _load_run(path, data_root, specs, max_length, log):
+def _load_run(path, data_root, specs, max_length, log, rope_scaling=None):
     from mtl_framework import export
     from mtl_framework.experiment import ExperimentError, load_experiment
 
     try:
         experiment = load_experiment(os.path.join(path, "experiment.yaml"))
+        overrides = evaluation.backbone_overrides(
+            evaluation.run_overrides(experiment, None, rope_scaling))
         checkpoint = export.read_run(path, log)
         export.check_run_vocab(path, checkpoint)
-        backbone = export.checkpoint_backbone(checkpoint)
+        backbone = export.checkpoint_backbone(checkpoint, **overrides)
         metadata, weights = export.run_heads(checkpoint)
     except (FileNotFoundError, ValueError, ExperimentError) as error:
         raise UserError(str(error)) from None

@@ -39,6 +39,7 @@ RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eva
              "patience")
 # Backbone values a checkpoint or export does not fix (the rest must equal its config).
 BACKBONE_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
+                      "rope_scaling",
                       "checkpoint", "init",
                       "vocab", "vocab_size", "size")  # size: compared as its dims
 

@@ -82,6 +82,17 @@ def read_config(directory, kind):
     return read_roformer(directory)
 
 
+def trained_length(directory, kind):
+    """The length a backbone folder was trained at, where it says: a keras export's
+    rope_scaling.original_max_length, else the run's max_length it records; None for
+    bert4keras and roformer-pytorch folders, which do not record it."""
+    if kind != "keras":
+        return None
+    config = _json(os.path.join(directory, "config.json"))
+    scaling = config.get("backbone", {}).get("rope_scaling") or {}
+    return scaling.get("original_max_length") or config.get("run", {}).get("max_length")
+
+
 def load_backbone(directory, kind, **overrides):
     """The folder's backbone with its weights; `overrides` (dropout, attention_dropout,
     alpha_warmup_steps) replace the folder's values, never its dims."""

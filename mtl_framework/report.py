@@ -19,6 +19,7 @@ import os
 
 from mtl_framework.errors import UserError
 from mtl_framework.metrics import RANGES
+from mtl_framework.run_dir import other_settings
 
 
 class ReportError(UserError, ValueError):
@@ -290,9 +291,13 @@ def write_report(run_dir, output=None):
     ]
     evaluations_path = os.path.join(run_dir, "evaluations.jsonl")
     if os.path.exists(evaluations_path):
-        # One evaluation per (split, step); the file may exist before its first line.
+        # One evaluation per (split, step); the file may exist before its first line. Lines
+        # scored at another length or rotary scaling (`mtl evaluate --max-length/--rope-scaling`)
+        # are not the training curve.
         evaluations = read_jsonl(evaluations_path, check_evaluation,
-                                 key=lambda record: (str(record.get("split", "dev")), record["step"]))
+                                 key=lambda record: (str(record.get("split", "dev")), record["step"],
+                                                     other_settings(record)))
+        evaluations = [e for e in evaluations if not other_settings(e)]
         if evaluations:
             written.append(plot_dev_scores(evaluations, os.path.join(output, "dev_scores.png")))
     return written

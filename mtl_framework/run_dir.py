@@ -513,6 +513,10 @@ def trim_records(path, step, log=print):
             ([f"{later} line(s) of updates after {step} removed (trained again)"] if later else [])
             + (["an unfinished last line (a killed write) removed"] if cut else [])))
     return cut + later
+def other_settings(line):
+    """Whether an evaluations.jsonl line was scored at another length or rotary scaling
+    than the run trained with (`mtl evaluate --max-length/--rope-scaling` records them)."""
+    return "max_length" in line or "rope_scaling" in line
 
 
 def read_evaluations(run_dir, log=None):

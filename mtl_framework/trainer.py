@@ -87,6 +87,11 @@ def build_backbone(experiment, tokenizer):
         spec.pop(key, None)
     size = spec.pop("size", None)
     spec["vocab_size"] = tokenizer.vocab_size
+    if spec.get("rope_scaling"):  # a new backbone is trained at the experiment's max_length
+        from mtl_framework.export import checked_rope_scaling
+
+        spec["rope_scaling"] = checked_rope_scaling(spec["rope_scaling"], experiment.max_length,
+                                                    experiment.where("backbone", "rope_scaling"))
     return RoFormerV2Backbone(**backbone_config(size, **spec))
 
 

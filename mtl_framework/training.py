@@ -53,7 +53,7 @@ import tensorflow as tf
 from mtl_framework.distributed import shard_batch
 from mtl_framework.experiment import BALANCING
 from mtl_framework.families import family
-from mtl_framework.heads import backbone_inputs
+from mtl_framework.heads import backbone_inputs, use_backbone_rotary
 from mtl_framework.run_dir import layer_variable_names, optimizer_variable_names
 
 
@@ -76,6 +76,7 @@ class MultiTaskModel(keras.Model):
             raise ValueError(f"tasks_per_update must be >= 1, got {tasks_per_update}")
         self.backbone = backbone
         self.heads = dict(heads)
+        use_backbone_rotary(self.heads.values(), backbone)  # pointers rotate as the backbone
         self.task_names = list(self.heads)
         self.tasks_per_update = int(tasks_per_update)
         self.balancing = balancing

@@ -27,3 +27,18 @@ def positive_float(text):
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
+
+
+def check_rope_scaling(text):
+    """--rope-scaling's form (`none` or TYPE:FACTOR[:ORIGINAL_MAX_LENGTH], rope_scaling.parse)
+    checked before the command touches anything: a UserError (one line, exit 2) if not.
+    Kept as text: the trained length it may need is filled in from the run or folder."""
+    from mtl_framework import rope_scaling
+    from mtl_framework.errors import UserError
+
+    if text is not None:
+        try:
+            rope_scaling.parse(text, original_max_length=2)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+    return text

@@ -5,7 +5,7 @@ import contextlib
 import json
 import sys
 
-from mtl_framework.commands import at_least, positive_float
+from mtl_framework.commands import at_least, positive_float, check_rope_scaling
 
 
 def register(subparsers):
@@ -25,7 +25,12 @@ def register(subparsers):
     parser.add_argument("--warmup-steps", type=at_least(0), default=None, help="default steps // 10")
     parser.add_argument("--weight-decay", type=at_least(0.0, float), default=None, help="default 0.01")
     parser.add_argument("--optimizer", default=None, choices=["adamw", "lamb", "adam", "sgd"])
-    parser.add_argument("--max-length", type=at_least(4), default=None, help="default 128")
+    parser.add_argument("--max-length", type=at_least(4), default=None,
+                        help="default 128; may exceed the length the backbone was trained at "
+                        "(see --rope-scaling)")
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR",
+                        help="linear|ntk|dynamic_ntk:FACTOR[:TRAINED_LENGTH], or none "
+                        "(default: the backbone folder's)")
     parser.add_argument("--dropout", type=float, default=None, help="default: the export's")
     parser.add_argument("--seed", type=at_least(0), default=None)
     parser.add_argument("--cache-dir", default=None, help="features cache folder")
@@ -37,6 +42,7 @@ def register(subparsers):
 
 
 def run(args):
+    check_rope_scaling(args.rope_scaling)  # before anything is read or written
     from mtl_framework.finetune import finetune
 
     log = (lambda message: print(message, file=sys.stderr)) if args.json else print
@@ -49,7 +55,7 @@ def run(args):
             eval_max_examples=args.eval_max_examples, log=log, steps=args.steps,
             batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup_steps,
             weight_decay=args.weight_decay, optimizer=args.optimizer, max_length=args.max_length,
-            dropout=args.dropout, seed=args.seed)
+            dropout=args.dropout, seed=args.seed, rope_scaling=args.rope_scaling)
     if args.json:
         json.dump(line, sys.stdout, ensure_ascii=False, indent=1, default=float)
         print()

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from mtl_framework.commands import at_least
+from mtl_framework.commands import at_least, check_rope_scaling
 
 
 def register(subparsers):
@@ -31,12 +31,16 @@ def register(subparsers):
                         help="extra task spec folders or files")
     parser.add_argument("--batch-size", type=at_least(1), default=32)
     parser.add_argument("--max-length", type=at_least(4), default=None, metavar="N",
-                        help="cap each task's max_length (default: the run's max_length)")
+                        help="cap each task's max_length (default: the run's max_length); may "
+                        "exceed the trained length (see --rope-scaling)")
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR",
+                        help="linear|ntk|dynamic_ntk:FACTOR, or none (default: the run's)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args):
+    check_rope_scaling(args.rope_scaling)  # before anything is read or written
     from mtl_framework.errors import UserError
     from mtl_framework.predict import check_output, load_model
 
@@ -55,7 +59,8 @@ def run(args):
     # the outputs before any work: an hour of predictions never ends in "cannot write"
     check_output(args.output, [args.input], args.run_dir, args.force, folder=args.clue)
     log = (lambda message: print(message, file=sys.stderr)) if args.json else print
-    model = load_model(args.run_dir, args.data_root, args.specs, args.max_length, log=log)
+    model = load_model(args.run_dir, args.data_root, args.specs, args.max_length, log=log,
+                       rope_scaling=args.rope_scaling)
     if args.clue:
         summary = model.predict_clue(args.output, args.batch_size, args.force)
         if not args.json:

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework.backbone import RoFormerV2Backbone
+from mtl_framework.balancing import BalancingError, describe as describe_balancing
 from mtl_framework.cache import cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
@@ -34,7 +35,7 @@ from mtl_framework.errors import UserError
 from mtl_framework.families import MLM
 from mtl_framework.heads import build_head, task_head
 from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream, example_count,
-                                   format_rates, rates_from_config)
+                                   format_rates, schedule_from_config)
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.presets import backbone_config
 from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task, mlm_settings,
@@ -98,6 +99,7 @@ class RunLogger(keras.callbacks.Callback):
                   "alpha": float(model.backbone.residual_alpha.numpy()),
                   "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
                   "tasks": {}}
+        self.run.rates = self.run.current_rates()  # annealed sampling moves them
         for entry in model.last_micro_logs:
             task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": [],
                                                               "tokens": 0})
@@ -112,6 +114,9 @@ class RunLogger(keras.callbacks.Callback):
         record["tokens"] = sum(stats["tokens"] for stats in record["tasks"].values())
         record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
         record["skipped"] = dict(model.skipped)
+        weights = model.balancing.weights()
+        if weights:  # adaptive task weights (balancing.py), as the next update uses them
+            record["balancing_weights"] = weights
         for entry in model.last_micro_logs:
             if entry["finite"]:
                 self.bad_since.pop(entry["task"], None)
@@ -293,21 +298,33 @@ class Run:
             init_heads(exp.resolve_path(exp.backbone["init"]), heads, self.head_types,
                        self.backbone, log=self.log)
         try:
-            rates = rates_from_config(sizes, exp.sampling, fixed or None)
+            rates, end, over = schedule_from_config(sizes, exp.sampling, fixed or None)
         except ValueError as error:  # pins over 1, a bad rate, cap or temperature
             raise UserError(f"{exp.path}: {error}") from None
         method = exp.sampling if isinstance(exp.sampling, str) else exp.sampling.get("method")
-        self.log(format_rates(rates, sizes, method, pinned=set(fixed),
+        self.log(format_rates(rates, sizes, method, pinned=set(fixed), end=end, over=over,
                               counted="examples (questions, documents), not windows or rows"))
         self.rates = rates
-        sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed)
+        # annealing is counted in updates; the sampler counts draws (micro-batches)
+        sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed,
+                              end=[end[t] for t in streams] if over else None,
+                              over=over * exp.tasks_per_update)
         self.mixture = Mixture(streams, sampler)
         self.model = MultiTaskModel(self.backbone, heads, exp.tasks_per_update, exp.balancing,
                                     loss_weights, loss_scale="dynamic"
-                                    if exp.precision == "mixed_float16" else None)
+                                    if exp.precision == "mixed_float16" else None, seed=exp.seed)
         self.model.compile(optimizer=build_optimizer(exp.raw.get("optimizer"), exp.steps))
-        self.model.build_all()
+        self.log(describe_balancing(exp.balancing))
+        try:
+            self.model.build_all()
+        except BalancingError as error:  # pcgrad over its memory budget: before any write
+            raise UserError(f"{exp.where('balancing')}: {error}") from None
         self.model.mixture = self.mixture
+
+    def current_rates(self):
+        """{task: rate} the sampler draws the next micro-batch with."""
+        sampler = self.mixture.sampler
+        return dict(zip(self.mixture.names, map(float, sampler.rates_at(sampler.step))))
 
     def mlm_stream(self, cache_dir, entry):
         """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else

@@ -249,7 +249,7 @@ class DynamicWeightAverage(WeightMethod):
     last two epochs; tasks here do not share epochs). λ = 1 until two windows are done;
     a task with no micro-batch in a window keeps its previous mean. T = 2 as LibMTL."""
     name, libmtl = "dwa", "DWA"
-    options = {"temperature": 2.0, "window": 20}
+    options = {"temperature": 2.0, "window": 10}
     cost = "O(tasks) per update"
     memory = "4 scalars per task"
     promise = "weights invariant to each task's loss scale; more weight to slower tasks"

@@ -99,7 +99,8 @@ class RunLogger(keras.callbacks.Callback):
                   "alpha": float(model.backbone.residual_alpha.numpy()),
                   "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
                   "tasks": {}}
-        self.run.rates = self.run.current_rates()  # annealed sampling moves them
+        # annealed sampling moves the rates: those of this update's first draw
+        self.run.rates = self.run.current_rates(-model.tasks_per_update)
         for entry in model.last_micro_logs:
             task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": [],
                                                               "tokens": 0})
@@ -321,10 +322,11 @@ class Run:
             raise UserError(f"{exp.where('balancing')}: {error}") from None
         self.model.mixture = self.mixture
 
-    def current_rates(self):
-        """{task: rate} the sampler draws the next micro-batch with."""
+    def current_rates(self, offset=0):
+        """{task: rate} the sampler draws its next micro-batch (+ offset) with."""
         sampler = self.mixture.sampler
-        return dict(zip(self.mixture.names, map(float, sampler.rates_at(sampler.step))))
+        step = max(0, sampler.step + offset)
+        return dict(zip(self.mixture.names, map(float, sampler.rates_at(step))))
 
     def mlm_stream(self, cache_dir, entry):
         """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else

@@ -9,7 +9,7 @@ The RoFormerV2 write-up's update is ∇ = Σ_k λ_k g_k / ||g_k||: a gradient NO
         fixed, loss_rate, dwa, uncertainty, rlw, gradnorm, pcgrad
 
 An experiment's `balancing:` is a name (`gradient_norm`, `dwa`, ...: NAMES gives its pair)
-or a mapping `{normalize: gradient_norm, weights: dwa, temperature: 2, window: 20}` whose
+or a mapping `{normalize: gradient_norm, weights: dwa, temperature: 2, window: 10}` whose
 other keys are the two methods' options. `Balancing` is the pair the model uses:
 
     scale = normalize.scale(loss, norm, state) * weights.scale(loss, norm, state)   # traced
@@ -101,6 +101,10 @@ class Method:
     def accumulator_slot(self, task):
         """Which backbone accumulators a task's gradient goes to: None = the shared ones."""
         return None
+
+    def check_memory(self, backbone_variables, tasks_per_update):
+        """Bytes this method adds in proportion to the backbone (refused over budget)."""
+        return 0
 
     def before_apply(self, model):
         """Eager, before the optimizer applies the accumulators."""
@@ -402,21 +406,29 @@ class PCGrad(Method):
         super().__init__(tasks, seed)
         self.max_memory = parse_bytes(max_memory)
 
-    def build(self, model):
-        variables = model.backbone_variables
-        self.slots = min(len(self.tasks), model.tasks_per_update)
-        need = self.slots * sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
+    def check_memory(self, backbone_variables, tasks_per_update):
+        """Bytes of the per-task accumulators; BalancingError (one line) over the budget.
+        Called by the trainer as soon as the backbone exists (before any feature is
+        built), and again by `build`."""
+        slots = min(len(self.tasks), tasks_per_update)
+        need = slots * sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                           for v in backbone_variables)
         budget = self.max_memory if self.max_memory is not None else _half_the_ram()
         where = "max_memory" if self.max_memory is not None else "half this machine's RAM"
         if need > budget:
             raise BalancingError(
-                f"pcgrad needs {_human(need)} for {self.slots} task gradient accumulators of the "
+                f"pcgrad needs {_human(need)} for {slots} task gradient accumulators of the "
                 f"backbone, over {where} ({_human(budget)}): lower tasks_per_update or the "
                 "backbone size, or raise balancing.max_memory")
+        return need
+
+    def build(self, model):
+        variables = model.backbone_variables
+        self.memory_bytes = self.check_memory(variables, model.tasks_per_update)
         if model.strategy is not None:
             raise BalancingError("pcgrad needs distribution: none (its per-task accumulators "
                                  "are not replicated)")
-        self.memory_bytes = need
+        self.slots = min(len(self.tasks), model.tasks_per_update)
         self.task_accumulators = [
             [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"pcgrad_{s}_{i}")
              for i, v in enumerate(variables)] for s in range(self.slots)]
@@ -558,6 +570,9 @@ class Balancing:
 
     def accumulator_slot(self, task):
         return self.weighting.accumulator_slot(task)
+
+    def check_memory(self, backbone_variables, tasks_per_update):
+        return sum(m.check_memory(backbone_variables, tasks_per_update) for m in self.methods)
 
     def slot_accumulators(self, slot):
         return self.weighting.slot_accumulators(slot)

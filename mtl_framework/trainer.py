@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework.backbone import RoFormerV2Backbone
-from mtl_framework.balancing import BalancingError, describe as describe_balancing
+from mtl_framework.balancing import Balancing, BalancingError, describe as describe_balancing
 from mtl_framework.cache import cached_features
 from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
                                       precision_policy)
@@ -265,6 +265,12 @@ class Run:
         with precision_policy(exp.precision):
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()
+        task_names = [t.name for t in self.tasks] + ([MLM_TASK] if MLM_TASK in entries else [])
+        try:  # pcgrad's memory, before any feature is built (docs/balancing.md)
+            Balancing(exp.balancing, task_names, exp.seed).check_memory(
+                self.backbone.trainable_variables, exp.tasks_per_update)
+        except BalancingError as error:
+            raise UserError(f"{exp.where('balancing')}: {error}") from None
         hidden, layers = self.backbone.config["hidden_size"], self.backbone.config["num_layers"]
         from mtl_framework.prepare import experiment_jobs, prepare  # cold caches: in workers
 

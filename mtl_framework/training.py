@@ -1,11 +1,13 @@
 """MultiTaskModel: the shared backbone, one head per task, and the mixed update.
 
 One optimizer update = `tasks_per_update` single-task micro-batches. Each
-micro-batch's gradient is scaled by its balancing factor (gradient_norm:
-1 / ||g over the backbone||, the head's gradient by the same factor), the
-scaled gradients are summed in accumulators, and the optimizer applies them
-once. Consequence: multiplying one task's loss by a constant does not change
-the shared update under gradient_norm; emphasis comes from sampling rates.
+micro-batch's gradient is scaled by its balancing factor, normalisation × task weight
+(balancing.py; gradient_norm: 1 / ||g over the backbone||, the head's gradient by the
+same factor), the scaled gradients are summed in accumulators, and the optimizer
+applies them once; the balancing's hooks run after each micro-step, before the apply
+(pcgrad) and after it (adaptive weights). Consequence: multiplying one task's loss by a
+constant does not change the shared update under gradient_norm; emphasis comes from
+sampling rates.
 
 Runs under `model.fit`: the dataset given to fit only counts updates; the
 micro-batches come from `model.mixture` (anything with `next() -> (task, batch)`),
@@ -29,8 +31,8 @@ in micro-batch order. So two steps can compute at once in threads, which uses 2 
 better than one small micro-batch at a time (bench/mtl_overhead.py), and the update is
 the one of one lane. Dropout draws from seeds numbered by micro-batch
 (`micro_batches_seen`, checkpointed), not from Keras's shared seed state, so masks do not
-depend on which step ran first. initial_loss balancing and dynamic loss scaling read what
-the previous micro-step wrote: one lane.
+depend on which step ran first. initial_loss balancing (any method with `ordered`) and
+dynamic loss scaling read what the previous micro-step wrote: one lane.
 
 Under a tf.distribute strategy (built in its scope; see distributed.py) every worker
 feeds the same global micro-batch; each replica takes its slice of the rows, and the

@@ -40,12 +40,12 @@ TASKS = ["tnews", "chnsenticorp", "cluener", "resume", "cmrc2018", "c3_m"]
 METHODS = ["none", "gradient_norm", "loss_norm", "initial_loss", "loss_rate", "dwa",
            "uncertainty", "rlw", "gradnorm", "pcgrad"]
 # Sized for ~1 hour of 2 CPU cores shared with other work (docs/benchmarks.md).
-SCHEDULE = dict(steps=60, tasks_per_update=6, batch_size=16, max_length=80,
-                optimizer={"name": "adamw", "lr": 0.003, "warmup_steps": 6, "weight_decay": 0.01})
+SCHEDULE = dict(steps=100, tasks_per_update=4, batch_size=16, max_length=80,
+                optimizer={"name": "adamw", "lr": 0.005, "warmup_steps": 10, "weight_decay": 0.01})
 BACKBONE = dict(num_layers=2, hidden_size=64, num_heads=2, intermediate_size=256, dropout=0.1,
                 vocab_size=6000, alpha_warmup_steps=0)
 EVAL_EXAMPLES = 300
-SKIP_UPDATES = 6  # first updates trace: left out of the seconds per update
+SKIP_UPDATES = 10  # first updates trace: left out of the seconds per update
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
        9: 2.262, 10: 2.228}
 

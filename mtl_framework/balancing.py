@@ -43,7 +43,12 @@ tf = _Deferred()
 
 
 class BalancingError(ValueError):
-    """A balancing setting that cannot be used (unknown key, over the memory budget)."""
+    """A balancing setting that cannot be used (unknown key, over the memory budget);
+    `key`: the `balancing:` key at fault, for the message's line."""
+
+    def __init__(self, message, key=None):
+        super().__init__(message)
+        self.key = key
 
 
 class Method:
@@ -512,21 +517,24 @@ def resolve(config):
     weights = config.pop("weights", "fixed")
     if normalize not in NORMALIZE:
         raise BalancingError(f"balancing.normalize must be one of {', '.join(NORMALIZE)}, "
-                             f"got {normalize!r}")
+                             f"got {normalize!r}", "normalize")
     if weights not in WEIGHTS:
         raise BalancingError(f"balancing.weights must be one of {', '.join(WEIGHTS)}, "
-                             f"got {weights!r}")
+                             f"got {weights!r}", "weights")
     allowed = {**METHODS[normalize].options, **METHODS[weights].options}
     for key, value in config.items():
         if key not in allowed:
             known = ", ".join(list(KEYS) + list(allowed))
             raise BalancingError(f"unknown balancing key {key!r} for {normalize} x {weights}; "
-                                 f"known: {known}")
+                                 f"known: {known}", key)
         if key == "max_memory":
-            parse_bytes(value)
+            try:
+                parse_bytes(value)
+            except BalancingError as error:
+                raise BalancingError(str(error), key) from None
         elif isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 not np.isfinite(value) or (value <= 0 and key != "initial"):
-            raise BalancingError(f"balancing.{key} must be a number > 0, got {value!r}")
+            raise BalancingError(f"balancing.{key} must be a number > 0, got {value!r}", key)
     return normalize, weights, config
 
 

@@ -184,8 +184,7 @@ def _check_balancing(raw, error):
     try:
         balancing.resolve(value)
     except balancing.BalancingError as problem:
-        key = next((k for k in value if k in str(problem)), None) if isinstance(value, dict) else None
-        error(("balancing", key) if key else ("balancing",), str(problem))
+        error(("balancing", problem.key) if problem.key else ("balancing",), str(problem))
 
 
 def _check_sampling(sampling, error):

@@ -178,3 +178,17 @@ def test_mtl_train_refuses_pcgrad_over_budget_in_one_line_exit_2(tmp_path):
     assert line.startswith(f"error: {experiment}:1: pcgrad needs ") and "over max_memory (0.0 MiB)" in line
     assert "Traceback" not in result.stderr
     assert not run_dir.exists()
+
+
+def test_experiment_check_names_the_balancing_line(tmp_path):
+    from mtl_framework.experiment import ExperimentError, load_experiment
+
+    path = tmp_path / "e.yaml"
+    path.write_text("tasks: [tnews]\nsteps: 3\nbalancing:\n  normalize: gradient_norm\n"
+                    "  weights: dwa\n  windw: 5\n")
+    with pytest.raises(ExperimentError) as error:
+        load_experiment(str(path))
+    assert str(error.value).splitlines()[0] == (f"{path}:6: unknown balancing key 'windw' for gradient_norm x dwa; "
+                                "known: normalize, weights, temperature, window")
+    path.write_text("tasks: [tnews]\nbackbone: {size: small}\nbalancing: {weights: dwa, window: 5}\n")
+    assert load_experiment(str(path)).balancing == {"weights": "dwa", "window": 5}

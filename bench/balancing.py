@@ -34,9 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.load import cpu_model, cpu_seconds, load_average  # noqa: E402
 
-# Four families: text (classification), spans (extraction_ner), mrc (mrc_span, in windows
-# of max_length), choice (multiple_choice).
-TASKS = ["tnews", "chnsenticorp", "cluener", "resume", "cmrc2018", "c3_m"]
+# Four families: text (classification, matching), spans (extraction_ner), mrc (mrc_span,
+# in windows of max_length), choice (multiple_choice). cluener was in the first list: its
+# single-task run of this schedule scored span F1 0.0 (= its baseline; Δm divides by it),
+# so ocnli took its place; the vocab (VOCAB_TASKS) stayed the one built for that list.
+TASKS = ["tnews", "chnsenticorp", "ocnli", "resume", "cmrc2018", "c3_m"]
+VOCAB_TASKS = ["tnews", "chnsenticorp", "cluener", "resume", "cmrc2018", "c3_m"]
 METHODS = ["none", "gradient_norm", "loss_norm", "initial_loss", "loss_rate", "dwa",
            "uncertainty", "rlw", "gradnorm", "pcgrad"]
 # Sized for ~1 hour of 2 CPU cores shared with other work (docs/benchmarks.md).
@@ -89,7 +92,7 @@ def run_arm(method, tasks, seed, args, log):
 
 
 def build_vocab(args, log):
-    """WORK_DIR/vocab.txt from the train text of every study task (once)."""
+    """WORK_DIR/vocab.txt from the train text of VOCAB_TASKS (once)."""
     path = args.work_dir / "vocab.txt"
     if path.exists():
         return
@@ -98,7 +101,7 @@ def build_vocab(args, log):
 
     probe = args.work_dir / "experiments" / "vocab.yaml"
     probe.parent.mkdir(parents=True, exist_ok=True)
-    spec = experiment("none", TASKS, 0, args.data_root, args.work_dir)
+    spec = experiment("none", VOCAB_TASKS, 0, args.data_root, args.work_dir)
     spec.pop("vocab")
     probe.write_text(json.dumps(spec))
     plan = plan_run(str(probe), str(args.work_dir / "runs" / "vocab"), None)

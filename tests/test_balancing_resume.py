@@ -17,8 +17,12 @@ from conftest import DEMO_DATA, write_tiny_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY = 9, 3
-STATEFUL = ["loss_rate", {"normalize": "none", "weights": "dwa", "window": 2}, "uncertainty",
-            "rlw", "gradnorm"]
+# dwa (the most state: window sums and counts, two window means) runs by default; the
+# others are `slow` (make test-slow): tests/balancing_harness.py already resumes every
+# method exactly from its named state in process, this adds the kill and the files.
+STATEFUL = [pytest.param({"normalize": "none", "weights": "dwa", "window": 2}, id="dwa")] + [
+    pytest.param(name, id=name, marks=pytest.mark.slow)
+    for name in ("loss_rate", "uncertainty", "rlw", "gradnorm")]
 
 
 def train(experiment, run_dir, log, resume=False):
@@ -43,7 +47,7 @@ def weights(run_dir):
     return [json.loads(line).get("balancing_weights") for line in open(run_dir / "metrics.jsonl")]
 
 
-@pytest.mark.parametrize("balancing", STATEFUL, ids=lambda b: b if isinstance(b, str) else b["weights"])
+@pytest.mark.parametrize("balancing", STATEFUL)
 def test_killed_and_resumed_run_has_the_same_balancing_state(tmp_path, balancing):
     experiment = write_tiny_experiment(
         tmp_path / "experiment.yaml", balancing=balancing, steps=STEPS, checkpoint_every=EVERY,

@@ -17,16 +17,15 @@ other keys are the two methods' options. `Balancing` is the pair the model uses:
     before_apply()                    # eager: pcgrad projects the tasks' gradients
     after_update(logs, update)        # eager: adaptive weights change for the next update
 
-Every method's state is named Keras variables (`variables()`, checkpointed by those names,
-run_dir.py); updates are float64 NumPy on their values, so a resumed run computes the very
+Every method's state is Keras variables named for the checkpoint (`variables()`:
+`balancing/<method>/<field>/<task>`, saved and restored by name, run_dir.py); updates are float64 NumPy on their values, so a resumed run computes the very
 same weights. `loss_weight` (spec or experiment entry) multiplies the loss before any of
 this, as it always has (so under gradient_norm it changes nothing in the shared update).
 docs/balancing.md: the table of formulas, papers, LibMTL names, costs and memory.
 """
+import importlib
 import os
 import re
-
-import importlib
 
 import numpy as np
 
@@ -75,12 +74,12 @@ class Method:
 
     def per_task(self, field, value=0.0):
         """{task: scalar variable} named `balancing/<method>/<field>/<task>`."""
+        keras = importlib.import_module("keras")  # after TensorFlow, as `tf` above
         made = {}
         for i, task in enumerate(self.tasks):
-            name = f"balancing/{self.name}/{field}/{task}"
-            made[task] = tf.Variable(float(value), trainable=False, dtype=tf.float32,
-                                     name=f"balancing_{self.name}_{field}_{i}")
-            self._variables[name] = made[task]
+            made[task] = keras.Variable(float(value), trainable=False, dtype="float32",
+                                        name=f"balancing_{self.name}_{field}_{i}")
+            self._variables[f"balancing/{self.name}/{field}/{task}"] = made[task]
         return made
 
     def build(self, model):

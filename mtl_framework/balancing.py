@@ -57,6 +57,7 @@ class Method:
     kind = "weights"
     options = {}      # config key -> default
     libmtl = "-"      # LibMTL's name for it
+    paper = "-"
     cost = "none"     # per update, beyond the plain accumulation
     memory = "none"   # beyond the accumulators every method has
     promise = ""
@@ -145,6 +146,7 @@ class GradientNorm(Method):
     per-task normalisation; NOT GradNorm, Chen et al. 2018, which is `gradnorm`). The
     task's head gradient is scaled by the same factor. No LibMTL counterpart."""
     name, kind, libmtl = "gradient_norm", "normalize", "- (not GradNorm)"
+    paper = "RoFormerV2 write-up (Su 2022)"
     cost = "one norm per micro-batch"
     promise = "the shared update is invariant to each task's loss scale"
 
@@ -225,9 +227,10 @@ class LossRate(WeightMethod):
     Default normalisation: gradient_norm, the write-up's ∇ = Σ_k λ_k g_k/||g_k||.
     No LibMTL counterpart (its closest is DWA)."""
     name, libmtl = "loss_rate", "- (closest: DWA)"
+    paper = "RoFormerV2 write-up (Su 2022)"
     options = {"eta": 1.0, "beta": 0.9}
     cost = "O(tasks) per update"
-    memory = "3 scalars per task"
+    memory = "2 scalars per task"
     promise = "weights invariant to each task's loss scale; more weight to tasks learning faster"
     default_normalize = "gradient_norm"
 
@@ -257,9 +260,10 @@ class DynamicWeightAverage(WeightMethod):
     last two epochs; tasks here do not share epochs). λ = 1 until two windows are done;
     a task with no micro-batch in a window keeps its previous mean. T = 2 as LibMTL."""
     name, libmtl = "dwa", "DWA"
+    paper = "Liu, Johns & Davison, CVPR 2019"
     options = {"temperature": 2.0, "window": 10}
     cost = "O(tasks) per update"
-    memory = "4 scalars per task"
+    memory = "5 scalars per task"
     promise = "weights invariant to each task's loss scale; more weight to slower tasks"
 
     def build(self, model):
@@ -298,6 +302,7 @@ class Uncertainty(WeightMethod):
     optimizer; here the backbone's AdamW is left alone). Fixed point s_k = log L_k:
     λ_k → 1/(2 L_k), i.e. loss_norm reached slowly."""
     name, libmtl = "uncertainty", "UW"
+    paper = "Kendall, Gal & Cipolla, CVPR 2018"
     options = {"lr": 0.05, "initial": -0.5}
     cost = "O(tasks) per update"
     memory = "2 scalars per task"
@@ -323,7 +328,9 @@ class RandomLossWeighting(WeightMethod):
     seeded by (seed, update) (LibMTL's weights sum to 1; here to K, so their mean is
     EW's 1)."""
     name, libmtl = "rlw", "RLW"
+    paper = "Lin et al., arXiv 2021 (TMLR 2022)"
     cost = "O(tasks) per update"
+    memory = "1 scalar per task"
     promise = "unbiased in expectation: E[λ_k] = 1; no task favoured"
 
     def build(self, model):
@@ -351,6 +358,7 @@ class GradNorm(WeightMethod):
     ||g_k|| / mean ||g|| and `lr` (the paper uses Adam on λ, whose first steps are
     sign-like), so it does not depend on the overall gradient scale."""
     name, libmtl = "gradnorm", "GradNorm"
+    paper = "Chen et al., ICML 2018"
     options = {"alpha": 1.5, "lr": 0.025}
     cost = "O(tasks) per update (norms come with every micro-step)"
     memory = "4 scalars per task"
@@ -400,8 +408,9 @@ class PCGrad(Method):
     The projection runs on the Gram matrix of the tasks' gradients (one pass over them),
     since each projected g_i is a combination of the g_j."""
     name, libmtl = "pcgrad", "PCGrad"
+    paper = "Yu et al., NeurIPS 2020"
     options = {"max_memory": None}
-    cost = "a Gram matrix of the update's task gradients (tasks² dot products) per update"
+    cost = "a Gram matrix of the update's task gradients (tasks² dot products over the backbone)"
     memory = "min(tasks, tasks_per_update) × backbone size"
     promise = "no task's projected gradient conflicts with another's (for 2 tasks: the sum " \
               "has a non-negative dot product with each)"
@@ -535,6 +544,17 @@ def resolve(config):
                 not np.isfinite(value) or (value <= 0 and key != "initial"):
             raise BalancingError(f"balancing.{key} must be a number > 0, got {value!r}", key)
     return normalize, weights, config
+
+
+def markdown_table():
+    """The table as docs/balancing.md shows it (tests/test_balancing.py keeps them equal)."""
+    rows = ["| `balancing` | kind | paper | LibMTL | options (defaults) | cost | memory | promises |",
+            "|---|---|---|---|---|---|---|---|"]
+    for name, cls in METHODS.items():
+        options = ", ".join(f"{k} {v}" for k, v in cls.options.items()) or "-"
+        rows.append(f"| `{name}` | {cls.kind} | {cls.paper} | {cls.libmtl} | {options} | {cls.cost} | "
+                    f"{cls.memory} | {cls.promise} |")
+    return "\n".join(rows)
 
 
 def describe(config):

@@ -192,3 +192,11 @@ def test_experiment_check_names_the_balancing_line(tmp_path):
                                 "known: normalize, weights, temperature, window")
     path.write_text("tasks: [tnews]\nbackbone: {size: small}\nbalancing: {weights: dwa, window: 5}\n")
     assert load_experiment(str(path)).balancing == {"weights": "dwa", "window": 5}
+
+
+def test_docs_show_the_table_as_the_code_has_it():
+    from conftest import REPO
+
+    text = (REPO / "docs" / "balancing.md").read_text(encoding="utf-8")
+    shown = text.split("<!-- balancing.markdown_table -->\n", 1)[1].split("\n<!-- end -->", 1)[0]
+    assert shown == balancing.markdown_table()

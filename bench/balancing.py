@@ -146,7 +146,13 @@ def summarize(records, tasks):
                            "delta": mean_t, "ci95": ci_t}
         cost = [seconds[(method, s)] / seconds[("none", s)] for s in paired
                 if (method, s) in seconds and ("none", s) in seconds]
+        # against `none` in the same seeds: the seed's shared noise (initial weights,
+        # batches, single-task scores) cancels
+        both = [s for s in paired if s in methods.get("none", {}).get("seeds", [])]
+        versus = interval([delta_m[paired.index(s)] - methods["none"]["delta_m_per_seed"][
+            methods["none"]["seeds"].index(s)] for s in both]) if both and method != "none" else (None, None)
         methods[method] = {"seeds": paired, "delta_m": mean, "delta_m_ci95": ci,
+                           "vs_none": versus[0], "vs_none_ci95": versus[1],
                            "delta_m_per_seed": delta_m, "per_task": per_task,
                            "cost_vs_none": statistics.mean(cost) if cost else None,
                            "seconds_per_update": statistics.mean(seconds[(method, s)] for s in paired
@@ -159,15 +165,20 @@ def write_markdown(path, summary, meta, tasks):
     lines = ["# Loss balancing study", "", meta["setup"], "",
              "Δm (LibMTL, ×100): mean over tasks of (score − single-task score) / single-task "
              "score, per seed, then the mean over seeds with a 95% t-interval (paired by seed). "
+             "Δm − none's: the same per seed minus `none`'s Δm of that seed (mean, 95% t-interval). "
+             "Per-task Δ: score − single-task score, mean over seeds. "
              "Cost: median seconds per update relative to `none` in the same seed of this study "
              "(first updates, which trace, left out).", "",
-             "| method | Δm ×100 | 95% interval | seeds | cost vs none | s/update | "
+             "| method | Δm ×100 | 95% interval | seeds | Δm − none's (95%) | cost vs none | s/update | "
              + " | ".join(f"{t} Δ" for t in tasks) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(tasks)]
+             "|---|---|---|---|---|---|---|" + "---|" * len(tasks)]
     for method, m in sorted(summary["methods"].items(), key=lambda kv: -kv[1]["delta_m"]):
         ci = "-" if m["delta_m_ci95"] is None else f"[{m['delta_m_ci95'][0]:.1f}, {m['delta_m_ci95'][1]:.1f}]"
         cost = "-" if m["cost_vs_none"] is None else f"{m['cost_vs_none']:.2f}x"
-        lines.append(f"| {method} | {m['delta_m']:.1f} | {ci} | {len(m['seeds'])} | {cost} | "
+        versus = "-" if m["vs_none"] is None else f"{m['vs_none']:+.1f}" + (
+            "" if m["vs_none_ci95"] is None else
+            f" [{m['vs_none_ci95'][0]:+.1f}, {m['vs_none_ci95'][1]:+.1f}]")
+        lines.append(f"| {method} | {m['delta_m']:.1f} | {ci} | {len(m['seeds'])} | {versus} | {cost} | "
                      f"{m['seconds_per_update']:.2f} | "
                      + " | ".join(f"{m['per_task'][t]['delta']:+.3f}" for t in tasks) + " |")
     lines += ["", "Single-task scores (mean over seeds) and the majority baseline:", "",
@@ -268,10 +279,12 @@ def report(records, out, args, started, cpu0, load0):
              "warm-up updates then linear decay; every method with its default options; "
              f"`single`: the same schedule on one task. Seeds {sorted({r['seed'] for r in records})}. "
              f"Dev: the first {EVAL_EXAMPLES} examples of each task, scored once at the last update.")
-    timing = (f"Runs so far: {len(records)}, {wall / 60:.1f} min of run wall time in all "
+    loads = [r["load_average"][0] for r in records if r.get("load_average")]
+    timing = (f"Runs: {len(records)}, {wall / 60:.1f} min of run wall time summed over them "
               f"(this invocation: {(time.time() - started) / 60:.1f} min wall, "
-              f"{(cpu_seconds() - cpu0) / 60:.1f} CPU min); load average at this invocation's start "
-              f"{load0}, now {load_average()} (the 2 cores are shared with other work). "
+              f"{(cpu_seconds() - cpu0) / 60:.1f} CPU min of this process). 1-minute load average "
+              f"after each run: {min(loads, default=0):.1f} to {max(loads, default=0):.1f} "
+              "(the 2 cores are shared with other work: the cost column is noisy). "
               f"CPU: {cpu_model()}.")
     meta = {"setup": setup, "timing": timing, "tasks": TASKS, "methods": METHODS,
             "schedule": SCHEDULE, "backbone": BACKBONE, "eval_examples": EVAL_EXAMPLES}

@@ -328,7 +328,8 @@ def checkpoint_model(checkpoint, experiment, **backbone_overrides):
             named = files.layer_variable_names(heads[task], task)
             for name in meta["variables"]:
                 named[name].assign(checkpoint.arrays[name])
-    model = MultiTaskModel(backbone, heads, experiment.tasks_per_update, experiment.balancing)
+    # predictions only: no balancing state (pcgrad's accumulators would be built for nothing)
+    model = MultiTaskModel(backbone, heads, experiment.tasks_per_update, "none")
     model.build_all()
     return model
 

@@ -23,13 +23,13 @@ import os
 from dataclasses import dataclass, field
 
 from mtl_framework.errors import UserError
-from mtl_framework import mixture, rope_scaling
+from mtl_framework import balancing, mixture, rope_scaling
 from mtl_framework.presets import PRESETS, backbone_config
 from mtl_framework.yaml_io import load_yaml, parse_yaml
 
 KEYS = {
     "backbone": dict, "task_specs": list, "data_root": str, "tasks": list, "sampling": (str, dict),
-    "balancing": str, "tasks_per_update": int, "batch_size": int, "max_length": int,
+    "balancing": (str, dict), "tasks_per_update": int, "batch_size": int, "max_length": int,
     "optimizer": dict, "steps": int, "seed": int, "output_dir": str, "checkpoint_every": int,
     "keep_checkpoints": int, "eval_every": int, "vocab": str, "cache_dir": str,
     "eval_batches": int, "name": str, "distribution": str, "precision": str,
@@ -56,10 +56,10 @@ BACKBONE_MINIMUM = {"vocab_size": 6, "num_layers": 1, "hidden_size": 1, "num_hea
                     "intermediate_size": 1, "head_size": 2, "embedding_size": 1,
                     "alpha_warmup_steps": 0}
 BACKBONE_PATHS = ("checkpoint", "init", "vocab")
-SAMPLING = mixture.METHODS
-SAMPLING_KEYS = ("method",) + mixture.OPTIONS
-# Loss balancing modes: training.MultiTaskModel implements them and reads this list.
-BALANCING = ("gradient_norm", "none", "loss_norm", "initial_loss")
+SAMPLING = mixture.METHODS + (mixture.ANNEAL,)
+SAMPLING_KEYS = ("method",) + mixture.OPTIONS + mixture.ANNEAL_KEYS
+# Loss balancing: names and keys come from the one table, balancing.METHODS.
+BALANCING = tuple(balancing.NAMES)
 OPTIMIZERS = ("adamw", "lamb", "adam", "sgd")
 # What build_optimizer reads (schedule) plus each Keras optimizer's own arguments.
 OPTIMIZER_KEYS = {
@@ -315,7 +315,8 @@ def _checked(raw, sources, path, folder):
             error(key, f"{key} must be >= {MINIMUM[key]}, got {value}")
     if not raw.get("tasks"):
         error("tasks", "tasks: list the task names to train (see `mtl tasks list`)")
-    for key, choices in (("balancing", BALANCING), ("distribution", DISTRIBUTION),
+    _check_balancing(raw, error)
+    for key, choices in (("distribution", DISTRIBUTION),
                          ("precision", PRECISION)):
         if isinstance(raw.get(key), str) and raw[key] not in choices:
             error(key, f"{key} must be one of {', '.join(choices)}, got {raw[key]!r}")
@@ -417,6 +418,16 @@ def _check_backbone(backbone, error):
         error(("backbone", key) if key else ("backbone",), f"backbone: {problem}")
 
 
+def _check_balancing(raw, error):
+    value = raw.get("balancing")
+    if not isinstance(value, (str, dict)):
+        return  # absent (the default), or a wrong type already reported
+    try:
+        balancing.resolve(value)
+    except balancing.BalancingError as problem:
+        error(("balancing", problem.key) if problem.key else ("balancing",), str(problem))
+
+
 def _check_sampling(sampling, error):
     if isinstance(sampling, dict):
         for key, value in sampling.items():
@@ -429,9 +440,24 @@ def _check_sampling(sampling, error):
                     error(("sampling", key), f"sampling.{key} must be a number > 0, got {value!r}")
                 else:
                     sampling[key] = number
+            elif key in ("from", "to") and value not in mixture.METHODS:
+                error(("sampling", key), f"sampling.{key} must be one of "
+                                         f"{', '.join(mixture.METHODS)}, got {value!r}")
+            elif key == "over" and (not _is_int(value) or value < 1):
+                error(("sampling", key), f"sampling.over must be a number of updates >= 1, "
+                                         f"got {value!r}")
         method = sampling.get("method", DEFAULTS["sampling"])
+        stray = [k for k in mixture.ANNEAL_KEYS if k in sampling]
+        if method != mixture.ANNEAL and stray and method in SAMPLING:
+            error(("sampling", stray[0]), f"sampling.{stray[0]} is for method: anneal "
+                                          f"(this sampling's method is {method!r})")
+        if method == mixture.ANNEAL and "over" not in sampling:
+            error(("sampling", "method"), "sampling method anneal needs `over: N` (updates)")
     else:
         method = sampling
+        if method == mixture.ANNEAL:
+            error(("sampling",), "sampling: anneal is a mapping: {method: anneal, from: "
+                                 "proportional, to: uniform, over: N}")
     if isinstance(sampling, (str, dict)) and method not in SAMPLING:
         where = ("sampling", "method") if isinstance(sampling, dict) else ("sampling",)
         keys = ", ".join(f"{key}: ..." for key in SAMPLING_KEYS)

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework.backbone import RoFormerV2Backbone
+from mtl_framework.balancing import Balancing, BalancingError, describe as describe_balancing
 from mtl_framework.cache import cached_features
 from mtl_framework.callbacks import (EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress,
                                      TaskLogs)
@@ -45,7 +46,7 @@ from mtl_framework.experiment import keep_best_settings
 from mtl_framework.families import MLM
 from mtl_framework.heads import build_head, task_head
 from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream, example_count,
-                                   format_rates, rates_from_config)
+                                   format_rates, schedule_from_config)
 from mtl_framework.optimizers import build_optimizer
 from mtl_framework.presets import backbone_config
 from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task, mlm_settings,
@@ -125,6 +126,8 @@ class RunLogger(keras.callbacks.Callback):
                   "alpha": float(model.backbone.residual_alpha.numpy()),
                   "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
                   "tasks": {}}
+        # annealed sampling moves the rates: those of this update's first draw
+        self.run.rates = self.run.current_rates(-model.tasks_per_update)
         for entry in model.last_micro_logs:
             task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": [],
                                                               "tokens": 0})
@@ -139,6 +142,9 @@ class RunLogger(keras.callbacks.Callback):
         record["tokens"] = sum(stats["tokens"] for stats in record["tasks"].values())
         record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
         record["skipped"] = dict(model.skipped)
+        weights = model.balancing.weights()
+        if weights:  # adaptive task weights (balancing.py), as the next update uses them
+            record["balancing_weights"] = weights
         for entry in model.last_micro_logs:
             if entry["finite"]:
                 self.bad_since.pop(entry["task"], None)
@@ -319,6 +325,12 @@ class Run:
         with precision_policy(exp.precision):
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()
+        task_names = [t.name for t in self.tasks] + ([MLM_TASK] if MLM_TASK in entries else [])
+        try:  # pcgrad's memory, before any feature is built (docs/balancing.md)
+            Balancing(exp.balancing, task_names, exp.seed).check_memory(
+                self.backbone.trainable_variables, exp.tasks_per_update)
+        except BalancingError as error:
+            raise UserError(f"{exp.where('balancing')}: {error}") from None
         hidden, layers = self.backbone.config["hidden_size"], self.backbone.config["num_layers"]
         from mtl_framework.prepare import experiment_jobs, prepare  # cold caches: in workers
 
@@ -355,21 +367,34 @@ class Run:
             init_heads(exp.resolve_path(exp.backbone["init"]), heads, self.head_types,
                        self.backbone, log=self.log)
         try:
-            rates = rates_from_config(sizes, exp.sampling, fixed or None)
+            rates, end, over = schedule_from_config(sizes, exp.sampling, fixed or None)
         except ValueError as error:  # pins over 1, a bad rate, cap or temperature
             raise UserError(f"{exp.path}: {error}") from None
         method = exp.sampling if isinstance(exp.sampling, str) else exp.sampling.get("method")
-        self.log(format_rates(rates, sizes, method, pinned=set(fixed),
+        self.log(format_rates(rates, sizes, method, pinned=set(fixed), end=end, over=over,
                               counted="examples (questions, documents), not windows or rows"))
         self.rates = rates
-        sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed)
+        # annealing is counted in updates; the sampler counts draws (micro-batches)
+        sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed,
+                              end=[end[t] for t in streams] if over else None,
+                              over=over * exp.tasks_per_update)
         self.mixture = Mixture(streams, sampler)
         self.model = MultiTaskModel(self.backbone, heads, exp.tasks_per_update, exp.balancing,
                                     loss_weights, loss_scale="dynamic"
-                                    if exp.precision == "mixed_float16" else None)
+                                    if exp.precision == "mixed_float16" else None, seed=exp.seed)
         self.model.compile(optimizer=build_optimizer(exp.raw.get("optimizer"), exp.steps))
-        self.model.build_all()
+        self.log(describe_balancing(exp.balancing))
+        try:
+            self.model.build_all()
+        except BalancingError as error:  # pcgrad over its memory budget: before any write
+            raise UserError(f"{exp.where('balancing')}: {error}") from None
         self.model.mixture = self.mixture
+
+    def current_rates(self, offset=0):
+        """{task: rate} the sampler draws its next micro-batch (+ offset) with."""
+        sampler = self.mixture.sampler
+        step = max(0, sampler.step + offset)
+        return dict(zip(self.mixture.names, map(float, sampler.rates_at(step))))
 
     def mlm_stream(self, cache_dir, entry):
         """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else

@@ -1,11 +1,13 @@
 """MultiTaskModel: the shared backbone, one head per task, and the mixed update.
 
 One optimizer update = `tasks_per_update` single-task micro-batches. Each
-micro-batch's gradient is scaled by its balancing factor (gradient_norm:
-1 / ||g over the backbone||, the head's gradient by the same factor), the
-scaled gradients are summed in accumulators, and the optimizer applies them
-once. Consequence: multiplying one task's loss by a constant does not change
-the shared update under gradient_norm; emphasis comes from sampling rates.
+micro-batch's gradient is scaled by its balancing factor, normalisation × task weight
+(balancing.py; gradient_norm: 1 / ||g over the backbone||, the head's gradient by the
+same factor), the scaled gradients are summed in accumulators, and the optimizer
+applies them once; the balancing's hooks run after each micro-step, before the apply
+(pcgrad) and after it (adaptive weights). Consequence: multiplying one task's loss by a
+constant does not change the shared update under gradient_norm; emphasis comes from
+sampling rates.
 
 Runs under `model.fit`: the dataset given to fit only counts updates; the
 micro-batches come from `model.mixture` (anything with `next() -> (task, batch)`),
@@ -29,8 +31,8 @@ in micro-batch order. So two steps can compute at once in threads, which uses 2 
 better than one small micro-batch at a time (bench/mtl_overhead.py), and the update is
 the one of one lane. Dropout draws from seeds numbered by micro-batch
 (`micro_batches_seen`, checkpointed), not from Keras's shared seed state, so masks do not
-depend on which step ran first. initial_loss balancing and dynamic loss scaling read what
-the previous micro-step wrote: one lane.
+depend on which step ran first. initial_loss balancing (any method with `ordered`) and
+dynamic loss scaling read what the previous micro-step wrote: one lane.
 
 Under a tf.distribute strategy (built in its scope; see distributed.py) every worker
 feeds the same global micro-batch; each replica takes its slice of the rows, and the
@@ -51,7 +53,7 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework.distributed import shard_batch
-from mtl_framework.experiment import BALANCING
+from mtl_framework.balancing import Balancing
 from mtl_framework.families import family
 from mtl_framework.heads import backbone_inputs, use_backbone_rotary
 from mtl_framework.run_dir import layer_variable_names, optimizer_variable_names
@@ -68,10 +70,8 @@ class NonFiniteLossError(RuntimeError):
 class MultiTaskModel(keras.Model):
     def __init__(self, backbone, heads, tasks_per_update=8, balancing="gradient_norm",
                  loss_weights=None, max_consecutive_bad=20, loss_scale=None,
-                 parallel_micro_batches=None, **kwargs):
+                 parallel_micro_batches=None, seed=0, **kwargs):
         super().__init__(**kwargs)
-        if balancing not in BALANCING:
-            raise ValueError(f"balancing {balancing!r} is not one of {BALANCING}")
         if tasks_per_update < 1:
             raise ValueError(f"tasks_per_update must be >= 1, got {tasks_per_update}")
         self.backbone = backbone
@@ -79,7 +79,7 @@ class MultiTaskModel(keras.Model):
         use_backbone_rotary(self.heads.values(), backbone)  # pointers rotate as the backbone
         self.task_names = list(self.heads)
         self.tasks_per_update = int(tasks_per_update)
-        self.balancing = balancing
+        self.balancing = Balancing(balancing, self.task_names, seed)  # balancing.py
         self.loss_weights = {t: float((loss_weights or {}).get(t, 1.0)) for t in self.task_names}
         self.max_consecutive_bad = max_consecutive_bad
         if loss_scale not in (None, "dynamic"):
@@ -94,7 +94,7 @@ class MultiTaskModel(keras.Model):
         self._micro_steps = {}
         self._forward_steps = {}
         self._apply_update_fn = None
-        self._accumulate_fn = None
+        self._accumulate_fns = {}
         self._reset_fn = None
         self._threads = None
         self.last_micro_logs = []
@@ -128,6 +128,7 @@ class MultiTaskModel(keras.Model):
             for i, v in enumerate(self.all_variables)]
         index = {id(v): i for i, v in enumerate(self.all_variables)}
         self._head_slots = {t: [index[id(v)] for v in self.head_variables[t]] for t in self.task_names}
+        # named initial_loss/<task> under every balancing: old checkpoints hold them
         self.initial_losses = {
             t: _replicated(0.0, f"initial_loss_{i}") for i, t in enumerate(self.task_names)}
         if self.dynamic_loss_scale:
@@ -145,6 +146,7 @@ class MultiTaskModel(keras.Model):
         # not compiled (evaluation.checkpoint_model: predictions only): no optimizer
         if getattr(self, "optimizer", None) is not None and not self.optimizer.built:
             self.optimizer.build(self.all_variables)
+        self.balancing.build(self)  # after the accumulators and initial losses it may use
         self._group_trace_steps()
         self.lanes = self._lanes()
         self.built = True
@@ -169,6 +171,7 @@ class MultiTaskModel(keras.Model):
         for task in self.task_names:
             named[f"initial_loss/{task}"] = self.initial_losses[task]
         named["micro_batches_seen"] = self.micro_batches_seen
+        named.update(self.balancing.variables())  # none for the four old methods
         if self.dynamic_loss_scale:
             named.update({f"loss_scale/{t}": v for t, v in self.loss_scales.items()})
             named.update({f"finite_in_a_row/{t}": v for t, v in self._finite_in_a_row.items()})
@@ -229,7 +232,7 @@ class MultiTaskModel(keras.Model):
         small forward/backward passes use the cores less fully than one large pass
         (bench/mtl_overhead.py); 1 where a micro-step reads state that an earlier one of
         the same update writes (initial_loss, dynamic loss scale) or runs per replica."""
-        ordered = self.strategy is not None or self.balancing == "initial_loss" or self.dynamic_loss_scale
+        ordered = self.strategy is not None or self.balancing.ordered or self.dynamic_loss_scale
         if self.parallel_micro_batches is None:
             on_gpu = bool(tf.config.list_logical_devices("GPU"))
             return 1 if ordered or on_gpu else min(2, os.cpu_count() or 1)
@@ -266,9 +269,7 @@ class MultiTaskModel(keras.Model):
 
     def _task_state(self, task):
         """What the traced step reads of the task besides its weights (scalars)."""
-        state = {"loss_weight": self._loss_weight_tensors[task]}
-        if self.balancing == "initial_loss":
-            state["initial_loss"] = tf.convert_to_tensor(self.initial_losses[task])
+        state = {"loss_weight": self._loss_weight_tensors[task], **self.balancing.state(task)}
         if self.dynamic_loss_scale:
             state["loss_scale"] = tf.convert_to_tensor(self.loss_scales[task])
             state["finite_in_a_row"] = tf.convert_to_tensor(self._finite_in_a_row[task])
@@ -279,12 +280,16 @@ class MultiTaskModel(keras.Model):
         traced function, in micro-batch order; under a strategy the step added them) and
         the task's state; returns {loss, gradient_norm, finite}."""
         if "backbone_gradients" in results:
-            if self._accumulate_fn is None:
+            slot = self.balancing.accumulator_slot(task)  # None: the shared accumulators
+            if slot not in self._accumulate_fns:
+                targets = self.accumulators if slot is None else self.balancing.slot_accumulators(slot)
+
                 def accumulate(gradients, scale, finite):
                     tf.cond(finite, lambda: _done(*[_add(a, g, scale) for a, g in zip(
-                        self.accumulators, gradients)]), lambda: tf.constant(False))
-                self._accumulate_fn = tf.function(accumulate, reduce_retracing=True)
-            self._accumulate_fn(results["backbone_gradients"], results["scale"], results["finite"])
+                        targets, gradients)]), lambda: tf.constant(False))
+                self._accumulate_fns[slot] = tf.function(accumulate, reduce_retracing=True)
+            self._accumulate_fns[slot](results["backbone_gradients"], results["scale"],
+                                       results["finite"])
         self._update_task_state(task, results)
         return {k: results[k] for k in ("loss", "gradient_norm", "finite")}
 
@@ -334,17 +339,8 @@ class MultiTaskModel(keras.Model):
                 [tf.reduce_all(tf.math.is_finite(g)) for g in gradients[n_backbone:]]
                 or [tf.constant(True)])
             results = {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
-            if self.balancing == "gradient_norm":
-                scale = 1.0 / tf.maximum(backbone_norm, 1e-12)
-            elif self.balancing == "loss_norm":  # d/dθ [L / stop_grad(L)]
-                scale = 1.0 / tf.maximum(tf.abs(loss), 1e-12)
-            elif self.balancing == "initial_loss":  # L / L(first batch of this task)
-                initial = state["initial_loss"]
-                initial = tf.where(tf.equal(initial, 0.0) & finite, loss, initial)
-                results["initial_loss"] = initial
-                scale = 1.0 / tf.maximum(tf.abs(initial), 1e-12)
-            else:
-                scale = tf.constant(1.0)
+            scale, extra = self.balancing.scale(loss, backbone_norm, finite, state)
+            results.update(extra)
             if replicas > 1:  # every replica holds the reduced gradient; the optimizer sums them
                 scale = scale / replicas
             if self.dynamic_loss_scale:
@@ -396,8 +392,7 @@ class MultiTaskModel(keras.Model):
                 for copy, value in zip(self.strategy.experimental_local_results(accumulator),
                                        self.strategy.experimental_local_results(gradient)):
                     copy.assign_add(value)
-        if "initial_loss" in results:
-            self.initial_losses[task].assign(results["initial_loss"])
+        self.balancing.after_micro_step(task, results)
         if "loss_scale" in results:
             self.loss_scales[task].assign(results["loss_scale"])
             self._finite_in_a_row[task].assign(results["finite_in_a_row"])
@@ -485,8 +480,10 @@ class MultiTaskModel(keras.Model):
                 finish_oldest()
         finally:
             concurrent.futures.wait([future for _, future in pending])
+        self.balancing.before_apply(self)  # pcgrad: the tasks' gradients into the shared ones
         if any(log["finite"] for log in logs):
             self._apply_update()
+            self.balancing.after_update(logs, int(self.optimizer.iterations.numpy()))
         else:  # nothing finite to apply: drop the update rather than step on zeros
             if self._reset_fn is None:
                 self._reset_fn = tf.function(lambda: self._on_replicas(self._zero_accumulators))

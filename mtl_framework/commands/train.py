@@ -61,9 +61,10 @@ def run(args):
     return 0
 
 
-def print_config(args, out=sys.stdout):
+def print_config(args, out=None):
     """The experiment as the run directory would keep it, then the defaults it leaves
     unset as comments; checked like `mtl train` checks it, data folders aside."""
+    out = out or sys.stdout  # looked up now: a caller may have replaced it since import
     from mtl_framework.experiment import DEFAULTS, load_experiment
     from mtl_framework.preflight import data_root_path, resolved_experiment
 

@@ -296,14 +296,14 @@ def export_fingerprint(path):
 
 
 def check_exports(paths):
-    """Each path a backbone folder `mtl finetune` starts from (keras export, bert4keras,
-    roformer-pytorch), none given twice."""
-    from mtl_framework import pretrained
+    """Each path a backbone folder `mtl finetune` starts from (`formats.layout`), none
+    given twice."""
+    from mtl_framework import formats
 
     errors = []
     for path in paths:
         try:
-            pretrained.layout(path)
+            formats.layout(path)
         except UserError as error:
             errors.append(str(error))
     slugs = [export_slug(export_label(p)) for p in paths]

@@ -1,21 +1,11 @@
-"""Export a run's trained backbone: our keras preset, bert4keras checkpoint, keras-hub preset,
-PyTorch `roformer` folder.
-
-keras       config.json + model.weights.h5 + vocab.txt, what
-            `RoFormerV2Backbone.from_preset` loads; `with_heads` adds heads.json +
-            heads.weights.npz (task heads for a continued run: experiment `backbone.init`).
-bert4keras  bert_config.json + bert_model.ckpt.* + vocab.txt for
-            `build_transformer_model(config, checkpoint, model="roformer_v2")`.
-keras-hub   keras-hub's preset layout (config.json, model.weights.h5, metadata.json,
-            tokenizer.json + assets/tokenizer/vocabulary.txt) for
-            `keras_hub.models.RoformerV2Backbone.from_preset`.
-roformer-pytorch  config.json + model.safetensors + vocab.txt for JunnYu's
-            `roformer` 0.4.x (`RoFormerModel.from_pretrained`); see roformer_pytorch.py.
+"""Export a run's trained backbone in a format of `mtl_framework.formats` (each format's
+module writes its files); our own preset with `with_heads` adds heads.json +
+heads.weights.npz (task heads for a continued run: experiment `backbone.init`).
 
 Every format also gets README.md (a Hugging Face model card) and provenance.json
 (model_card.py); no file of an export holds an absolute path.
 
-bert4keras, keras-hub and roformer have no residual scale `a`: a run exported before its
+The other formats have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
 which is exact because both blocks end in a bias-free linear map.
 
@@ -36,12 +26,12 @@ import numpy as np
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
 from mtl_framework.model_card import relative_checkpoint, write_card
-from mtl_framework.roformer_pytorch import trained_length
+from mtl_framework import formats
 from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.errors import UserError
-from mtl_framework.experiment import ExperimentError
+from mtl_framework.experiment import DEFAULTS, ExperimentError
 
-FORMATS = ("keras", "bert4keras", "keras-hub", "roformer-pytorch")
+FORMATS = formats.NAMES
 HEADS_CONFIG = "heads.json"
 HEADS_WEIGHTS = "heads.weights.npz"
 # Every file an export wrote (relative path -> size); --force replaces only a folder
@@ -170,29 +160,6 @@ def load_heads(directory):
     return heads, weights
 
 
-def save_keras_hub_tokenizer(directory, vocab_path):
-    """tokenizer.json (a RoformerV2Tokenizer config: lower-cased, accents stripped, as
-    ours) + assets/tokenizer/vocabulary.txt, written without instantiating it: its
-    WordPiece needs tensorflow-text, which loading the backbone does not."""
-    config = {
-        "module": "keras_hub.src.models.roformer_v2.roformer_v2_tokenizer",
-        "class_name": "RoformerV2Tokenizer",
-        "config": {"name": "roformer_v2_tokenizer", "trainable": True,
-                   "dtype": {"module": "keras", "class_name": "DTypePolicy",
-                             "config": {"name": "int32"}, "registered_name": None},
-                   "config_file": "tokenizer.json", "vocabulary": None, "sequence_length": None,
-                   "lowercase": True, "strip_accents": True, "split": True,
-                   "suffix_indicator": "##", "oov_token": "[UNK]", "special_tokens": None,
-                   "special_tokens_in_strings": False},
-        "registered_name": "keras_hub>RoformerV2Tokenizer",
-    }
-    with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=4)
-    assets = os.path.join(directory, "assets", "tokenizer")
-    os.makedirs(assets, exist_ok=True)
-    shutil.copyfile(vocab_path, os.path.join(assets, "vocabulary.txt"))
-
-
 def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None):
     """Write the run's backbone to `output` in format `fmt`: of its newest readable
     checkpoint, or `checkpoint` "best" (keep_best's) or a step number.
@@ -201,22 +168,22 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print, check
     failed export leaves nothing, and --force leaves nothing of the export it replaces."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt!r}: choose one of {FORMATS}")
-    if with_heads and fmt != "keras":
-        raise UserError("--with-heads is for --format keras (our preset); bert4keras and "
-                        "keras-hub exports hold the backbone only")
+    if with_heads and not formats.FORMATS[fmt].ours:
+        holding = [name for name, row in formats.FORMATS.items() if row.ours]
+        raise UserError(f"--with-heads is for --format {' or '.join(holding)}; a {fmt} export "
+                        "holds the backbone only")
     check_output(run_dir, output, force)
     which = checkpoint
     checkpoint = read_run(run_dir, log, which)
     check_run_vocab(run_dir, checkpoint)  # every export holds it
     backbone = checkpoint_backbone(checkpoint)
-    if fmt != "keras" and backbone.config.get("rope_scaling"):  # never dropped silently
-        raise UserError(f"{os.path.join(checkpoint.path, 'trainer.json')}: backbone.rope_scaling "
+    source = os.path.join(checkpoint.path, "trainer.json")
+    if not formats.FORMATS[fmt].ours and backbone.config.get("rope_scaling"):
+        raise UserError(f"{source}: backbone.rope_scaling "  # never dropped silently
                         f"{rope.describe(backbone.config['rope_scaling'])}: --format {fmt} has no "
-                        "way to hold it; export --format keras, or train without rope_scaling")
-    if fmt == "roformer-pytorch":  # refuse what the format cannot hold before writing anything
-        from mtl_framework.roformer_pytorch import check_expressible
-
-        check_expressible(backbone.config, source=os.path.join(checkpoint.path, "trainer.json"))
+                        f"way to hold it; export --format {FORMATS[0]}, or train without "
+                        "rope_scaling")
+    formats.module(fmt).check(backbone.config, source)  # refused before writing anything
     heads = run_heads(checkpoint) if with_heads else None
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
@@ -311,14 +278,21 @@ def check_output(run_dir, output, force):
                         + "), and --force replaces only that: give --output a new or empty folder")
 
 
+def trained_length(run_dir):
+    """The longest input the run saw: its experiment's max_length (task lengths are capped
+    by it)."""
+    return int(files.read_experiment(run_dir).get("max_length") or DEFAULTS["max_length"])
+
+
 def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
     state = {**checkpoint.trainer, "checkpoint": checkpoint.path}
     vocab = os.path.join(run_dir, files.VOCAB)
-    if fmt == "keras":
+    writer = formats.module(fmt)
+    if formats.FORMATS[fmt].ours:  # our preset: the run and its heads beside the backbone
         if heads:
             save_heads(output, *heads)
             heads = heads[0]
-        backbone.save_preset(output, vocab, extra={
+        writer.save(backbone, output, vocab, extra={
             "run": {"step": state["step"], "tasks": list(state["mixture"]["streams"]),
                     "checkpoint": relative_checkpoint(state["checkpoint"]),
                     "max_length": trained_length(run_dir)},
@@ -329,24 +303,8 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
     if alpha != 1.0 and log:
         log(f"residual scale a = {alpha:.4g} (warm-up not finished): folded into the "
             "attention and FFN output kernels")
-    use = None  # the format's default lines on loading it
-    if fmt == "bert4keras":
-        from mtl_framework.bert4keras_io import save_bert4keras
-
-        save_bert4keras(backbone, output, vocab)
-    elif fmt == "roformer-pytorch":
-        from mtl_framework import roformer_pytorch
-
-        roformer_pytorch.save_roformer_pytorch(backbone, output, vocab,
-                                               roformer_pytorch.trained_length(run_dir))
-        use = roformer_pytorch.MODEL_CARD_USE
-    else:
-        from mtl_framework.interop.hub import to_keras_hub
-
-        to_keras_hub(backbone).save_to_preset(output)
-        shutil.copyfile(vocab, os.path.join(output, "vocab.txt"))
-        save_keras_hub_tokenizer(output, vocab)
-    write_card(output, run_dir, state, fmt, use=use)
+    writer.save(backbone, output, vocab, trained_length(run_dir))
+    write_card(output, run_dir, state, fmt)
 
 
 # --- starting a run from a backbone folder (experiment `backbone: {init: DIR}`) ---------
@@ -362,20 +320,17 @@ head_metadata = files.head_metadata  # its home is run_dir.py; kept importable h
 
 
 def init_backbone(directory, spec, source="experiment"):
-    """The backbone of a folder `pretrained.layout` knows (keras export, bert4keras,
-    roformer-pytorch) for a new run: dims and weights from the folder; dropout and
+    """The backbone of a folder `formats.layout` knows (`formats.loadable()`) for a new run: dims and weights from the folder; dropout and
     attention_dropout from `spec` (the experiment's backbone mapping) where it gives them;
     alpha_warmup_steps 0 unless given (the export's residual scale is kept, not warmed up
     again). preflight.plan_run has checked the experiment's dims and vocab against it."""
-    from mtl_framework import pretrained
-
     overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
     overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    kind = pretrained.layout(directory, source)
+    kind = formats.layout(directory, source)
     if "rope_scaling" in overrides:  # stretched from the length the folder was trained at
         overrides["rope_scaling"] = checked_rope_scaling(
-            overrides["rope_scaling"], pretrained.trained_length(directory, kind), source)
-    return pretrained.load_backbone(directory, kind, **overrides)
+            overrides["rope_scaling"], formats.trained_length(directory, kind), source)
+    return formats.load_backbone(directory, kind, **overrides)
 
 
 def checked_rope_scaling(value, trained_length, source):

@@ -2,7 +2,7 @@
 
     run, line = finetune("runs/demo/export/keras", "chnsenticorp", data_root="../shared/data")
 
-EXPORTED_DIR is any folder `pretrained.layout` knows: our keras export, a bert4keras
+EXPORTED_DIR is any folder `formats.layout` knows: our keras export, a bert4keras
 checkpoint folder (as released or exported), a PyTorch `roformer` folder.
 Nothing here trains or scores by itself: it writes a one-task experiment
 (`backbone: {init: EXPORTED_DIR}`, balancing `none`, one micro-batch per
@@ -82,16 +82,16 @@ def rope_setting(value):
 
 def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache_dir=None,
              eval_split="dev", eval_max_examples=None, eval_batch_size=64, log=print, **settings):
-    """Train `task` from the backbone folder `export_dir` (keras export, bert4keras or
-    roformer-pytorch: `pretrained.layout`), score it on `eval_split`.
+    """Train `task` from the backbone folder `export_dir` (a format `formats.layout`
+    knows: `formats.loadable()`), score it on `eval_split`.
     Returns (run, the evaluation line as recorded in RUN_DIR/evaluations.jsonl plus
     "start": `start_digests` of the run before its first update)."""
-    from mtl_framework import evaluation, pretrained
+    from mtl_framework import evaluation, formats
     from mtl_framework.registry import load_registry
     from mtl_framework.trainer import Run
 
-    pretrained.layout(export_dir)  # refuse a folder it cannot start from before writing
-    if pretrained.vocab_path(export_dir) is None:
+    formats.layout(export_dir)  # refuse a folder it cannot start from before writing
+    if formats.vocab_path(export_dir) is None:
         raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found; fine-tuning uses "
                         "the vocab the weights were trained with: copy it into that folder")
     spec = load_registry(task_specs).select([task])[0]  # an unknown task: refused before writing

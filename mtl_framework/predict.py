@@ -83,11 +83,11 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print, rope_
 
         overrides = {}
         if rope_scaling is not None:
-            from mtl_framework.pretrained import trained_length
+            from mtl_framework.formats import keras as preset
 
             try:
                 overrides["rope_scaling"] = parse_rope_scaling(rope_scaling,
-                                                               trained_length(path, "keras"))
+                                                               preset.trained_length(path))
             except ValueError as error:
                 raise UserError(f"{path}: {error}") from None
         backbone = RoFormerV2Backbone.from_preset(path, **overrides)

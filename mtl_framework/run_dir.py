@@ -455,6 +455,12 @@ def experiment_file(run_dir):
     return path
 
 
+def read_experiment(run_dir):
+    """The run's resolved experiment (experiment.yaml, as `write_experiment` wrote it)."""
+    with open(experiment_file(run_dir), encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
 def append_evaluation(run_dir, line):
     path = os.path.join(run_dir, EVALUATIONS)
     drop_cut_last_line(path)  # appended onto, a cut line would merge with this one

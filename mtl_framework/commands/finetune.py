@@ -1,17 +1,18 @@
 """`mtl finetune EXPORTED_DIR TASK [--data-root DIR] [--steps N] [--batch-size N] [--lr X]
 [--output RUN_DIR] ...`: one task trained from an exported or released backbone folder
-(keras, bert4keras, roformer-pytorch), then scored on dev."""
+(a format of `mtl_framework.formats` that loads), then scored on dev."""
 import contextlib
 import json
 import sys
 
 from mtl_framework.commands import at_least, positive_float, check_rope_scaling
+from mtl_framework.formats import loadable
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "finetune", help="fine-tune one task from an exported backbone and score it on dev")
-    parser.add_argument("export_dir", help="a backbone folder: `mtl export` keras, bert4keras or roformer-pytorch, "
+    parser.add_argument("export_dir", help=f"a backbone folder: `mtl export` {', '.join(loadable())}, "
                              "or a released bert4keras / PyTorch roformer checkpoint")
     parser.add_argument("task", help="task name (see `mtl tasks list`)")
     parser.add_argument("--data-root", default=None,

@@ -121,7 +121,7 @@ def head_metadata(heads, types, backbone):
     for task, head in heads.items():
         config = {}
         for key, value in head.get_config().items():
-            if key in ("name", "trainable", "dtype", "num_labels"):
+            if key in ("name", "trainable", "dtype", "num_labels", "family"):  # own keys
                 continue
             try:
                 json.dumps(value)

@@ -9,7 +9,7 @@ The other formats have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
 which is exact because both blocks end in a bias-free linear map.
 
-The run is read through run_dir.py: the newest readable checkpoint (a damaged newer
+The run is read through trained_model.py (on run_dir.py): the newest readable checkpoint (a damaged newer
 one is named in a warning), its backbone and head arrays only. An export is written
 into a temporary folder beside `output` and renamed into place; `output` must be new
 or empty, or (--force) wholly an earlier export: its `export-manifest.json` lists every
@@ -27,107 +27,15 @@ from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
 from mtl_framework.model_card import relative_checkpoint, write_card
 from mtl_framework import formats
-from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.errors import UserError
-from mtl_framework.experiment import DEFAULTS, ExperimentError
+from mtl_framework.experiment import DEFAULTS
+from mtl_framework.trained_model import (HEADS_CONFIG, HEADS_WEIGHTS, check_run_vocab,
+                                         checkpoint_backbone, read_run, run_heads)
 
 FORMATS = formats.NAMES
-HEADS_CONFIG = "heads.json"
-HEADS_WEIGHTS = "heads.weights.npz"
 # Every file an export wrote (relative path -> size); --force replaces only a folder
 # holding exactly these (plus the manifest itself).
 MANIFEST = "export-manifest.json"
-
-
-def checkpoint_backbone(checkpoint, **overrides):
-    """The backbone of a run_dir.Checkpoint, built from its config (`overrides`
-    replace keys that are not shapes: rope_scaling), weights by name."""
-    backbone = RoFormerV2Backbone(**{**checkpoint.trainer["backbone"], **overrides})
-    backbone.build()
-    named = files.layer_variable_names(backbone, "backbone")
-    for name, value in checkpoint.backbone_arrays(list(named)).items():
-        named[name].assign(value)
-    return backbone
-
-
-def read_run(run_dir, log=print, which=None):
-    """The run's checkpoint (backbone and head arrays, not the optimizer's): the newest
-    readable one, falling back past damaged ones (`which` None or "latest"), keep_best's
-    ("best") or step N's (an int or digits); a UserError when there is none."""
-    wanted = lambda name: not name.startswith("optimizer/")  # noqa: E731
-    if which not in (None, "latest"):
-        return chosen_checkpoint(run_dir, which, wanted)
-    checkpoint = files.latest_checkpoint(run_dir, wanted, log=log)
-    if checkpoint is None:
-        if not os.path.isdir(run_dir):
-            raise UserError(f"{run_dir}: no such run directory")
-        raise UserError(f"{run_dir}: no checkpoints/step-* folder; is this a run directory "
-                        "written by `mtl train`?")
-    return checkpoint
-
-
-def chosen_checkpoint(run_dir, which, wanted=None):
-    """keep_best's checkpoint ("best") or step N's, read whole (no fallback: the user named it)."""
-    root = os.path.join(run_dir, files.CHECKPOINTS)
-    steps = ", ".join(str(files.checkpoint_step(d)) for d in files.checkpoint_dirs(run_dir)) or "none"
-    if str(which) == "best":
-        path = files.best_checkpoint(run_dir)
-        if path is None:
-            raise UserError(f"{run_dir}: no best checkpoint ({root}/best-step-N): the run has "
-                            "no `keep_best` in its experiment, or no evaluation yet; give "
-                            f"--checkpoint latest or a step ({steps})")
-    elif str(which).isdigit():
-        path = os.path.join(root, f"step-{int(which):08d}")
-        if not os.path.isdir(path):
-            raise UserError(f"{run_dir}: no checkpoint of step {int(which)}; its steps: {steps} "
-                            "(and best, with keep_best)")
-    else:
-        raise UserError(f"--checkpoint {which!r}: give best, latest or a step number")
-    try:
-        return files.read_checkpoint(path, wanted)
-    except files.CheckpointError as error:
-        raise UserError(f"{error}: this checkpoint cannot be read; export another "
-                        "(--checkpoint latest or a step)") from None
-def check_run_vocab(run_dir, checkpoint):
-    """RUN/vocab.txt must exist and have one token per row of the checkpoint's embedding
-    table: a cut or replaced vocab would tokenize into wrong ids, silently."""
-    from mtl_framework.tokenizer import load_vocab
-
-    path = os.path.join(run_dir, files.VOCAB)
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: not found (the vocab the run trained with): copy it back "
-                        "from where the run was written")
-    size, rows = len(load_vocab(path)), checkpoint.trainer["backbone"]["vocab_size"]
-    if size != rows:
-        raise UserError(f"{path}: {size} tokens, but the checkpoint {checkpoint.path} has "
-                        f"{rows} embedding rows: the vocab was cut or replaced; restore the "
-                        "run's own vocab.txt")
-    return path
-
-
-def load_run_backbone(run_dir, log=print):
-    """(backbone, trainer state + "checkpoint": its folder) of the run's newest readable
-    checkpoint."""
-    checkpoint = read_run(run_dir, log)
-    return checkpoint_backbone(checkpoint), {**checkpoint.trainer, "checkpoint": checkpoint.path}
-
-
-def run_heads(checkpoint):
-    """(heads metadata, {variable name: array}) of the task heads in a checkpoint."""
-    heads = checkpoint.trainer.get("heads")
-    if heads is None:
-        raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
-                        "older mtl_framework): continue the run one step with `mtl train "
-                        "--resume` to write a checkpoint that has it, or export without "
-                        "--with-heads")
-    weights = {}
-    for task, meta in heads.items():
-        for name in meta["variables"]:
-            if name not in checkpoint.arrays:
-                raise UserError(f"{checkpoint.path}/trainer.json: head {task!r} lists variable "
-                                f"{name!r}, which is not among the checkpoint's variables")
-            weights[name] = checkpoint.arrays[name]
-    return heads, weights
 
 
 def fold_residual_alpha(backbone):
@@ -146,18 +54,6 @@ def save_heads(directory, heads, weights):
     with open(os.path.join(directory, HEADS_CONFIG), "w", encoding="utf-8") as f:
         json.dump(heads, f, indent=2, ensure_ascii=False)
     np.savez(os.path.join(directory, HEADS_WEIGHTS), **weights)
-
-
-def load_heads(directory):
-    """(heads metadata, {variable path: array}) of a keras export, or (None, None)."""
-    path = os.path.join(directory, HEADS_CONFIG)
-    if not os.path.exists(path):
-        return None, None
-    with open(path, encoding="utf-8") as f:
-        heads = json.load(f)
-    with np.load(os.path.join(directory, HEADS_WEIGHTS)) as values:
-        weights = {name: values[name] for name in values.files}
-    return heads, weights
 
 
 def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None):
@@ -305,79 +201,3 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
             "attention and FFN output kernels")
     writer.save(backbone, output, vocab, trained_length(run_dir))
     write_card(output, run_dir, state, fmt)
-
-
-# --- starting a run from a backbone folder (experiment `backbone: {init: DIR}`) ---------
-
-# Experiment backbone keys that may differ from the export's config.json (not shapes).
-INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
-                  "rope_scaling")
-SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "head_size",
-              "embedding_size", "segment_vocab_size")
-
-
-head_metadata = files.head_metadata  # its home is run_dir.py; kept importable here
-
-
-def init_backbone(directory, spec, source="experiment"):
-    """The backbone of a folder `formats.layout` knows (`formats.loadable()`) for a new run: dims and weights from the folder; dropout and
-    attention_dropout from `spec` (the experiment's backbone mapping) where it gives them;
-    alpha_warmup_steps 0 unless given (the export's residual scale is kept, not warmed up
-    again). preflight.plan_run has checked the experiment's dims and vocab against it."""
-    overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
-    overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    kind = formats.layout(directory, source)
-    if "rope_scaling" in overrides:  # stretched from the length the folder was trained at
-        overrides["rope_scaling"] = checked_rope_scaling(
-            overrides["rope_scaling"], formats.trained_length(directory, kind), source)
-    return formats.load_backbone(directory, kind, **overrides)
-
-
-def checked_rope_scaling(value, trained_length, source):
-    """rope_scaling.normalise with the trained length filled in, as an ExperimentError."""
-    try:
-        return rope.normalise(value, trained_length, f"{source}: backbone.rope_scaling")
-    except ValueError as error:
-        raise ExperimentError(str(error)) from None
-
-
-def init_heads(directory, heads, types, backbone, log=print):
-    """Assign the export's head weights to the run's heads of the same task name.
-
-    A task absent from the export starts fresh (logged); a task present with another
-    type, label count or variable shape is an error naming what differs."""
-    saved, weights = load_heads(directory)
-    if saved is None:
-        return []
-    source = os.path.join(directory, HEADS_CONFIG)
-    ours = head_metadata(heads, types, backbone)
-    loaded = []
-    for task, meta in ours.items():
-        if task not in saved:
-            continue
-        theirs = saved[task]
-        for key in ("type", "num_labels"):
-            if theirs.get(key) != meta[key]:
-                raise ExperimentError(f"{source}: head {task!r} has {key} {theirs.get(key)!r}, this "
-                                 f"experiment's {task!r} has {meta[key]!r}: export without "
-                                 "--with-heads (or rename the task) to start it fresh")
-        named = files.layer_variable_names(heads[task], task)
-        variables = [named[name] for name in meta["variables"]]
-        if len(variables) != len(theirs["variables"]):
-            raise ExperimentError(f"{source}: head {task!r} has {len(theirs['variables'])} variables, "
-                             f"this experiment's {len(variables)}: its head config differs "
-                             f"({theirs.get('config')} vs {meta['config']})")
-        for variable, name in zip(variables, theirs["variables"]):
-            value = weights[name]
-            if tuple(value.shape) != tuple(variable.shape):
-                raise ExperimentError(f"{source}: head {task!r} variable {name} has shape "
-                                 f"{tuple(value.shape)}, this experiment's {variable.path} "
-                                 f"{tuple(variable.shape)}: its head config differs "
-                                 f"({theirs.get('config')} vs {meta['config']})")
-            variable.assign(value)
-        loaded.append(task)
-    if log:
-        fresh = [t for t in heads if t not in loaded]
-        log(f"heads from {directory}: {', '.join(loaded) or 'none'}"
-            + (f"; new: {', '.join(fresh)}" if fresh else ""))
-    return loaded

@@ -21,6 +21,7 @@ import tempfile
 
 import yaml
 
+from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
 
 FINETUNE_YAML = "finetune.yaml"
@@ -67,7 +68,7 @@ def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_d
 def rope_setting(value):
     """The experiment's backbone.rope_scaling for --rope-scaling TEXT (a mapping as it is):
     `none` keeps the folder's rotary unscaled; the trained length, when TEXT does not give
-    it, is filled from the folder when the backbone is loaded (export.init_backbone)."""
+    it, is filled from the folder when the backbone is loaded (trained_model.init_backbone)."""
     from mtl_framework import rope_scaling
 
     if not isinstance(value, str):
@@ -99,7 +100,7 @@ def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache
         raise UserError(f"--eval-split {eval_split}: task {task!r} has no such split; its "
                         f"splits: {', '.join(spec.files or {}) or 'none'} ({spec.spec_path})")
     if data_root is None:  # named here, not as a key of the generated experiment
-        data_root = os.environ.get("MTL_DATA_ROOT", "data")
+        data_root = default_data_root()
         if not os.path.isdir(data_root):
             raise UserError(f"no --data-root given, and the default {data_root} ("
                             f"{'$MTL_DATA_ROOT' if 'MTL_DATA_ROOT' in os.environ else './data'}) "

@@ -309,8 +309,8 @@ def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
     (changed / "heads.json").write_text(json.dumps(heads))
     bad_head = write_experiment(tmp_path / "head.yaml", cache_dir=cache, tasks=["tnews"],
                                 backbone={"init": str(changed)})
-    with pytest.raises(ValueError, match=r"changed/heads.json: head 'tnews' has num_labels 3, "
-                                         r"this experiment's 'tnews' has 15"):
+    with pytest.raises(UserError, match=r"changed/heads.json: head 'tnews' has num_labels 3, "
+                                         r"this model's 'tnews' has 15"):
         Run(str(bad_head), output=str(tmp_path / "b"), log=lambda *_: None)
     missing = write_experiment(tmp_path / "missing.yaml", cache_dir=cache, tasks=["tnews"],
                                backbone={"init": str(tmp_path / "nowhere")})

@@ -132,14 +132,6 @@ class RoFormerV2Backbone(keras.Model):
             x = layer(x, attention_bias, cos, sin, alpha, training=training)
         return x
 
-    def mlm_logits(self, sequence_output):
-        """Tied-embedding MLM logits (no bias, no transform), as bert4keras's RoFormerV2."""
-        if self.embedding_mapping is not None:
-            raise NotImplementedError(
-                "MLM with embedding_size != hidden_size needs an output mapping, which "
-                "this backbone does not build; use embedding_size == hidden_size")
-        return ops.matmul(sequence_output, ops.transpose(self.token_embedding.embeddings))
-
     def get_config(self):
         return {**super().get_config(), **self.config}
 

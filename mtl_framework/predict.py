@@ -28,7 +28,6 @@ file:line), so the output has one line per input record in input order.
 Outputs are checked before the model is loaded (`check_output`): an existing file is
 replaced only with `force`, the input never, and its folder must exist.
 """
-import dataclasses
 import json
 import os
 import sys
@@ -37,6 +36,7 @@ import time
 
 import numpy as np
 from data_adapters import ReadReport
+from data_adapters.examples import without_gold
 from data_adapters.report import place
 
 from mtl_framework import clue, evaluation
@@ -47,17 +47,6 @@ from mtl_framework.outputs import check_file, check_folder, usual_mode
 from mtl_framework.rope_scaling import parse as parse_rope_scaling
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
-# What each example type holds as gold; prediction never reads it (test files have none).
-GOLD = {"TextExample": {"label": None}, "SpanQAExample": {"answers": []},
-        "ChoiceExample": {"label": None}, "NERExample": {"entities": []},
-        "RelationExample": {"triples": []}, "EventExample": {"events": []},
-        "CorefExample": {"label": None}}
-
-
-def without_gold(example):
-    return dataclasses.replace(example, **GOLD[type(example).__name__])
-
-
 # ------------------------------------------------------------------ loading
 
 

@@ -262,3 +262,15 @@ def test_family_harness_multi_label(tokenizer):
                       head_kwargs=lambda n: {"multi_label": True}, multi_label=True,
                       expected=[[0], [1]])
     run_family_test(case)
+
+
+def test_every_example_type_has_its_gold_row():
+    """`mtl predict` empties each example type's gold (data_adapters.examples.GOLD)."""
+    from data_adapters import examples
+
+    types = [v for k, v in vars(examples).items() if k.endswith("Example") and isinstance(v, type)]
+    assert set(examples.GOLD) == set(types)
+    stripped = examples.without_gold(examples.TextExample("t", label="pos"))
+    assert (stripped.text, stripped.label) == ("t", None)
+    ner = examples.without_gold(examples.NERExample("ab", [examples.Entity(0, 1, "x")], id=7))
+    assert (ner.text, ner.entities, ner.id) == ("ab", [], 7)

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from mtl_framework.presets import PRESETS, backbone_config  # noqa: F401 (re-exported)
+from mtl_framework.presets import backbone_config
 from mtl_framework import rope_scaling as rope
 from mtl_framework.layers import (RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_lengths,
                                   rotary_tables)

@@ -6,6 +6,7 @@ import json
 import sys
 
 from mtl_framework.commands import at_least, positive_float, check_rope_scaling
+from mtl_framework.experiment import OPTIMIZERS
 from mtl_framework.formats import loadable
 
 
@@ -25,7 +26,7 @@ def register(subparsers):
     parser.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default 2e-5)")
     parser.add_argument("--warmup-steps", type=at_least(0), default=None, help="default steps // 10")
     parser.add_argument("--weight-decay", type=at_least(0.0, float), default=None, help="default 0.01")
-    parser.add_argument("--optimizer", default=None, choices=["adamw", "lamb", "adam", "sgd"])
+    parser.add_argument("--optimizer", default=None, choices=OPTIMIZERS)
     parser.add_argument("--max-length", type=at_least(4), default=None,
                         help="default 128; may exceed the length the backbone was trained at "
                         "(see --rope-scaling)")

@@ -48,6 +48,7 @@ import yaml
 
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import OPTIMIZERS
+from mtl_framework.formats import OURS
 from mtl_framework.run_dir import read_experiment
 from mtl_framework.yaml_io import parse_yaml
 from mtl_framework.outputs import check_folder
@@ -380,7 +381,7 @@ def initial_export(run_dir, output, log=print):
     run.write_run_files()  # experiment.yaml and vocab.txt: `train` would write them
     run.save_checkpoint(0, 1)
     keras.backend.clear_session()
-    return export(initial_run, "keras", os.path.join(output, "keras"), log=log)
+    return export(initial_run, OURS, os.path.join(output, OURS), log=log)
 
 
 # --- running ------------------------------------------------------------------

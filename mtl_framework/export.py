@@ -77,7 +77,7 @@ def export(run_dir, fmt, output, with_heads=False, force=False, log=print, check
     if not formats.FORMATS[fmt].ours and backbone.config.get("rope_scaling"):
         raise UserError(f"{source}: backbone.rope_scaling "  # never dropped silently
                         f"{rope.describe(backbone.config['rope_scaling'])}: --format {fmt} has no "
-                        f"way to hold it; export --format {FORMATS[0]}, or train without "
+                        f"way to hold it; export --format {formats.OURS}, or train without "
                         "rope_scaling")
     formats.module(fmt).check(backbone.config, source)  # refused before writing anything
     heads = run_heads(checkpoint) if with_heads else None

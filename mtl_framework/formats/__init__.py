@@ -45,6 +45,7 @@ FORMATS = {row.name: row for row in (
            "config.json (model_type roformer) + model.safetensors / pytorch_model.bin"),
 )}
 NAMES = tuple(FORMATS)
+OURS = next(name for name, row in FORMATS.items() if row.ours)  # our own preset's name
 
 
 def module(name):

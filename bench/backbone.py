@@ -681,12 +681,13 @@ def main(argv=None):
     np.savez(paths["data"], labels=labels, **{f"token_ids_{s}": b[0] for s, b in batches.items()},
              **{f"segment_ids_{s}": b[1] for s, b in batches.items()})
     if "bert4keras" in systems:
-        from mtl_framework import backbone_config, bert4keras_io
+        from mtl_framework import backbone_config
+        from mtl_framework.formats import bert4keras
 
         worker = Bert4kerasWorker(workdir)
         for name in args.configs:
             paths[name] = Path(workdir) / f"{name}.bert_config.json"
-            paths[name].write_text(json.dumps(bert4keras_io.bert_config_from_config(
+            paths[name].write_text(json.dumps(bert4keras.bert_config_from_config(
                 backbone_config(**COMMON, **CONFIGS[name]))))
     meter = LoadMeter(lambda: [os.getpid()] + ([worker.process.pid] if worker else []))
     in_process = [s for s in systems if s != "bert4keras"]

@@ -87,8 +87,8 @@ def load_batches(path, prefix):
 def prepare(args, work):
     """Vocab, features, bert_config.json and the batch files both sides read."""
     from data_adapters import read_task
-    from mtl_framework.bert4keras_io import bert_config_from_config
-    from mtl_framework.backbone import backbone_config
+    from mtl_framework.formats.bert4keras import bert_config_from_config
+    from mtl_framework.presets import backbone_config
     from mtl_framework.cache import cached_features
     from mtl_framework.mixture import TaskStream, iterate_batches
     from mtl_framework.registry import load_registry

@@ -138,7 +138,7 @@ def evaluate(args, run_dir, log):
     from mtl_framework import evaluation
     from mtl_framework.cache import cached_features
     from mtl_framework.experiment import load_experiment
-    from mtl_framework.export import read_run
+    from mtl_framework.trained_model import read_run
     from mtl_framework.rope_scaling import describe
 
     experiment = load_experiment(str(run_dir / "experiment.yaml"))

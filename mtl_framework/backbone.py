@@ -4,15 +4,11 @@ token + segment embedding -> RMS norm -> [embedding mapping] -> L post-norm
 blocks with rotary self-attention and a ReLU FFN. No biases, no norm weights,
 no absolute positions. Output: [batch, length, hidden].
 """
-import json
-import os
-import shutil
-
 import keras
 import numpy as np
 from keras import ops
 
-from mtl_framework.presets import PRESETS, backbone_config  # noqa: F401 (re-exported)
+from mtl_framework.presets import backbone_config
 from mtl_framework import rope_scaling as rope
 from mtl_framework.layers import (RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_lengths,
                                   rotary_tables)
@@ -136,14 +132,6 @@ class RoFormerV2Backbone(keras.Model):
             x = layer(x, attention_bias, cos, sin, alpha, training=training)
         return x
 
-    def mlm_logits(self, sequence_output):
-        """Tied-embedding MLM logits (no bias, no transform), as bert4keras's RoFormerV2."""
-        if self.embedding_mapping is not None:
-            raise NotImplementedError(
-                "MLM with embedding_size != hidden_size needs an output mapping, which "
-                "this backbone does not build; use embedding_size == hidden_size")
-        return ops.matmul(sequence_output, ops.transpose(self.token_embedding.embeddings))
-
     def get_config(self):
         return {**super().get_config(), **self.config}
 
@@ -157,55 +145,47 @@ class RoFormerV2Backbone(keras.Model):
     # --- weights in and out -------------------------------------------------
 
     @classmethod
+    def from_folder(cls, format_module, directory, **overrides):
+        """A backbone folder in a format of `mtl_framework.formats` (its module): config
+        from the folder, `overrides` replacing keys that are not shapes, its weights."""
+        backbone = cls(**{**format_module.read_config(directory), **overrides})
+        backbone.build()
+        format_module.load_weights(backbone, directory)
+        return backbone
+
+    @classmethod
     def from_bert4keras(cls, config_path, checkpoint_path, **overrides):
         """Load a bert4keras RoFormerV2 checkpoint (bert_config.json + TF name-based checkpoint)."""
-        from mtl_framework import bert4keras_io
+        from mtl_framework.formats import bert4keras
 
-        config, weights = bert4keras_io.read_checkpoint(config_path, checkpoint_path)
-        config.update(overrides)
-        backbone = cls(**config)
+        config, weights = bert4keras.read_checkpoint(config_path, checkpoint_path)
+        backbone = cls(**{**config, **overrides})
         backbone.build()
-        bert4keras_io.assign_weights(backbone, weights, source=checkpoint_path)
+        bert4keras.assign_weights(backbone, weights, source=checkpoint_path)
         return backbone
 
     @classmethod
     def from_roformer_pytorch(cls, directory, **overrides):
         """Load a PyTorch `roformer` 0.4.x RoFormerV2 folder (config.json +
         model.safetensors, read without torch; or pytorch_model.bin, read with torch):
-        the hub's junnyu/roformer_v2_chinese_char_* or `mtl export --format roformer-pytorch`."""
-        from mtl_framework import bert4keras_io, roformer_pytorch
+        the hub's junnyu/roformer_v2_chinese_char_* or our export of that format."""
+        from mtl_framework.formats import roformer_pytorch
 
-        config, weights = roformer_pytorch.load_roformer_pytorch(directory, **overrides)
-        backbone = cls(**config)
-        backbone.build()
-        bert4keras_io.assign_weights(backbone, weights, source=directory)
-        return backbone
+        return cls.from_folder(roformer_pytorch, directory, **overrides)
 
     @classmethod
     def from_preset(cls, directory, **overrides):
         """Load our exported keras preset folder (config.json + model.weights.h5);
         `overrides` replace config values that are not shapes (e.g. rope_scaling)."""
-        config_path = os.path.join(directory, "config.json")
-        if not os.path.exists(config_path):
-            raise FileNotFoundError(
-                f"{config_path} not found: a preset folder is what `mtl export RUN_DIR "
-                "--format keras --output DIR` writes")
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
-        backbone = cls(**{**config["backbone"], **overrides})
-        backbone.build()
-        backbone.load_weights(os.path.join(directory, "model.weights.h5"))
-        return backbone
+        from mtl_framework.formats import keras as preset
+
+        return cls.from_folder(preset, directory, **overrides)
 
     def save_preset(self, directory, vocab_path=None, extra=None):
         """Write config.json + model.weights.h5 (+ vocab.txt): what `from_preset` reads."""
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
-            json.dump({"format": "mtl_framework.RoFormerV2Backbone", "backbone": self.config,
-                       **(extra or {})}, f, indent=2, ensure_ascii=False)
-        self.save_weights(os.path.join(directory, "model.weights.h5"))
-        if vocab_path is not None:
-            shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
+        from mtl_framework.formats import keras as preset
+
+        preset.save(self, directory, vocab_path, extra=extra)
 
     def count_params_exact(self):
         """Trainable parameters (residual alpha excluded)."""

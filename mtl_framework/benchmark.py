@@ -47,6 +47,10 @@ import time
 import yaml
 
 from mtl_framework.errors import UserError
+from mtl_framework.experiment import OPTIMIZERS
+from mtl_framework.formats import OURS
+from mtl_framework.run_dir import read_experiment
+from mtl_framework.yaml_io import parse_yaml
 from mtl_framework.outputs import check_folder
 from mtl_framework.finetune import DEFAULTS as FINETUNE_DEFAULTS
 
@@ -61,30 +65,6 @@ ROWS = "rows.jsonl"
 
 # --- the suite ----------------------------------------------------------------
 
-def _lines(text):
-    """YAML node path -> line (1-based): ("tasks", 2, "steps") -> 14."""
-    lines = {}
-
-    def walk(node, path):
-        lines[path] = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                lines[path + (key.value,)] = key.start_mark.line + 1
-                walk(value, path + (key.value,))
-                lines[path + (key.value,)] = key.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
-
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError:
-        return lines
-    if root is not None:
-        walk(root, ())
-    return lines
-
-
 def _check_setting(key, value):
     kind = SETTINGS[key]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -95,8 +75,8 @@ def _check_setting(key, value):
         return None, f"{key} must be > 0, got {value}"
     if kind in (int, float) and value < 0:
         return None, f"{key} must be >= 0, got {value}"
-    if key == "optimizer" and value not in ("adamw", "lamb", "adam", "sgd"):
-        return None, f"optimizer must be one of adamw, lamb, adam, sgd, got {value!r}"
+    if key == "optimizer" and value not in OPTIMIZERS:
+        return None, f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {value!r}"
     return value, None
 
 
@@ -109,13 +89,11 @@ def load_suite(path, registry=None):
     except OSError as error:
         raise UserError(f"{path}: cannot read the suite ({error.strerror}); give a suite YAML "
                         "such as suites/clue_small.yaml") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        raise UserError(f"{path}:{mark.line + 1 if mark else 1}: invalid YAML "
-                        f"({getattr(error, 'problem', error)})") from None
-    lines, errors = _lines(text), []
+    document = parse_yaml(text, path)  # the package's one YAML reader: keys given twice too
+    if document.problems:
+        raise UserError("\n".join(f"{path}:{line}: invalid YAML ({message})"
+                                   for line, message in document.problems))
+    raw, lines, errors = document.data, document.lines, []
 
     def error(where, message):
         errors.append(f"{path}:{lines.get(where, 1)}: {message}")
@@ -296,14 +274,14 @@ def export_fingerprint(path):
 
 
 def check_exports(paths):
-    """Each path a backbone folder `mtl finetune` starts from (keras export, bert4keras,
-    roformer-pytorch), none given twice."""
-    from mtl_framework import pretrained
+    """Each path a backbone folder `mtl finetune` starts from (`formats.layout`), none
+    given twice."""
+    from mtl_framework import formats
 
     errors = []
     for path in paths:
         try:
-            pretrained.layout(path)
+            formats.layout(path)
         except UserError as error:
             errors.append(str(error))
     slugs = [export_slug(export_label(p)) for p in paths]
@@ -377,7 +355,6 @@ def initial_export(run_dir, output, log=print):
     warm-up, written as a one-checkpoint run directory OUTPUT/run and exported with
     `mtl export --format keras` to OUTPUT/keras. Returns the keras export's folder."""
     import keras
-    import yaml as _yaml
 
     from mtl_framework.export import export
     from mtl_framework.trainer import Run
@@ -386,8 +363,7 @@ def initial_export(run_dir, output, log=print):
     if not os.path.exists(source) or not os.path.exists(os.path.join(run_dir, "vocab.txt")):
         raise UserError(f"{run_dir}: no experiment.yaml and vocab.txt; give a run directory "
                         "written by `mtl train`")
-    with open(source, encoding="utf-8") as f:
-        experiment = _yaml.safe_load(f)
+    experiment = read_experiment(run_dir)
     if (experiment.get("backbone") or {}).get("init") or \
             (experiment.get("backbone") or {}).get("checkpoint"):
         raise UserError(f"{source}: the run started from other weights (backbone.init or "
@@ -399,13 +375,13 @@ def initial_export(run_dir, output, log=print):
     os.makedirs(initial_run)
     path = os.path.join(output, "initial.yaml")
     with open(path, "w", encoding="utf-8") as f:
-        _yaml.safe_dump(experiment, f, allow_unicode=True, sort_keys=False)
+        yaml.safe_dump(experiment, f, allow_unicode=True, sort_keys=False)
     run = Run(path, output=initial_run, log=log)
     run.backbone.residual_alpha.assign(1.0)
     run.write_run_files()  # experiment.yaml and vocab.txt: `train` would write them
     run.save_checkpoint(0, 1)
     keras.backend.clear_session()
-    return export(initial_run, "keras", os.path.join(output, "keras"), log=log)
+    return export(initial_run, OURS, os.path.join(output, OURS), log=log)
 
 
 # --- running ------------------------------------------------------------------

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mtl_framework import features as F
+from mtl_framework.features import Features, save_meta
 from mtl_framework.families import featurizer_for_task, load_features
 
 CACHE_ENV = "MTL_CACHE_DIR"
@@ -363,7 +363,7 @@ def build_features(task, split, featurizer, data_root, final, inputs=None, log=N
             features = featurizer.featurize(read_task(task, split, data_root, read_report), temporary)
         features.meta.update(read=read_report.as_dict(), key=inputs, split=split,
                              storage=STORAGE_VERSION, arrays=describe_arrays(features.arrays))
-        F.save_meta(features, temporary)  # meta.json last: its presence means complete
+        save_meta(features, temporary)  # meta.json last: its presence means complete
         del features  # close the memory maps before the rename
         if final.exists():  # a folder that failed check_folder: out of the way first
             aside = final.parent / f".{final.name}.bad-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -420,7 +420,7 @@ def check_arrays(arrays, meta):
         if len(splits) == 0 or splits[0] != 0 or splits[-1] != values:
             return f"{name} does not end at the {values} values of {base}"
     rows = meta.get("report", {}).get("rows")
-    features = F.Features(meta.get("family"), arrays, meta)
+    features = Features(meta.get("family"), arrays, meta)
     if rows is not None and len(features) != rows:
         return f"{len(features)} rows, meta.json says {rows}"
     for name in ("label", "start", "end", "span1", "span2", "example_index", "window_start"):

@@ -52,13 +52,7 @@ def build_parser():
                              "TensorFlow, Keras, tokenizers and Python, then exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"mtl_framework.commands.{name}")
-        except ModuleNotFoundError as error:
-            if error.name == f"mtl_framework.commands.{name}":
-                continue  # command not built yet: absent rather than a stub
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"mtl_framework.commands.{name}").register(subparsers)
     return parser
 
 

@@ -28,7 +28,7 @@ from mtl_framework.cache import cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
-from mtl_framework.export import check_run_vocab, checkpoint_backbone, read_run
+from mtl_framework.trained_model import check_run_vocab, checkpoint_backbone, read_run
 from mtl_framework.families import family
 from mtl_framework.heads import build_head
 from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,

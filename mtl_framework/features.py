@@ -56,22 +56,12 @@ and counted in `dropped`, since it has nothing left to classify, as is any
 example whose label is not in the task's labels.
 """
 import bisect
-import hashlib
 import itertools
 import json
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
-
-FEATURES_VERSION = 1
-
-
-def source_version():
-    """FEATURES_VERSION plus a hash of this file: any edit here invalidates cached features."""
-    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-    return f"{FEATURES_VERSION}-{digest}"
-
 
 # ---------------------------------------------------------------- report
 
@@ -415,7 +405,7 @@ class Featurizer:
         meta = {"family": self.family, "task": self.task, **self.config(),
                 "vocab": {"size": tok.vocab_size, "pad": tok.pad_id, "unk": tok.unk_id,
                           "cls": tok.cls_id, "sep": tok.sep_id, "mask": tok.mask_id},
-                "version": source_version(), "report": report.as_dict()}
+                "report": report.as_dict()}
         features = Features(self.family, arrays, meta, self.collate)
         report.rows = len(features)
         meta["report"] = report.as_dict()

@@ -2,7 +2,7 @@
 
     run, line = finetune("runs/demo/export/keras", "chnsenticorp", data_root="../shared/data")
 
-EXPORTED_DIR is any folder `pretrained.layout` knows: our keras export, a bert4keras
+EXPORTED_DIR is any folder `formats.layout` knows: our keras export, a bert4keras
 checkpoint folder (as released or exported), a PyTorch `roformer` folder.
 Nothing here trains or scores by itself: it writes a one-task experiment
 (`backbone: {init: EXPORTED_DIR}`, balancing `none`, one micro-batch per
@@ -21,6 +21,7 @@ import tempfile
 
 import yaml
 
+from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
 
 FINETUNE_YAML = "finetune.yaml"
@@ -67,7 +68,7 @@ def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_d
 def rope_setting(value):
     """The experiment's backbone.rope_scaling for --rope-scaling TEXT (a mapping as it is):
     `none` keeps the folder's rotary unscaled; the trained length, when TEXT does not give
-    it, is filled from the folder when the backbone is loaded (export.init_backbone)."""
+    it, is filled from the folder when the backbone is loaded (trained_model.init_backbone)."""
     from mtl_framework import rope_scaling
 
     if not isinstance(value, str):
@@ -82,16 +83,16 @@ def rope_setting(value):
 
 def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache_dir=None,
              eval_split="dev", eval_max_examples=None, eval_batch_size=64, log=print, **settings):
-    """Train `task` from the backbone folder `export_dir` (keras export, bert4keras or
-    roformer-pytorch: `pretrained.layout`), score it on `eval_split`.
+    """Train `task` from the backbone folder `export_dir` (a format `formats.layout`
+    knows: `formats.loadable()`), score it on `eval_split`.
     Returns (run, the evaluation line as recorded in RUN_DIR/evaluations.jsonl plus
     "start": `start_digests` of the run before its first update)."""
-    from mtl_framework import evaluation, pretrained
+    from mtl_framework import evaluation, formats
     from mtl_framework.registry import load_registry
     from mtl_framework.trainer import Run
 
-    pretrained.layout(export_dir)  # refuse a folder it cannot start from before writing
-    if pretrained.vocab_path(export_dir) is None:
+    formats.layout(export_dir)  # refuse a folder it cannot start from before writing
+    if formats.vocab_path(export_dir) is None:
         raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found; fine-tuning uses "
                         "the vocab the weights were trained with: copy it into that folder")
     spec = load_registry(task_specs).select([task])[0]  # an unknown task: refused before writing
@@ -99,7 +100,7 @@ def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache
         raise UserError(f"--eval-split {eval_split}: task {task!r} has no such split; its "
                         f"splits: {', '.join(spec.files or {}) or 'none'} ({spec.spec_path})")
     if data_root is None:  # named here, not as a key of the generated experiment
-        data_root = os.environ.get("MTL_DATA_ROOT", "data")
+        data_root = default_data_root()
         if not os.path.isdir(data_root):
             raise UserError(f"no --data-root given, and the default {data_root} ("
                             f"{'$MTL_DATA_ROOT' if 'MTL_DATA_ROOT' in os.environ else './data'}) "

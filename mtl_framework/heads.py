@@ -21,8 +21,8 @@ attribute out of `untraced_config`): training runs a group's first head with
 another task's weights, whose label axis may differ, in a step traced with every
 batch axis unknown.
 
-GlobalPointer and EfficientGlobalPointer follow bert4keras 0.11.5
-(layers.py) formula for formula: interleaved q/k, rotary positions on adjacent
+The pointer layers the span heads use (GlobalPointer, EfficientGlobalPointer) are in
+layers.py; they follow bert4keras 0.11.5 (its layers.py) formula for formula: interleaved q/k, rotary positions on adjacent
 pairs, scores / sqrt(head_size), padding and start > end set to -inf.
 """
 from itertools import groupby
@@ -33,9 +33,8 @@ from keras import ops
 
 from mtl_framework import losses
 from mtl_framework.families import FAMILIES
-from mtl_framework.layers import RoFormerV2Initializer, apply_rotary, rotary_lengths, rotary_tables
-
-NEG_INF = float("-inf")
+from mtl_framework.layers import (NEG_INF, EfficientGlobalPointer, GlobalPointer,
+                                  RoFormerV2Initializer, rotary_lengths)
 
 
 def backbone_inputs(batch):
@@ -51,23 +50,6 @@ def backbone_inputs(batch):
 # ---------------------------------------------------------------- pointers
 
 
-def rotate_positions(xs, rope_scaling=None, lengths=None):
-    """Each x [B, n, ..., d] of `xs` (q and k) with pairs (2i, 2i+1) rotated by
-    position (axis 1): the backbone's own tables (`layers.rotary_tables`, bert4keras's
-    sinusoidal positions) under the backbone's rope_scaling; lengths [B]: dynamic_ntk's n."""
-    x = xs[0]
-    n, d = ops.shape(x)[1], x.shape[-1]
-    dynamic = rope_scaling is not None and rope_scaling["type"] == "dynamic_ntk"
-    if dynamic and lengths is None:
-        lengths = ops.full((ops.shape(x)[0],), n, dtype="int32")
-    # positions exact in float32 whatever x's dtype
-    cos, sin = rotary_tables(n, d, scaling=rope_scaling, lengths=lengths if dynamic else None)
-    extra = len(x.shape) - 3  # axes between n and d (GlobalPointer's heads)
-    shape = (-1 if dynamic else 1, n) + (1,) * extra + (d,)
-    cos, sin = (ops.cast(ops.reshape(t, shape), x.dtype) for t in (cos, sin))
-    return [apply_rotary(x, cos, sin) for x in xs]
-
-
 def use_backbone_rotary(heads, backbone):
     """Give every rotary pointer of `heads` the backbone's rope_scaling: the positions
     they rotate are the backbone's, so is their scaling (one setting, in the backbone
@@ -75,114 +57,8 @@ def use_backbone_rotary(heads, backbone):
     scaling = backbone.config.get("rope_scaling")
     for head in heads:
         for layer in head._flatten_layers():
-            if isinstance(layer, _Pointer):
+            if isinstance(layer, (GlobalPointer, EfficientGlobalPointer)):
                 layer.rope_scaling = scaling
-
-
-def pointer_masking(logits, mask=None, tril_mask=True):
-    """-inf outside mask [B, L] (rows and columns) and, with tril_mask, where
-    start > end. logits: [B, heads, L, L]."""
-    valid = None
-    if mask is not None:
-        m = ops.cast(mask, "bool")
-        valid = ops.logical_and(m[:, None, :, None], m[:, None, None, :])
-    if tril_mask:
-        i = ops.arange(ops.shape(logits)[-1])
-        upper = ops.less_equal(i[:, None], i[None, :])[None, None]
-        valid = upper if valid is None else ops.logical_and(valid, upper)
-    return logits if valid is None else ops.where(valid, logits, NEG_INF)
-
-
-class _Pointer(keras.layers.Layer):
-    """Shared options and config of the two pointer layers."""
-
-    def __init__(self, heads, head_size, RoPE=True, use_bias=True,
-                 tril_mask=True, kernel_initializer="lecun_normal", **kwargs):
-        super().__init__(**kwargs)
-        self.heads, self.head_size = heads, head_size
-        self.RoPE, self.use_bias, self.tril_mask = RoPE, use_bias, tril_mask
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        # takes an explicit token mask but emits none (as bert4keras)
-        self.supports_masking = True
-        self.rope_scaling = None  # the backbone's (`use_backbone_rotary`)
-
-    def compute_mask(self, inputs, mask=None):
-        return None
-
-    def _dense(self, units, name):
-        return keras.layers.Dense(units, use_bias=self.use_bias,
-                                  kernel_initializer=self.kernel_initializer,
-                                  name=name)
-
-    def get_config(self):
-        return {**super().get_config(), "heads": self.heads,
-                "head_size": self.head_size, "RoPE": self.RoPE,
-                "use_bias": self.use_bias, "tril_mask": self.tril_mask,
-                "kernel_initializer":
-                    keras.initializers.serialize(self.kernel_initializer)}
-
-
-class GlobalPointer(_Pointer):
-    """Scores every (start, end) pair per head (https://kexue.fm/archives/8373).
-    Output [B, heads, L, L]."""
-
-    def __init__(self, heads, head_size, **kwargs):
-        super().__init__(heads, head_size, **kwargs)
-        self.dense = self._dense(heads * head_size * 2, "dense")
-
-    def build(self, input_shape):
-        self.dense.build(input_shape)
-
-    def call(self, inputs, mask=None, lengths=None):
-        """lengths [B]: each row's real tokens (dynamic_ntk's n; default: the padded length)."""
-        d = self.head_size
-        x = self.dense(inputs)
-        b, n = ops.shape(x)[0], ops.shape(x)[1]
-        # head h owns columns [2dh, 2d(h+1)): bert4keras's split + stack
-        x = ops.reshape(x, (b, n, self.heads, 2 * d))
-        qw, kw = x[..., :d], x[..., d:]
-        if self.RoPE:
-            qw, kw = rotate_positions((qw, kw), self.rope_scaling, lengths)
-        logits = ops.einsum("bmhd,bnhd->bhmn", qw, kw) / d**0.5
-        return pointer_masking(logits, mask, self.tril_mask)
-
-
-class EfficientGlobalPointer(_Pointer):
-    """GlobalPointer sharing one q/k projection across heads; each head only
-    adds a start and an end bias (https://kexue.fm/archives/8877)."""
-
-    def __init__(self, heads, head_size, **kwargs):
-        super().__init__(heads, head_size, **kwargs)
-        self.p_dense = self._dense(head_size * 2, "p_dense")
-        # as bert4keras: q_dense reads p_dense's output, not the hidden states
-        self.q_dense = self._dense(heads * 2, "q_dense")
-
-    def build(self, input_shape):
-        self.p_dense.build(input_shape)
-        self.q_dense.build(tuple(input_shape[:-1]) + (self.head_size * 2,))
-
-    def call(self, inputs, mask=None, factored=False, lengths=None):
-        """Scores [B, heads, L, L]; with `factored`, their three parts (training:
-        losses.factored_globalpointer_crossentropy never needs them whole):
-        {"pair": [B, L, L] (masked), "start": [B, heads, L], "end": [B, heads, L]}.
-        lengths: as GlobalPointer's."""
-        d = self.head_size
-        x = self.p_dense(inputs)
-        qw, kw = x[..., ::2], x[..., 1::2]
-        if self.RoPE:
-            qw, kw = rotate_positions((qw, kw), self.rope_scaling, lengths)
-        pair = ops.einsum("bmd,bnd->bmn", qw, kw) / d**0.5
-        bias = ops.transpose(self.q_dense(x), (0, 2, 1)) / 2  # [B, 2 heads, L]
-        # masking the shared part masks every head alike (-inf + a bias is -inf)
-        parts = {"pair": pointer_masking(pair[:, None], mask, self.tril_mask)[:, 0],
-                 "start": bias[:, 1::2], "end": bias[:, ::2]}
-        return parts if factored else combine_pointer_parts(parts)
-
-
-def combine_pointer_parts(parts):
-    """EfficientGlobalPointer's scores from its parts: pair + end bias + start bias
-    (bert4keras's order of additions, so the sums round the same)."""
-    return parts["pair"][:, None] + parts["end"][:, :, None, :] + parts["start"][..., None]
 
 
 def pointer_loss(labels, scores):
@@ -233,14 +109,35 @@ def _label_scores(labels, length):
     return scores
 
 
+# family name -> its head class; each class registers itself with `head_for` (families/
+# imports no Keras, so a family cannot name the class itself).
+HEAD_CLASSES = {}
+
+
+def head_for(*families):
+    """Class decorator: the head class of these task families (the first is its default)."""
+    def register(cls):
+        cls.families = families
+        for name in families:
+            HEAD_CLASSES[name] = cls
+        return cls
+    return register
+
+
 class TaskHead(keras.layers.Layer):
-    """Base class: see the module docstring for the interface. `family` is the task
-    family (mtl_framework.families) that build_head built it for."""
+    """Base class: see the module docstring for the interface. `family`: the task family
+    (mtl_framework.families) it serves, one of its class's `families` (default the
+    first); part of its config, since training and the loss denominator read it."""
 
-    family = None
+    families = ()
 
-    def __init__(self, num_labels=None, num_layers=1, **kwargs):
+    def __init__(self, num_labels=None, num_layers=1, family=None, **kwargs):
         super().__init__(**kwargs)
+        family = family or (self.families[0] if self.families else None)
+        if family not in self.families:
+            raise ValueError(f"{type(self).__name__} is the head of "
+                             f"{', '.join(self.families) or 'no family'}, not {family!r}")
+        self.family = family
         self.num_labels = num_labels
         # bert4keras's heads use the model's initializer: its std has the backbone's L^(-1/2)
         self.num_layers = num_layers
@@ -263,12 +160,14 @@ class TaskHead(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "num_labels": self.num_labels,
-                "num_layers": self.num_layers}
+                "num_layers": self.num_layers, "family": self.family}
 
     # Config keys the training computation (call + compute_task_loss) does not read:
-    # sizes that come with the weights' shapes, decoding options, the initializer.
+    # sizes that come with the weights' shapes, decoding options, the initializer, the
+    # family (the families of one head class compute alike; what differs between them
+    # is read outside the head's traced step).
     untraced_config = ("name", "num_labels", "threshold", "max_spans", "role_groups",
-                       "num_layers")
+                       "num_layers", "family")
 
     def trace_key(self):
         """Heads with equal keys compute alike given their own weights, so training.py
@@ -281,6 +180,7 @@ class TaskHead(keras.layers.Layer):
             (k, repr(config[k])) for k in sorted(config) if k not in self.untraced_config)
 
 
+@head_for("classification", "matching")
 class ClassificationHead(TaskHead):
     """[CLS] -> Dense(n) with bias, as bert4keras's CLUE classifiers. Softmax
     CE; multi_label uses Su's multi-label CE and predicts scores > 0."""
@@ -321,6 +221,7 @@ class ClassificationHead(TaskHead):
         return {**super().get_config(), "multi_label": self.multi_label}
 
 
+@head_for("regression")
 class RegressionHead(TaskHead):
     """[CLS] -> Dense(1) with bias; MSE."""
 
@@ -346,6 +247,7 @@ class RegressionHead(TaskHead):
         return [float(s) for s in np.asarray(batch["label"])]
 
 
+@head_for("mrc_span")
 class SpanHead(TaskHead):
     """GlobalPointer(1 head) over the context, as bert4keras's CLUE cmrc2018
     (no bias, the model's initializer). Valid pairs: start <= end, both on
@@ -413,6 +315,7 @@ class SpanHead(TaskHead):
         return {**super().get_config(), "head_size": self.head_size}
 
 
+@head_for("multiple_choice", "cloze")
 class ChoiceHead(TaskHead):
     """[CLS] of each (context, question, choice) -> Dense(1), softmax over the
     choices, as bert4keras's CLUE c3. The backbone runs on the choices folded
@@ -445,6 +348,7 @@ class ChoiceHead(TaskHead):
         return [int(i) for i in np.asarray(batch["label"])]
 
 
+@head_for("extraction_ner")
 class EntityHead(TaskHead):
     """EfficientGlobalPointer(n types), nested spans allowed; sparse
     multi-label CE (bert4keras GPLinker loss). decode: {(type, start, end)}
@@ -515,6 +419,7 @@ class _GPLinkerHead(TaskHead):
         return self.decode(scores, batch, None)
 
 
+@head_for("extraction_relation")
 class RelationHead(_GPLinkerHead):
     """GPLinker for (s, p, o), as bert4keras's
     examples/task_relation_extraction_gplinker.py: entity pointer (2 heads:
@@ -581,6 +486,7 @@ def clique_search(argus, links):
     return sorted(out)
 
 
+@head_for("extraction_event")
 class EventHead(_GPLinkerHead):
     """GPLinker for events, as bert4keras's DuEE example (bojone/GPLinker
     duee_v1.py): argument pointer over roles (event type + role, the trigger
@@ -639,6 +545,7 @@ class EventHead(_GPLinkerHead):
                 "max_spans": self.max_spans}
 
 
+@head_for("coreference")
 class CorefHead(TaskHead):
     """Token vectors at span1 start/end and span2 start/end, concatenated
     [4H] -> Dense(n labels) with bias; softmax CE."""
@@ -668,6 +575,7 @@ class CorefHead(TaskHead):
         return [int(i) for i in np.asarray(batch["label"])]
 
 
+@head_for("mlm")
 class MLMHead(TaskHead):
     """Tied token embedding, as RoFormerV2: logits = h @ E^T, no bias, no
     transform. `embeddings` is the backbone's token embedding matrix (a
@@ -726,8 +634,9 @@ def build_head(task_type, num_labels, hidden_size, **kwargs):
         if num_labels is not None and vocab.shape[0] != num_labels:
             raise ValueError(f"{task_type}: num_labels {num_labels} differs from the "
                              f"embedding's vocabulary size {vocab.shape[0]}")
-    head = globals()[family.head](num_labels=num_labels, **kwargs)
-    head.family = family.name
+    if kwargs.pop("family", family.name) != family.name:
+        raise ValueError(f"build_head({task_type!r}): family must be the task type")
+    head = HEAD_CLASSES[family.name](num_labels=num_labels, family=family.name, **kwargs)
     head.build((None, None, hidden_size))
     return head
 

@@ -16,14 +16,12 @@ import os
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from mtl_framework import formats
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
 from mtl_framework.provenance import describe, provenance
 
 LICENSE = "apache-2.0"
-# Which library loads each export format (the card's `library_name`).
-LIBRARY = {"keras": "mtl_framework", "bert4keras": "bert4keras", "keras-hub": "keras-hub",
-           "roformer-pytorch": "roformer"}
 # Our task families as the Hub's task types (model-index `task.type`).
 HUB_TASK_TYPE = {"classification": "text-classification", "matching": "text-classification",
                  "regression": "text-classification", "coreference": "text-classification",
@@ -33,22 +31,6 @@ HUB_TASK_TYPE = {"classification": "text-classification", "matching": "text-clas
                  "mrc_span": "question-answering", "multiple_choice": "multiple-choice",
                  "cloze": "fill-mask", "mlm": "fill-mask"}
 HUB_DATASETS = "https://huggingface.co/datasets/"
-KERAS_USE = [
-    "```python", "from mtl_framework import RoFormerV2Backbone",
-    "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt", "```", "",
-    "Fine-tune one task from it: `mtl finetune DIR TASK`, or an experiment with "
-    "`backbone: {init: DIR}`."]
-BERT4KERAS_USE = [
-    "```python", "from bert4keras.models import build_transformer_model",
-    "model = build_transformer_model(\"DIR/bert_config.json\", \"DIR/bert_model.ckpt\", "
-    "model=\"roformer_v2\")", "```", "",
-    "bert4keras 0.11.5 on tf-keras (`TF_KERAS=1`); vocab: DIR/vocab.txt."]
-KERAS_HUB_USE = [
-    "```python", "import keras_hub",
-    "backbone = keras_hub.models.RoformerV2Backbone.from_preset(DIR)", "```", "",
-    "The tokenizer (`tokenizer.json`, a `RoformerV2Tokenizer`) needs `tensorflow-text`."]
-
-
 def last_dev_evaluation(run_dir, step=None):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
     one is of it: an export of keep_best's checkpoint shows that evaluation), or None."""
@@ -124,7 +106,7 @@ def card_data(run_dir, state, fmt):
     model_name = f"roformer-v2-mtl-{run_name(run_dir)}"
     results = eval_results(last_dev_evaluation(run_dir, state["step"]), state.get("heads"), datasets)
     return ModelCardData(
-        language="zh", license=LICENSE, library_name=LIBRARY[fmt],
+        language="zh", license=LICENSE, library_name=formats.FORMATS[fmt].library,
         tags=["roformer-v2", "multi-task", "mtl_framework", fmt],
         datasets=list(dict.fromkeys(datasets.values())) or None, base_model=base_model,
         model_name=model_name, eval_results=results or None)
@@ -166,13 +148,12 @@ def model_card(run_dir, state, fmt, record, heads=None, use=None):
         f"Trained by supervised multi-task pretraining on {len(tasks)} tasks: "
         f"{', '.join(tasks)}.", "",
         "## Dev scores", "", *dev_table(run_dir, state["step"]),
-        "", "## Use", "", *(use or {"keras": KERAS_USE, "bert4keras": BERT4KERAS_USE,
-                                    "keras-hub": KERAS_HUB_USE}[fmt])]
+        "", "## Use", "", *(use or formats.module(fmt).CARD_USE)]
     if heads:
         lines += ["", f"Task heads included (heads.weights.npz): {', '.join(heads)}; an "
                       "experiment with `backbone: {init: DIR}` starts the heads of tasks with "
                       "the same name from them."]
-    elif fmt == "keras":  # the one format that can hold heads
+    elif formats.FORMATS[fmt].ours:
         lines += ["", "Task heads are not included (export with `--with-heads` to keep them)."]
     lines += ["", "## Provenance", ""]
     lines += [f"- trained from step {line['step']} by {describe(line)}"

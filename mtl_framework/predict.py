@@ -28,36 +28,25 @@ file:line), so the output has one line per input record in input order.
 Outputs are checked before the model is loaded (`check_output`): an existing file is
 replaced only with `force`, the input never, and its folder must exist.
 """
-import dataclasses
 import json
 import os
 import sys
 import tempfile
 import time
-import zipfile
 
 import numpy as np
 from data_adapters import ReadReport
+from data_adapters.examples import without_gold
 from data_adapters.report import place
 
 from mtl_framework import clue, evaluation
 from mtl_framework.families import family, featurizer_for_task
+from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
 from mtl_framework.outputs import check_file, check_folder, usual_mode
 from mtl_framework.rope_scaling import parse as parse_rope_scaling
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
-# What each example type holds as gold; prediction never reads it (test files have none).
-GOLD = {"TextExample": {"label": None}, "SpanQAExample": {"answers": []},
-        "ChoiceExample": {"label": None}, "NERExample": {"entities": []},
-        "RelationExample": {"triples": []}, "EventExample": {"events": []},
-        "CorefExample": {"label": None}}
-
-
-def without_gold(example):
-    return dataclasses.replace(example, **GOLD[type(example).__name__])
-
-
 # ------------------------------------------------------------------ loading
 
 
@@ -65,33 +54,29 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print, rope_
     """A PredictModel from a run directory (its latest checkpoint) or a keras export
     written with `mtl export --with-heads`. UserError when it is neither.
     rope_scaling: `none` or TYPE:FACTOR[:ORIGINAL] instead of the backbone's own."""
-    from mtl_framework import export
+    from mtl_framework import trained_model
 
     if os.path.isfile(os.path.join(path, "experiment.yaml")):
         return _load_run(path, data_root, specs, max_length, log, rope_scaling)
     if os.path.isfile(os.path.join(path, "config.json")):
-        try:
-            metadata, weights = export.load_heads(path)
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # cut heads files
-            raise UserError(f"{path}: its heads cannot be read ({error}); export again with "
-                            "`mtl export RUN_DIR --format keras --with-heads`") from None
+        metadata, weights = trained_model.load_heads(path)
         if metadata is None:
-            raise UserError(f"{path}: no {export.HEADS_CONFIG}: this export holds the backbone "
+            raise UserError(f"{path}: no {trained_model.HEADS_CONFIG}: this export holds the backbone "
                             "only; export with `mtl export RUN_DIR --format keras --with-heads`, "
                             "or predict from the run directory")
         from mtl_framework.backbone import RoFormerV2Backbone
 
         overrides = {}
         if rope_scaling is not None:
-            from mtl_framework.pretrained import trained_length
+            from mtl_framework.formats import keras as preset
 
             try:
                 overrides["rope_scaling"] = parse_rope_scaling(rope_scaling,
-                                                               trained_length(path, "keras"))
+                                                               preset.trained_length(path))
             except ValueError as error:
                 raise UserError(f"{path}: {error}") from None
         backbone = RoFormerV2Backbone.from_preset(path, **overrides)
-        root = data_root or os.environ.get("MTL_DATA_ROOT", "data")
+        root = data_root or default_data_root()
         return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
                             list(specs), root, max_length, log)
     raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
@@ -99,49 +84,24 @@ def load_model(path, data_root=None, specs=(), max_length=None, log=print, rope_
 
 
 def _load_run(path, data_root, specs, max_length, log, rope_scaling=None):
-    from mtl_framework import export
+    from mtl_framework import trained_model
     from mtl_framework.experiment import ExperimentError, load_experiment
 
     try:
         experiment = load_experiment(os.path.join(path, "experiment.yaml"))
         overrides = evaluation.backbone_overrides(
             evaluation.run_overrides(experiment, None, rope_scaling))
-        checkpoint = export.read_run(path, log)
-        export.check_run_vocab(path, checkpoint)
-        backbone = export.checkpoint_backbone(checkpoint, **overrides)
-        metadata, weights = export.run_heads(checkpoint)
+        checkpoint = trained_model.read_run(path, log)
+        trained_model.check_run_vocab(path, checkpoint)
+        backbone = trained_model.checkpoint_backbone(checkpoint, **overrides)
+        metadata, weights = trained_model.run_heads(checkpoint)
     except (FileNotFoundError, ValueError, ExperimentError) as error:
         raise UserError(str(error)) from None
     spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs] + list(specs)
     root = data_root or experiment.resolve_path(experiment.raw.get("data_root")) or \
-        os.environ.get("MTL_DATA_ROOT", "data")
+        default_data_root()
     return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
                         spec_dirs, root, max_length or experiment.max_length, log)
-
-
-def build_heads(source, metadata, weights, hidden_size):
-    """The task heads of heads.json / trainer.json metadata with their saved weights
-    (mlm is left out: it predicts masked tokens, not task outputs)."""
-    from mtl_framework.heads import build_head
-
-    heads = {}
-    for task, meta in metadata.items():
-        if not family(meta["type"]).scored:
-            continue
-        head = build_head(meta["type"], meta["num_labels"], hidden_size, name=task,
-                          **meta["config"])
-        if len(head.variables) != len(meta["variables"]):
-            raise UserError(f"{source}: head {task!r} lists {len(meta['variables'])} variables, "
-                            f"a {meta['type']} head built from its config has "
-                            f"{len(head.variables)}: written by another mtl_framework version?")
-        for variable, name in zip(head.variables, meta["variables"]):
-            value = weights[name]
-            if tuple(value.shape) != tuple(variable.shape):
-                raise UserError(f"{source}: head {task!r} variable {name} has shape "
-                                f"{tuple(value.shape)}, expected {tuple(variable.shape)}")
-            variable.assign(value)
-        heads[task] = head
-    return heads
 
 
 # ------------------------------------------------------------------ the model
@@ -152,6 +112,7 @@ class PredictModel:
 
     def __init__(self, source, backbone, metadata, weights, vocab, spec_dirs, data_root,
                  max_length=None, log=print):
+        from mtl_framework import trained_model
         from mtl_framework.registry import SpecValidationError, load_registry
         from mtl_framework.tokenizer import Tokenizer
         from mtl_framework.training import MultiTaskModel
@@ -166,7 +127,8 @@ class PredictModel:
             self.registry = load_registry(spec_dirs)
         except SpecValidationError as error:
             raise UserError(str(error).splitlines()[0]) from None
-        self.heads = build_heads(source, metadata, weights, backbone.config["hidden_size"])
+        self.heads = trained_model.build_heads(metadata, weights, backbone, source,
+                                               scored_only=True)  # mlm predicts no task outputs
         self.model = MultiTaskModel(backbone, self.heads)
         # build_all (trace groups, which traced_outputs uses) builds the optimizer too:
         # plain SGD holds no slot variables, and nothing is trained here

@@ -316,13 +316,13 @@ def _vocab(experiment):
     backbone = experiment.backbone
     init, checkpoint = backbone.get("init"), backbone.get("checkpoint")
     if init or checkpoint:
-        from mtl_framework import pretrained
+        from mtl_framework import formats
 
         key = "init" if init else "checkpoint"
         folder = experiment.resolve_path(init or checkpoint)
-        kind = pretrained.layout(folder, experiment.where("backbone", key))
-        config = pretrained.read_config(folder, kind)
-        config_path = os.path.join(folder, pretrained.CONFIG_FILES[kind])
+        kind = formats.layout(folder, experiment.where("backbone", key))
+        config = formats.read_config(folder, kind)
+        config_path = formats.config_path(folder, kind)
         _check_dims(experiment, key, config, config_path)
     named = ("backbone", "vocab") if backbone.get("vocab") else ("vocab",) \
         if experiment.raw.get("vocab") else None

@@ -44,10 +44,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing import get_context
 
-from mtl_framework import cache as C
-from mtl_framework import features as F
+from mtl_framework.cache import (SPEC_KEYS, TEMPORARY, adapter_version, cache_root,
+                                 cached_features, code_version, data_files, folder_lock,
+                                 is_cached, make_cache_folder, remove_dead_temporaries,
+                                 remove_folder, warn)
 from mtl_framework.families import MLM
-from mtl_framework import vocab as V
+from mtl_framework.features import FeatureReport, FeatureWriter, _chunks
+from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
 
 CHUNK = 512  # examples per chunk: Featurizer.featurize's chunk, so the arrays are the same
 SMALL = 2 * CHUNK  # a job this small is always built whole in one worker (beside the others)
@@ -194,7 +197,7 @@ def encode_chunk(blob, chunk):
     """(arrays, FeatureReport) of one chunk, encoded as `featurize` encodes it,
     with row numbers counted from this chunk's start."""
     featurizer = _featurizer(blob)
-    writer, report = F.FeatureWriter(), F.FeatureReport()
+    writer, report = FeatureWriter(), FeatureReport()
     featurizer.start(writer)
     featurizer.check_types(chunk)
     report.examples += len(chunk)
@@ -203,7 +206,7 @@ def encode_chunk(blob, chunk):
 
 
 def count_chunk(texts):
-    return V.count_units(texts)
+    return count_units(texts)
 
 
 def count_examples(job_and_root):
@@ -221,7 +224,7 @@ class ChunkMerger:
 
     def __init__(self, featurizer, directory=None):
         self.featurizer = featurizer
-        self.writer, self.report = F.FeatureWriter(directory), F.FeatureReport()
+        self.writer, self.report = FeatureWriter(directory), FeatureReport()
         featurizer.start(self.writer)  # the arrays an empty split has, as featurize declares them
         self.length = collections.Counter(
             {name: entry[3] for name, entry in self.writer.files.items()} if directory is not None
@@ -259,7 +262,7 @@ def featurize_in_workers(workers, featurizer, examples, directory=None, progress
     """What featurizer.featurize(examples, directory, chunk) returns, chunks encoded by `workers`."""
     merger = ChunkMerger(featurizer, directory)
     encode = partial(encode_chunk, pickle.dumps(featurizer))
-    for arrays, report in workers.map(encode, F._chunks(examples, chunk)):
+    for arrays, report in workers.map(encode, _chunks(examples, chunk)):
         merger.add(arrays, report)
         if progress is not None:
             progress.update(report.examples)
@@ -311,11 +314,11 @@ def _counting(examples, progress):
 
 def vocab_key(tasks, data_root, max_size):
     """What decides a vocab built from the tasks' train text."""
-    inputs = {"tasks": [{"task": t.name, "spec": {k: getattr(t, k, None) for k in C.SPEC_KEYS},
-                         "data": C.data_files(t, "train", data_root),
-                         "adapter": C.adapter_version(t.format)} for t in tasks],
+    inputs = {"tasks": [{"task": t.name, "spec": {k: getattr(t, k, None) for k in SPEC_KEYS},
+                         "data": data_files(t, "train", data_root),
+                         "adapter": adapter_version(t.format)} for t in tasks],
               "max_size": max_size,
-              "code": C.code_version(V.count_units, V.build_vocab, V.example_texts)}
+              "code": code_version(count_units, build_vocab, example_texts)}
     text = json.dumps(inputs, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -326,15 +329,15 @@ def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None,
     root; built once, in `workers` processes, with a progress bar). Its meta.json holds
     the vocab's SHA-256 and token count: a folder that does not match it (a cut or
     edited vocab.txt, a missing meta.json) is rebuilt, with a warning naming it."""
-    final = C.cache_root(cache_dir) / ".vocab" / vocab_key(tasks, data_root, max_size)[:16]
+    final = cache_root(cache_dir) / ".vocab" / vocab_key(tasks, data_root, max_size)[:16]
     path = final / "vocab.txt"
-    C.make_cache_folder(final.parent)
-    with C.folder_lock(final):
+    make_cache_folder(final.parent)
+    with folder_lock(final):
         problem = check_vocab_folder(final) if final.exists() else None
         if final.exists() and problem is None:
             return path
         if problem:
-            C.warn(f"{final}: {problem}; rebuilding it")
+            warn(f"{final}: {problem}; rebuilding it")
         own = workers is None
         workers = Workers(default_workers()) if own else workers
         try:
@@ -348,19 +351,19 @@ def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None,
             raise
         if own:
             workers.close()
-        temporary = final.parent / f".{final.name}{C.TEMPORARY}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        temporary = final.parent / f".{final.name}{TEMPORARY}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         temporary.mkdir()
         try:
-            tokens = V.build_vocab(counts, max_size=max_size)
-            V.write_vocab(tokens, temporary / "vocab.txt")
+            tokens = build_vocab(counts, max_size=max_size)
+            write_vocab(tokens, temporary / "vocab.txt")
             digest = hashlib.sha256((temporary / "vocab.txt").read_bytes()).hexdigest()
             (temporary / "meta.json").write_text(json.dumps(
                 {"sha256": digest, "tokens": len(tokens)}), encoding="utf-8")  # last: complete
             if final.exists():  # the damaged folder, out of the way
-                C.remove_folder(final)
+                remove_folder(final)
             os.replace(temporary, final)
         finally:
-            C.remove_folder(temporary)
+            remove_folder(temporary)
     if log:
         log(f"built a character vocab from the tasks' train text: {path}")
     return path
@@ -400,13 +403,13 @@ def count_vocab(tasks, data_root, workers, total=None):
 
 
 def _text_chunks(examples):
-    for chunk in F._chunks(examples, CHUNK):
-        yield len(chunk), [text for example in chunk for text in V.example_texts(example)]
+    for chunk in _chunks(examples, CHUNK):
+        yield len(chunk), [text for example in chunk for text in example_texts(example)]
 
 
 def _count_with_size(item):
     n, texts = item
-    return V.count_units(texts), n
+    return count_units(texts), n
 
 
 # ---------------------------------------------------------------- the whole preparation
@@ -424,7 +427,7 @@ def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print,
     """Build every job's cache that is not there yet (cold ones only); returns those jobs.
     Most jobs are built whole, one per worker, most data first (`whole_jobs`), while
     the ones too big for that are cut into chunks for all the workers."""
-    pending = [job for job in jobs if not C.is_cached(job.task, job.split, tokenizer, data_root,
+    pending = [job for job in jobs if not is_cached(job.task, job.split, tokenizer, data_root,
                                                        cache_dir, job.max_length, job.family,
                                                        **job.settings)]
     if not pending:
@@ -445,16 +448,16 @@ def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print,
             for job in pending:
                 if job not in whole:
                     bar.set_postfix_str(job.name, refresh=False)
-                    C.cached_features(job.task, job.split, tokenizer, data_root, cache_dir,
+                    cached_features(job.task, job.split, tokenizer, data_root, cache_dir,
                                       job.max_length, job.family, build=build, **job.settings)
             for future in futures:
                 future.result()
     except BaseException:
         if pool is not workers_pool:
             pool.close(interrupted=True)
-            for folder in {C.cache_root(cache_dir) / job.task.name for job in pending}:
+            for folder in {cache_root(cache_dir) / job.task.name for job in pending}:
                 if folder.is_dir():  # what the stopped workers were building
-                    C.remove_dead_temporaries(folder)
+                    remove_dead_temporaries(folder)
         raise
     else:
         if pool is not workers_pool:
@@ -472,13 +475,13 @@ def whole_jobs(jobs, size, workers, data_root):
     limit = max(SMALL, sum(size[job.name] for job in jobs) // (2 * workers))
     chosen = [job for job in jobs if size[job.name] <= limit]
     return sorted(chosen, key=lambda job: -sum(
-        file_size for _, file_size, _ in C.data_files(job.task, job.split, data_root)))
+        file_size for _, file_size, _ in data_files(job.task, job.split, data_root)))
 
 
 def build_whole(item):
     """(In a worker) one small job's cache, featurized in that worker."""
     job, tokenizer, data_root, cache_dir = item
-    C.cached_features(job.task, job.split, tokenizer, data_root, cache_dir, job.max_length,
+    cached_features(job.task, job.split, tokenizer, data_root, cache_dir, job.max_length,
                       job.family, **job.settings)
 
 
@@ -489,7 +492,7 @@ def count_jobs(jobs, data_root, workers):
     """{(task, split, family): examples read}: one read per task split, in the workers
     (a split already counted by this process with the same files is not read again)."""
     keys = {(job.task.name, job.split): (job.task.name, job.split, json.dumps(
-        C.data_files(job.task, job.split, data_root))) for job in jobs}
+        data_files(job.task, job.split, data_root))) for job in jobs}
     by_name = {job.task.name: job.task for job in jobs}
     todo = [pair for pair, key in keys.items() if key not in _COUNTS]
     if todo:
@@ -518,6 +521,6 @@ def prepare_experiment(experiment_path, workers=None, data_root=None, log=print)
                                            cache_dir, pool, log)
         tokenizer = Tokenizer(str(vocab))
         prepare(jobs, tokenizer, data_root, cache_dir, log=log, workers_pool=pool)
-    return vocab, {job.name: C.cached_features(job.task, job.split, tokenizer, data_root,
+    return vocab, {job.name: cached_features(job.task, job.split, tokenizer, data_root,
                                                cache_dir, job.max_length, job.family, **job.settings)
                    for job in jobs}

@@ -121,7 +121,7 @@ def head_metadata(heads, types, backbone):
     for task, head in heads.items():
         config = {}
         for key, value in head.get_config().items():
-            if key in ("name", "trainable", "dtype", "num_labels"):
+            if key in ("name", "trainable", "dtype", "num_labels", "family"):  # own keys
                 continue
             try:
                 json.dumps(value)
@@ -453,6 +453,12 @@ def experiment_file(run_dir):
         raise UserError(f"{run_dir}: no experiment.yaml; is this a run directory written by "
                         "`mtl train`?")
     return path
+
+
+def read_experiment(run_dir):
+    """The run's resolved experiment (experiment.yaml, as `write_experiment` wrote it)."""
+    with open(experiment_file(run_dir), encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
 
 
 def append_evaluation(run_dir, line):

@@ -81,7 +81,7 @@ def build_backbone(experiment, tokenizer):
     spec = dict(experiment.backbone)
     folder = spec.get("init") or spec.get("checkpoint")
     if folder:  # keras export, bert4keras or roformer-pytorch: dims and weights from it
-        from mtl_framework.export import init_backbone
+        from mtl_framework.trained_model import init_backbone
 
         return init_backbone(experiment.resolve_path(folder), spec, source=experiment.path)
     for key in ("vocab", "init", "checkpoint"):
@@ -89,7 +89,7 @@ def build_backbone(experiment, tokenizer):
     size = spec.pop("size", None)
     spec["vocab_size"] = tokenizer.vocab_size
     if spec.get("rope_scaling"):  # a new backbone is trained at the experiment's max_length
-        from mtl_framework.export import checked_rope_scaling
+        from mtl_framework.trained_model import checked_rope_scaling
 
         spec["rope_scaling"] = checked_rope_scaling(spec["rope_scaling"], experiment.max_length,
                                                     experiment.where("backbone", "rope_scaling"))
@@ -362,7 +362,7 @@ class Run:
                 fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
         self.head_types = {**{t.name: t.type for t in self.tasks}, MLM_TASK: MLM}
         if exp.backbone.get("init"):  # heads of same-named tasks from a --with-heads export
-            from mtl_framework.export import init_heads
+            from mtl_framework.trained_model import init_heads
 
             init_heads(exp.resolve_path(exp.backbone["init"]), heads, self.head_types,
                        self.backbone, log=self.log)

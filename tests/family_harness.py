@@ -78,10 +78,12 @@ def run_family_test(case):
     config = head.get_config()
     clone = type(head).from_config({**config, **case.tied})
     clone.build((None, None, HIDDEN))
-    assert clone.get_config() == config
+    assert clone.get_config() == config and clone.family == case.name  # trainable alone
     clone.set_weights(head.get_weights())
     ours, theirs = (to_numpy(h(hidden, batch, training=False)) for h in (head, clone))
     tf.nest.map_structure(np.testing.assert_array_equal, ours, theirs)
+    assert float(clone.compute_task_loss(clone(hidden, batch, training=True), batch)) == \
+        float(head.compute_task_loss(head(hidden, batch, training=True), batch))
     return head
 
 

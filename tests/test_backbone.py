@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from mtl_framework import RoFormerV2Backbone, backbone_config
-from mtl_framework import bert4keras_io
-from mtl_framework.interop.hub import keras_hub_available, to_keras_hub
+from mtl_framework.formats import bert4keras
+from mtl_framework.formats.keras_hub import keras_hub_available, to_keras_hub
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
 TINY = dict(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256, dropout=0.0)
@@ -57,7 +57,7 @@ def test_padding_does_not_move_real_token_outputs(real_batch):
 
 
 def make_bert4keras_checkpoint(tmp_path, vocab_size, **overrides):
-    config = bert4keras_io.bert_config_from_config(backbone_config(vocab_size=vocab_size, **{**TINY, **overrides}))
+    config = bert4keras.bert_config_from_config(backbone_config(vocab_size=vocab_size, **{**TINY, **overrides}))
     config_path = tmp_path / "bert_config.json"
     config_path.write_text(json.dumps(config))
     checkpoint = tmp_path / "bert_model.ckpt"
@@ -83,7 +83,7 @@ def test_equals_bert4keras_roformer_v2_on_padded_real_batch(real_batch, tmp_path
 def test_bert4keras_checkpoint_round_trip(tmp_path):
     backbone = RoFormerV2Backbone(vocab_size=300, **TINY)
     backbone.build()
-    bert4keras_io.save_bert4keras(backbone, tmp_path / "export")
+    bert4keras.save_bert4keras(backbone, tmp_path / "export")
     loaded = RoFormerV2Backbone.from_bert4keras(str(tmp_path / "export/bert_config.json"),
                                                 str(tmp_path / "export/bert_model.ckpt"))
     assert loaded.config == {**backbone.config}
@@ -130,7 +130,7 @@ def test_dropout_only_in_training():
 def test_checkpoint_errors_name_variable_and_fix(tmp_path):
     backbone = RoFormerV2Backbone(vocab_size=300, **TINY)
     backbone.build()
-    bert4keras_io.save_bert4keras(backbone, tmp_path)
+    bert4keras.save_bert4keras(backbone, tmp_path)
     config = json.loads((tmp_path / "bert_config.json").read_text())
     config["intermediate_size"] = 128
     (tmp_path / "bad_config.json").write_text(json.dumps(config))

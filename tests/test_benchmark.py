@@ -220,6 +220,7 @@ def test_changed_settings_are_refused_not_mixed(exports, results, capsys):
     ("tasks:\n  - tnews\n  - tnewz\n", 3, "unknown task 'tnewz' (did you mean 'tnews'?)"),
     ("tasks:\n  - tnews\n  - tnews\n", 3, "listed twice"),
     ("tasks: [tnews\n", 2, "invalid YAML"),
+    ("seeds: [0]\ntasks: [tnews]\nseeds: [1]\n", 3, "key 'seeds' given twice (also on line 1)"),
 ])
 def test_suite_errors_name_file_and_line(tmp_path, text, line, message):
     from mtl_framework.registry import load_registry

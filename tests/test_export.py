@@ -12,7 +12,7 @@ from conftest import write_tiny_experiment
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
-from mtl_framework.interop.hub import keras_hub_available
+from mtl_framework.formats.keras_hub import keras_hub_available
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,7 +201,7 @@ def test_keras_hub_tokenizer_points_at_our_vocab(run_dir, exported):
 
 def test_residual_scale_is_folded_for_bert4keras(tmp_path):
     """Exported before its warm-up ended (a = 0.4): a moves into the output kernels."""
-    from mtl_framework import bert4keras_io
+    from mtl_framework.formats import bert4keras
     from mtl_framework.export import fold_residual_alpha
 
     backbone = RoFormerV2Backbone(vocab_size=300, num_layers=2, hidden_size=32, num_heads=2,
@@ -211,7 +211,7 @@ def test_residual_scale_is_folded_for_bert4keras(tmp_path):
     ids = np.array([[2, 7, 8, 9, 3, 0], [2, 5, 6, 3, 0, 0]], dtype="int32")
     before = encode(backbone, ids, np.zeros_like(ids))
     assert fold_residual_alpha(backbone) == pytest.approx(0.4)
-    bert4keras_io.save_bert4keras(backbone, tmp_path)
+    bert4keras.save_bert4keras(backbone, tmp_path)
     loaded = RoFormerV2Backbone.from_bert4keras(str(tmp_path / "bert_config.json"),
                                                 str(tmp_path / "bert_model.ckpt"))
     assert float(loaded.residual_alpha) == 1.0
@@ -309,8 +309,8 @@ def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
     (changed / "heads.json").write_text(json.dumps(heads))
     bad_head = write_experiment(tmp_path / "head.yaml", cache_dir=cache, tasks=["tnews"],
                                 backbone={"init": str(changed)})
-    with pytest.raises(ValueError, match=r"changed/heads.json: head 'tnews' has num_labels 3, "
-                                         r"this experiment's 'tnews' has 15"):
+    with pytest.raises(UserError, match=r"changed/heads.json: head 'tnews' has num_labels 3, "
+                                         r"this model's 'tnews' has 15"):
         Run(str(bad_head), output=str(tmp_path / "b"), log=lambda *_: None)
     missing = write_experiment(tmp_path / "missing.yaml", cache_dir=cache, tasks=["tnews"],
                                backbone={"init": str(tmp_path / "nowhere")})

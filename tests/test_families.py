@@ -44,10 +44,31 @@ def test_the_schema_and_the_adapters_agree_with_the_table():
     assert data_adapters.LABELLED_TYPES == tuple(n for n, f in FAMILIES.items() if f.labelled)
 
 
-def test_every_family_names_a_head_class_and_its_own_featurizer():
+def test_every_family_has_a_registered_head_class_and_its_own_featurizer():
+    assert set(H.HEAD_CLASSES) == set(FAMILIES)
     for name, record in FAMILIES.items():
-        assert issubclass(getattr(H, record.head), H.TaskHead), name
+        assert issubclass(H.HEAD_CLASSES[name], H.TaskHead), name
+        assert name in H.HEAD_CLASSES[name].families
         assert record.featurizer.family == name
+
+
+def test_families_sharing_a_head_class_train_alike():
+    """`family` is left out of a head's trace key: what the step reads of the family
+    (choice axis, loss denominator) must then be equal within a head class."""
+    for head_class in set(H.HEAD_CLASSES.values()):
+        records = [FAMILIES[name] for name in head_class.families]
+        assert len({(r.choice_axis, r.loss_denominator) for r in records}) == 1, head_class
+
+
+def test_a_head_from_its_constructor_or_config_knows_its_family():
+    made = H.ClassificationHead(3, family="matching")
+    assert made.family == "matching" and made.get_config()["family"] == "matching"
+    assert H.ClassificationHead.from_config(made.get_config()).family == "matching"
+    assert H.ClassificationHead(3).family == "classification"  # its first family
+    assert H.MLMHead(embeddings=np.zeros((5, 4), "float32")).family == "mlm"
+    with pytest.raises(ValueError, match="ClassificationHead is the head of classification, "
+                                         "matching, not 'regression'"):
+        H.ClassificationHead(3, family="regression")
 
 
 def test_an_unknown_type_is_named_with_the_known_ones():
@@ -241,3 +262,15 @@ def test_family_harness_multi_label(tokenizer):
                       head_kwargs=lambda n: {"multi_label": True}, multi_label=True,
                       expected=[[0], [1]])
     run_family_test(case)
+
+
+def test_every_example_type_has_its_gold_row():
+    """`mtl predict` empties each example type's gold (data_adapters.examples.GOLD)."""
+    from data_adapters import examples
+
+    types = [v for k, v in vars(examples).items() if k.endswith("Example") and isinstance(v, type)]
+    assert set(examples.GOLD) == set(types)
+    stripped = examples.without_gold(examples.TextExample("t", label="pos"))
+    assert (stripped.text, stripped.label) == ("t", None)
+    ner = examples.without_gold(examples.NERExample("ab", [examples.Entity(0, 1, "x")], id=7))
+    assert (ner.text, ner.entities, ner.id) == ("ab", [], 7)

@@ -9,10 +9,13 @@ import pytest
 from data_adapters.examples import (ChoiceExample, CorefExample, Entity, Event, EventExample,
                                     NERExample, RelationExample, Span, SpanQAExample, TextExample,
                                     Triple)
+
+from token_spans import char_span_to_token_span
+
 from mtl_framework.families import make_featurizer
 from mtl_framework.families.mrc import mrc_answer, mrc_gold
 from mtl_framework.features import TokenLocator, segment_tokens, truncate_longest_first
-from mtl_framework.tokenizer import Tokenizer, char_span_to_token_span, truncate_sequences
+from mtl_framework.tokenizer import Tokenizer, truncate_sequences
 from mtl_framework.vocab import build_vocab, count_units, write_vocab
 
 CHARS = ("我爱北京天安门上太阳升伟大领袖毛主席指引我们向前进今天气很好明后会下雨吗是的不他她它在家里"

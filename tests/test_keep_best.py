@@ -13,7 +13,8 @@ from conftest import DEMO_DATA, TINY_BACKBONE
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import Experiment
-from mtl_framework.export import export, read_run
+from mtl_framework.export import export
+from mtl_framework.trained_model import read_run
 from mtl_framework.trainer import Run
 
 PATIENCE, CRASH_AT, CHECKPOINT_EVERY = 4, 7, 4

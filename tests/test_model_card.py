@@ -14,7 +14,7 @@ from huggingface_hub import ModelCard
 
 from conftest import DEMO_DATA, REPO, write_tiny_experiment
 from mtl_framework import cli
-from mtl_framework.model_card import LIBRARY
+from mtl_framework.formats import FORMATS as FORMAT_TABLE
 from mtl_framework.provenance import provenance
 
 FORMATS = ["keras", "bert4keras", "roformer-pytorch"] + \
@@ -66,7 +66,7 @@ def test_cards_hold_hub_metadata_from_the_run(runs):
     for fmt, folder in exports.items():
         card = ModelCard.load(folder / "README.md")
         data = card.data
-        assert (data.language, data.license, data.library_name) == ("zh", "apache-2.0", LIBRARY[fmt])
+        assert (data.language, data.license, data.library_name) == ("zh", "apache-2.0", FORMAT_TABLE[fmt].library)
         assert data.datasets == datasets and data.base_model == "a_backbone"
         assert fmt in data.tags and "mtl_framework" in data.tags
         results = {r.dataset_name: r for r in data.eval_results}

@@ -3,13 +3,15 @@ fine-tune each exported backbone on each task of a suite for each seed; scores w
 intervals and paired differences (see mtl_framework.benchmark)."""
 import os
 
+from mtl_framework.formats import loadable
+
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "benchmark", help="fine-tune exported encoders on a suite of tasks and compare them")
     parser.add_argument("exports", nargs="+", metavar="EXPORT",
                         help="backbone folders `mtl finetune` starts from (`mtl export RUN_DIR --format "
-                             "keras`, bert4keras, roformer-pytorch); with two or "
+                             f"{'|'.join(loadable())}`); with two or "
                              "more, each pair is compared as the earlier export minus the later "
                              "one, paired by seed")
     parser.add_argument("--suite", required=True, help="suite YAML (e.g. suites/clue_small.yaml)")

@@ -1,12 +1,12 @@
-"""`mtl export RUN_DIR --format keras|bert4keras|keras-hub|roformer-pytorch --output DIR
-[--with-heads] [--force] [--checkpoint latest|best|STEP]`."""
+"""`mtl export RUN_DIR --format FORMAT --output DIR [--with-heads] [--force]
+[--checkpoint latest|best|STEP]`: FORMAT one of `mtl_framework.formats.FORMATS`."""
+from mtl_framework.formats import NAMES
 
 
 def register(subparsers):
     parser = subparsers.add_parser("export", help="export a run's trained backbone")
     parser.add_argument("run_dir")
-    parser.add_argument("--format", required=True, choices=["keras", "bert4keras", "keras-hub",
-                                                              "roformer-pytorch"])
+    parser.add_argument("--format", required=True, choices=NAMES)
     parser.add_argument("--output", required=True,
                         help="a new or empty folder (an earlier export only with --force)")
     parser.add_argument("--with-heads", action="store_true",

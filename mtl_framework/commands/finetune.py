@@ -1,17 +1,19 @@
 """`mtl finetune EXPORTED_DIR TASK [--data-root DIR] [--steps N] [--batch-size N] [--lr X]
 [--output RUN_DIR] ...`: one task trained from an exported or released backbone folder
-(keras, bert4keras, roformer-pytorch), then scored on dev."""
+(a format of `mtl_framework.formats` that loads), then scored on dev."""
 import contextlib
 import json
 import sys
 
 from mtl_framework.commands import at_least, positive_float, check_rope_scaling
+from mtl_framework.experiment import OPTIMIZERS
+from mtl_framework.formats import loadable
 
 
 def register(subparsers):
     parser = subparsers.add_parser(
         "finetune", help="fine-tune one task from an exported backbone and score it on dev")
-    parser.add_argument("export_dir", help="a backbone folder: `mtl export` keras, bert4keras or roformer-pytorch, "
+    parser.add_argument("export_dir", help=f"a backbone folder: `mtl export` {', '.join(loadable())}, "
                              "or a released bert4keras / PyTorch roformer checkpoint")
     parser.add_argument("task", help="task name (see `mtl tasks list`)")
     parser.add_argument("--data-root", default=None,
@@ -24,7 +26,7 @@ def register(subparsers):
     parser.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default 2e-5)")
     parser.add_argument("--warmup-steps", type=at_least(0), default=None, help="default steps // 10")
     parser.add_argument("--weight-decay", type=at_least(0.0, float), default=None, help="default 0.01")
-    parser.add_argument("--optimizer", default=None, choices=["adamw", "lamb", "adam", "sgd"])
+    parser.add_argument("--optimizer", default=None, choices=OPTIMIZERS)
     parser.add_argument("--max-length", type=at_least(4), default=None,
                         help="default 128; may exceed the length the backbone was trained at "
                         "(see --rope-scaling)")

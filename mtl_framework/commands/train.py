@@ -11,6 +11,8 @@ import sys
 
 import yaml
 
+from mtl_framework.experiment import DISTRIBUTION
+
 
 def register(subparsers):
     parser = subparsers.add_parser("train", help="mixed multi-task pretraining from an experiment YAML")
@@ -21,7 +23,7 @@ def register(subparsers):
     parser.add_argument("--data-root", metavar="DIR", default=None,
                         help="folder the task specs' file paths are relative to (default: the "
                              "experiment's data_root, else $MTL_DATA_ROOT, else ./data)")
-    parser.add_argument("--distribution", choices=("none", "mirrored", "multi_worker"), default=None,
+    parser.add_argument("--distribution", choices=DISTRIBUTION, default=None,
                         help="override the experiment's `distribution`: mirrored = all local "
                              "devices, multi_worker = the cluster in $TF_CONFIG (run it on every host)")
     parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",

@@ -8,7 +8,7 @@ Everything that depends on a task's type reads it here: the spec schema's
 types, the featurizers and batch functions, the heads (`heads.build_head`),
 evaluation's and prediction's special cases, the distributed loss
 denominators. Adding a family = a module here with its `Family` record(s),
-listed in MODULES, and its head class in heads.py. No TensorFlow or Keras is
+listed in MODULES, and its head class in heads.py (`@head_for`). No TensorFlow or Keras is
 imported (the spec checks and the feature workers run before TensorFlow loads).
 """
 from mtl_framework.families import choice, coreference, mlm, mrc, spans, text

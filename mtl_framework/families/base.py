@@ -54,15 +54,15 @@ class Family:
 
     name: the type.  featurizer: its Featurizer class.  collate(features, rows, rng,
     pad_to) -> batch.  batch_spec: batch key -> (dtype, rank), docs/batches.md
-    (`multi_label_spec` replaces keys when the task is multi-label).  head: the class
-    name in mtl_framework.heads; head_settings(task, labels) -> its extra kwargs.
+    (`multi_label_spec` replaces keys when the task is multi-label).  Its head class
+    registers itself for it (`heads.head_for`; families/ import no Keras);
+    head_settings(task, labels) -> that head's extra kwargs.
     """
 
     name: str
     featurizer: type
     collate: Callable
     batch_spec: dict
-    head: str
     needs_labels: bool = False  # a spec must give `labels` / `label_file`
     min_labels: Optional[int] = None  # None: the head takes no labels
     too_few_labels_hint: str = ""

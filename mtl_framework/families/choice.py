@@ -94,6 +94,6 @@ def choice_output(prediction, example, labels, features, row):
 CHOICE_BATCH = {"token_ids": ("int32", 3), "segment_ids": ("int32", 3),
                 "choice_mask": ("float32", 2), "label": ("int32", 1)}
 FAMILIES = tuple(
-    Family(name, featurizer, collate_choice, CHOICE_BATCH, "ChoiceHead", choice_axis=True,
+    Family(name, featurizer, collate_choice, CHOICE_BATCH, choice_axis=True,
            unlabelled=negative_label, output=choice_output)
     for name, featurizer in (("multiple_choice", ChoiceFeaturizer), ("cloze", ClozeFeaturizer)))

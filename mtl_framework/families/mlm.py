@@ -114,7 +114,7 @@ def masked_tokens(batch):
     return tf.reduce_sum(tf.cast(batch["mlm_labels"] > 0, tf.float32))
 
 
-FAMILY = Family("mlm", MLMFeaturizer, collate_mlm, {"mlm_labels": ("int32", 2)}, "MLMHead",
+FAMILY = Family("mlm", MLMFeaturizer, collate_mlm, {"mlm_labels": ("int32", 2)},
                 in_specs=False, tied_embedding=True, loss_denominator=masked_tokens,
                 scored=False)
 FAMILIES = (FAMILY,)

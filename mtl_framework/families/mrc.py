@@ -207,6 +207,6 @@ def outputs(features, windows):
 FAMILIES = (
     Family("mrc_span", MRCFeaturizer, collate_mrc,
            {"context_mask": ("int32", 2), "start": ("int32", 1), "end": ("int32", 1),
-            "window_id": ("int32", 1)}, "SpanHead",
+            "window_id": ("int32", 1)},
            example_rows=example_rows, window_answers=answers, window_outputs=outputs),
 )

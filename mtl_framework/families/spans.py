@@ -231,14 +231,14 @@ def event_head_settings(task, labels):
 POINTERS = ("int32", 4)
 FAMILIES = (
     Family("extraction_ner", NERFeaturizer, collate_ner, {"entity_labels": POINTERS},
-           "EntityHead", needs_labels=True, min_labels=1, counts_lost_gold=True,
+           needs_labels=True, min_labels=1, counts_lost_gold=True,
            output=entities_output),
     Family("extraction_relation", RelationFeaturizer, collate_relation,
            {"entity_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
-           "RelationHead", needs_labels=True, min_labels=1, counts_lost_gold=True,
+           needs_labels=True, min_labels=1, counts_lost_gold=True,
            output=triples_output),
     Family("extraction_event", EventFeaturizer, collate_event,
            {"argument_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
-           "EventHead", needs_labels=True, min_labels=1, head_settings=event_head_settings,
+           needs_labels=True, min_labels=1, head_settings=event_head_settings,
            counts_lost_gold=True, output=events_output),
 )

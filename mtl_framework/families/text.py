@@ -138,15 +138,15 @@ CLASS_LABEL = {"label": ("int32", 1)}
 MULTI_HOT = {"label": ("float32", 2)}  # multi-label: 0/1 per label
 FAMILIES = (
     Family("classification", ClassificationFeaturizer, collate_text, CLASS_LABEL,
-           "ClassificationHead", needs_labels=True, min_labels=2,
+           needs_labels=True, min_labels=2,
            too_few_labels_hint="; for a real-valued score use type: regression",
            multi_label=True, multi_label_spec=MULTI_HOT, unlabelled=negative_label,
            output=label_output),
-    Family("matching", MatchingFeaturizer, collate_text, CLASS_LABEL, "ClassificationHead",
+    Family("matching", MatchingFeaturizer, collate_text, CLASS_LABEL,
            needs_labels=True, min_labels=2,
            too_few_labels_hint="; for a real-valued score use type: regression",
            unlabelled=negative_label, output=label_output, rank_groups=rank_groups,
            rank_scores=rank_scores),
     Family("regression", RegressionFeaturizer, collate_text, {"label": ("float32", 1)},
-           "RegressionHead", unlabelled=no_number, output=number_output),
+           unlabelled=no_number, output=number_output),
 )

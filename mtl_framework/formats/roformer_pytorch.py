@@ -14,7 +14,7 @@ passes `attention_mask = ids != 0`; `layer_norm_eps` 1e-7 is bert4keras's epsilo
 package's default 1e-12 moves outputs by ~3e-6). Mainline `transformers`' RoFormer
 (v1) loads these weights without complaint and computes something else.
 
-Names go through bert4keras_io's checkpoint names, which already split our fused
+Names go through bert4keras.py's checkpoint names, which already split our fused
 qkv kernel: one table (`torch_names`) is the whole mapping, both ways.
 """
 import json
@@ -23,11 +23,11 @@ import shutil
 
 import numpy as np
 
-from mtl_framework import bert4keras_io
+from mtl_framework.formats import bert4keras as checkpoint_names
 from mtl_framework.errors import UserError
 from mtl_framework.outputs import usual_mode
 
-CONFIG = "config.json"
+CONFIG_FILE = CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"
 TORCH_BIN = "pytorch_model.bin"
 PREFIX = "roformer."  # RoFormerForMaskedLM's names; a bare RoFormerModel saves without it
@@ -43,21 +43,21 @@ MIN_POSITIONS = 512
 def torch_names(config):
     """{bert4keras checkpoint name: (torch name, transposed?)} for a backbone config."""
     names = {
-        bert4keras_io.EMBEDDING_NAMES["token"]: ("roformer.embeddings.word_embeddings.weight", False),
-        bert4keras_io.EMBEDDING_NAMES["segment"]: (
+        checkpoint_names.EMBEDDING_NAMES["token"]: ("roformer.embeddings.word_embeddings.weight", False),
+        checkpoint_names.EMBEDDING_NAMES["segment"]: (
             "roformer.embeddings.token_type_embeddings.weight", False),
     }
     if config["embedding_size"] != config["hidden_size"]:
-        names[bert4keras_io.EMBEDDING_NAMES["mapping"]] = ("roformer.embeddings_project.weight", True)
+        names[checkpoint_names.EMBEDDING_NAMES["mapping"]] = ("roformer.embeddings_project.weight", True)
     for i in range(config["num_layers"]):
-        ours, prefix = bert4keras_io.layer_names(i), f"roformer.encoder.layer.{i}."
+        ours, prefix = checkpoint_names.layer_names(i), f"roformer.encoder.layer.{i}."
         for key, theirs in (("query", "attention.self.query"), ("key", "attention.self.key"),
                             ("value", "attention.self.value"),
                             ("attention_output", "attention.output.dense"),
                             ("inner", "intermediate.dense"), ("output", "output.dense")):
             names[ours[key]] = (prefix + theirs + ".weight", True)
     if config["segment_vocab_size"] == 0:
-        names.pop(bert4keras_io.EMBEDDING_NAMES["segment"])
+        names.pop(checkpoint_names.EMBEDDING_NAMES["segment"])
     return names
 
 
@@ -71,7 +71,7 @@ def sinusoidal_table(positions, head_size):
 
 # --- write --------------------------------------------------------------------
 
-MODEL_CARD_USE = [
+CARD_USE = [
     "PyTorch, with JunnYu's `roformer==0.4.3` and `transformers<=4.50.3` (4.51-4.52 need "
     "this file's position table, which it has; 4.53+ fail at import):", "",
     "```python",
@@ -90,18 +90,6 @@ MODEL_CARD_USE = [
     "else. Back into mtl_framework: `RoFormerV2Backbone.from_roformer_pytorch(DIR)`, "
     "`mtl finetune DIR TASK`, or `backbone: {init: DIR}`.",
 ]
-
-
-def trained_length(run_dir):
-    """The longest input the run saw: its experiment's max_length (task lengths are capped
-    by it)."""
-    import yaml
-
-    from mtl_framework.experiment import DEFAULTS
-
-    with open(os.path.join(run_dir, "experiment.yaml"), encoding="utf-8") as f:
-        experiment = yaml.safe_load(f) or {}
-    return int(experiment.get("max_length") or DEFAULTS["max_length"])
 
 
 def check_expressible(config, source="backbone"):
@@ -151,7 +139,7 @@ def to_torch_weights(backbone, max_positions):
     word embedding and the tie is restored on load (save_pretrained itself fails on
     the tie with safetensors in transformers 4.40-4.52)."""
     config = backbone.config
-    ours = bert4keras_io.backbone_to_checkpoint_weights(backbone)
+    ours = checkpoint_names.backbone_to_checkpoint_weights(backbone)
     weights = {}
     for name, (theirs, transposed) in torch_names(config).items():
         value = np.asarray(ours[name], dtype="float32")
@@ -185,6 +173,29 @@ def save_roformer_pytorch(backbone, directory, vocab_path=None, max_positions=MI
 
 
 # --- read ---------------------------------------------------------------------
+
+def detect(directory):
+    return "" if is_roformer_pytorch(directory) else None
+
+
+def check(config, source):
+    check_expressible(config, source)
+
+
+def trained_length(directory):
+    """Not recorded (max_position_embeddings is a table size, not a trained length)."""
+    return None
+
+
+def save(backbone, directory, vocab_path=None, trained_length=None):
+    save_roformer_pytorch(backbone, directory, vocab_path, trained_length or MIN_POSITIONS)
+
+
+def load_weights(backbone, directory):
+    tensors, source = read_tensors(directory)
+    weights = from_torch_weights(tensors, backbone.config, source)
+    checkpoint_names.assign_weights(backbone, weights, source=directory)
+
 
 def is_roformer_pytorch(directory):
     """config.json with model_type roformer next to model.safetensors or pytorch_model.bin."""
@@ -293,19 +304,12 @@ def expected_shapes(config):
     """{bert4keras checkpoint name: shape of our kernel/embedding} from a config."""
     vocab, emb, hidden = config["vocab_size"], config["embedding_size"], config["hidden_size"]
     inner, width = config["intermediate_size"], config["num_heads"] * config["head_size"]
-    shapes = {bert4keras_io.EMBEDDING_NAMES["token"]: (vocab, emb),
-              bert4keras_io.EMBEDDING_NAMES["segment"]: (config["segment_vocab_size"], emb),
-              bert4keras_io.EMBEDDING_NAMES["mapping"]: (emb, hidden)}
+    shapes = {checkpoint_names.EMBEDDING_NAMES["token"]: (vocab, emb),
+              checkpoint_names.EMBEDDING_NAMES["segment"]: (config["segment_vocab_size"], emb),
+              checkpoint_names.EMBEDDING_NAMES["mapping"]: (emb, hidden)}
     for i in range(config["num_layers"]):
-        names = bert4keras_io.layer_names(i)
+        names = checkpoint_names.layer_names(i)
         shapes.update({names["query"]: (hidden, width), names["key"]: (hidden, width),
                        names["value"]: (hidden, width), names["attention_output"]: (width, hidden),
                        names["inner"]: (hidden, inner), names["output"]: (inner, hidden)})
     return shapes
-
-
-def load_roformer_pytorch(directory, **overrides):
-    """(our backbone config, {bert4keras checkpoint name: array}) from a roformer folder."""
-    config = {**read_config(directory), **overrides}
-    tensors, source = read_tensors(directory)
-    return config, from_torch_weights(tensors, config, source)

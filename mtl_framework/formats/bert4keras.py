@@ -2,12 +2,24 @@
 
 Variable names are the BERT ones bert4keras maps RoFormerV2 to (biases,
 LayerNorm and position tables are absent in RoFormerV2). Kernels are (in, out).
+Su's released RoFormerV2 checkpoints are in this format (with vocab.txt).
 """
 import json
 import os
 import shutil
 
 import numpy as np
+
+from mtl_framework.errors import UserError
+from mtl_framework.formats.json_file import read_json
+
+CONFIG_FILE = "bert_config.json"
+CHECKPOINT = "bert_model.ckpt"
+CARD_USE = [
+    "```python", "from bert4keras.models import build_transformer_model",
+    "model = build_transformer_model(\"DIR/bert_config.json\", \"DIR/bert_model.ckpt\", "
+    "model=\"roformer_v2\")", "```", "",
+    "bert4keras 0.11.5 on tf-keras (`TF_KERAS=1`); vocab: DIR/vocab.txt."]
 
 EMBEDDING_NAMES = {
     "token": "bert/embeddings/word_embeddings",
@@ -158,6 +170,14 @@ def write_checkpoint(weights, checkpoint_path):
             saver.save(session, checkpoint_path, write_meta_graph=False, write_state=False)
 
 
+def check(config, source):
+    """A bert4keras checkpoint holds every config of ours (rope_scaling aside: export.py)."""
+
+
+def save(backbone, directory, vocab_path=None, trained_length=None):
+    save_bert4keras(backbone, directory, vocab_path)
+
+
 def save_bert4keras(backbone, directory, vocab_path=None):
     """bert_config.json + bert_model.ckpt.* (+ vocab.txt) in `directory`."""
     os.makedirs(directory, exist_ok=True)
@@ -166,3 +186,34 @@ def save_bert4keras(backbone, directory, vocab_path=None):
     write_checkpoint(backbone_to_checkpoint_weights(backbone), os.path.join(directory, "bert_model.ckpt"))
     if vocab_path is not None:
         shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
+
+
+# --- a folder of it ---------------------------------------------------------------
+
+def detect(directory):
+    has = lambda name: os.path.exists(os.path.join(directory, name))  # noqa: E731
+    if not has(CONFIG_FILE):
+        return None
+    if not has(CHECKPOINT + ".index"):
+        return (f"{CONFIG_FILE} without {CHECKPOINT}.index; copy the whole released "
+                "checkpoint folder")
+    return ""
+
+
+def read_config(directory):
+    path = os.path.join(directory, CONFIG_FILE)
+    try:
+        return config_from_bert_config(read_json(path), source=path)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
+def trained_length(directory):
+    """Not recorded (max_position_embeddings is BERT's, unused by RoFormerV2)."""
+    return None
+
+
+def load_weights(backbone, directory):
+    _, weights = read_checkpoint(os.path.join(directory, CONFIG_FILE),
+                                 os.path.join(directory, CHECKPOINT))
+    assign_weights(backbone, weights, source=os.path.join(directory, CHECKPOINT))

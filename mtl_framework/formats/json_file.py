@@ -1,0 +1,13 @@
+"""A format's JSON config, a bad one as a UserError (the format modules' one reader;
+kept out of formats/__init__.py so that they need not import the table)."""
+import json
+
+from mtl_framework.errors import UserError
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except ValueError as error:
+        raise UserError(f"{path}: not valid JSON ({error})") from None

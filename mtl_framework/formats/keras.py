@@ -1,0 +1,67 @@
+"""Our keras preset: config.json ({"format": KERAS_FORMAT, "backbone": config, ...}) +
+model.weights.h5 (+ vocab.txt), what `RoFormerV2Backbone.from_preset` loads; `mtl export
+--with-heads` adds the task heads beside it (export.py)."""
+import json
+import os
+import shutil
+
+from mtl_framework.formats.json_file import read_json
+CONFIG_FILE = "config.json"
+WEIGHTS = "model.weights.h5"
+KERAS_FORMAT = "mtl_framework.RoFormerV2Backbone"
+CARD_USE = [
+    "```python", "from mtl_framework import RoFormerV2Backbone",
+    "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt", "```", "",
+    "Fine-tune one task from it: `mtl finetune DIR TASK`, or an experiment with "
+    "`backbone: {init: DIR}`."]
+
+
+def _config(directory):
+    return read_json(os.path.join(directory, CONFIG_FILE))
+
+
+def detect(directory):
+    if not os.path.exists(os.path.join(directory, CONFIG_FILE)):
+        return None
+    config = _config(directory)
+    if not (isinstance(config, dict) and config.get("format") == KERAS_FORMAT):
+        return None
+    if not os.path.exists(os.path.join(directory, WEIGHTS)):
+        return (f"{CONFIG_FILE} without {WEIGHTS}; export the run again with "
+                "`mtl export --format keras`")
+    return ""
+
+
+def read_config(directory):
+    path = os.path.join(directory, CONFIG_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} not found: a preset folder is what `mtl export RUN_DIR "
+                                "--format keras --output DIR` writes")
+    return dict(_config(directory)["backbone"])
+
+
+def trained_length(directory):
+    """rope_scaling.original_max_length, else the run's max_length the export records."""
+    config = _config(directory)
+    scaling = config.get("backbone", {}).get("rope_scaling") or {}
+    return scaling.get("original_max_length") or config.get("run", {}).get("max_length")
+
+
+def load_weights(backbone, directory):
+    backbone.load_weights(os.path.join(directory, WEIGHTS))
+
+
+def check(config, source):
+    """Our preset holds every config."""
+
+
+def save(backbone, directory, vocab_path=None, trained_length=None, extra=None):
+    """config.json + model.weights.h5 (+ vocab.txt); `extra`: more config.json keys (the
+    run, with the length it was trained at)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump({"format": KERAS_FORMAT, "backbone": backbone.config, **(extra or {})}, f,
+                  indent=2, ensure_ascii=False)
+    backbone.save_weights(os.path.join(directory, WEIGHTS))
+    if vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))

@@ -28,9 +28,9 @@ from mtl_framework.cache import cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
-from mtl_framework.trained_model import check_run_vocab, checkpoint_backbone, read_run
+from mtl_framework.trained_model import (build_heads, check_run_vocab, checkpoint_backbone,
+                                         read_run)
 from mtl_framework.families import family
-from mtl_framework.heads import build_head
 from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,
                                    primary_score)
 from mtl_framework.mixture import iterate_batches
@@ -318,16 +318,8 @@ def checkpoint_model(checkpoint, experiment, **backbone_overrides):
     rope_scaling) and heads (weights by name), in the run's precision; not compiled."""
     with precision_policy(experiment.precision):
         backbone = checkpoint_backbone(checkpoint, **backbone_overrides)
-        heads = {}
-        for task, meta in checkpoint_heads(checkpoint).items():
-            tied = {"embeddings": backbone.token_embedding} \
-                if family(meta["type"]).tied_embedding else {}
-            heads[task] = build_head(meta["type"], meta["num_labels"],
-                                     backbone.config["hidden_size"], name=task, **meta["config"],
-                                     **tied)
-            named = files.layer_variable_names(heads[task], task)
-            for name in meta["variables"]:
-                named[name].assign(checkpoint.arrays[name])
+        heads = build_heads(checkpoint_heads(checkpoint), checkpoint.arrays, backbone,
+                            checkpoint.path)
     # predictions only: no balancing state (pcgrad's accumulators would be built for nothing)
     model = MultiTaskModel(backbone, heads, experiment.tasks_per_update, "none")
     model.build_all()

@@ -75,12 +75,12 @@ def prepare_vocab(plan, log):
 
 
 def build_backbone(experiment, tokenizer):
-    """The experiment's backbone: from a backbone folder (init or checkpoint: a keras
-    export, bert4keras as released, roformer-pytorch; dims and weights from it, dropout
-    from the experiment), or new. preflight has checked the vocab fits its embedding."""
+    """The experiment's backbone: from a backbone folder (init or checkpoint: any format
+    `formats.loadable()` names; dims and weights from it, dropout from the experiment),
+    or new. preflight has checked the vocab fits its embedding."""
     spec = dict(experiment.backbone)
     folder = spec.get("init") or spec.get("checkpoint")
-    if folder:  # keras export, bert4keras or roformer-pytorch: dims and weights from it
+    if folder:  # a backbone folder of any loadable format: dims and weights from it
         from mtl_framework.trained_model import init_backbone
 
         return init_backbone(experiment.resolve_path(folder), spec, source=experiment.path)

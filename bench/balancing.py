@@ -65,6 +65,7 @@ def experiment(method, tasks, seed, data_root, work_dir):
 def run_arm(method, tasks, seed, args, log):
     """Train one run in this process; its dev scores and seconds per update."""
     import keras
+
     from mtl_framework.trainer import Run
 
     name = f"{method}-{'+'.join(tasks) if method == 'single' else 'mix'}-seed{seed}"
@@ -96,8 +97,8 @@ def build_vocab(args, log):
     path = args.work_dir / "vocab.txt"
     if path.exists():
         return
-    from mtl_framework.prepare import cached_vocab
     from mtl_framework.preflight import plan_run
+    from mtl_framework.prepare import cached_vocab
 
     probe = args.work_dir / "experiments" / "vocab.yaml"
     probe.parent.mkdir(parents=True, exist_ok=True)

@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import cpu_seconds, load_average  # noqa: E402
 import yaml  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
@@ -53,6 +53,8 @@ from mtl_framework.cache import cached_features  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
+
+from load import cpu_seconds, load_average  # noqa: E402
 
 TASKS = ["tnews", "afqmc", "ocnli", "cluener"]
 MODES = ["gradient_norm", "none"]

@@ -65,6 +65,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
 

@@ -8,10 +8,15 @@ import keras
 import numpy as np
 from keras import ops
 
-from mtl_framework.presets import backbone_config
 from mtl_framework import rope_scaling as rope
-from mtl_framework.layers import (RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_lengths,
-                                  rotary_tables)
+from mtl_framework.layers import (
+    RMSNorm,
+    RoFormerV2Initializer,
+    TransformerLayer,
+    rotary_lengths,
+    rotary_tables,
+)
+from mtl_framework.presets import backbone_config
 
 
 def resolve_exact_padding(option, compute_dtype):

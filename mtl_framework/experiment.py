@@ -22,8 +22,8 @@ import difflib
 import os
 from dataclasses import dataclass, field
 
-from mtl_framework.errors import UserError
 from mtl_framework import balancing, mixture, rope_scaling
+from mtl_framework.errors import UserError
 from mtl_framework.presets import PRESETS, backbone_config
 from mtl_framework.yaml_io import load_yaml, parse_yaml
 

@@ -23,14 +23,20 @@ import uuid
 
 import numpy as np
 
+from mtl_framework import formats
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
-from mtl_framework.model_card import relative_checkpoint, write_card
-from mtl_framework import formats
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import DEFAULTS
-from mtl_framework.trained_model import (HEADS_CONFIG, HEADS_WEIGHTS, check_run_vocab,
-                                         checkpoint_backbone, read_run, run_heads)
+from mtl_framework.model_card import relative_checkpoint, write_card
+from mtl_framework.trained_model import (
+    HEADS_CONFIG,
+    HEADS_WEIGHTS,
+    check_run_vocab,
+    checkpoint_backbone,
+    read_run,
+    run_heads,
+)
 
 FORMATS = formats.NAMES
 # Every file an export wrote (relative path -> size); --force replaces only a folder

@@ -35,14 +35,14 @@ import tempfile
 import time
 
 import numpy as np
+
 from data_adapters import ReadReport
 from data_adapters.examples import without_gold
 from data_adapters.report import place
-
 from mtl_framework import clue, evaluation
-from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
+from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.outputs import check_file, check_folder, usual_mode
 from mtl_framework.rope_scaling import parse as parse_rope_scaling
 

@@ -21,7 +21,6 @@ import difflib
 import json
 from pathlib import Path
 
-
 from mtl_framework import spec_schema as schema
 from mtl_framework.errors import UserError
 from mtl_framework.yaml_io import parse_yaml

@@ -8,9 +8,8 @@ characters dropped. Adds what span tasks need: character offsets per token.
 import hashlib
 from dataclasses import dataclass
 
-from tokenizers import Regex
+from tokenizers import Regex, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as RustTokenizer
-from tokenizers import normalizers, pre_tokenizers
 from tokenizers.models import WordPiece
 
 from mtl_framework.errors import UserError

@@ -33,24 +33,36 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mtl_framework.backbone import RoFormerV2Backbone
-from mtl_framework.balancing import Balancing, BalancingError, describe as describe_balancing
-from mtl_framework.cache import cached_features
-from mtl_framework.callbacks import (EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress,
-                                     TaskLogs)
-from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
-                                      precision_policy)
 from mtl_framework import run_dir as files
+from mtl_framework.backbone import RoFormerV2Backbone
+from mtl_framework.balancing import Balancing, BalancingError
+from mtl_framework.balancing import describe as describe_balancing
+from mtl_framework.cache import cached_features
+from mtl_framework.callbacks import EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress, TaskLogs
+from mtl_framework.distributed import check_same_on_every_worker, is_chief, make_strategy, precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
 from mtl_framework.families import MLM
 from mtl_framework.heads import build_head, task_head
-from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream, example_count,
-                                   format_rates, schedule_from_config)
+from mtl_framework.mixture import (
+    Mixture,
+    RoundRobin,
+    TaskSampler,
+    TaskStream,
+    example_count,
+    format_rates,
+    schedule_from_config,
+)
 from mtl_framework.optimizers import build_optimizer
+from mtl_framework.preflight import (
+    MLM_TASK,
+    check_run_dir,
+    mlm_corpus_task,
+    mlm_settings,
+    plan_run,
+    vocab_sources,
+)
 from mtl_framework.presets import backbone_config
-from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task, mlm_settings,
-                                    plan_run, vocab_sources)
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
 

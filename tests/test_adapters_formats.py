@@ -4,9 +4,20 @@ from pathlib import Path
 
 import pytest
 
-from data_adapters import (ChoiceExample, CorefExample, Entity, Event, EventExample, NERExample,
-                           ReadReport, RelationExample, Span, TextExample, Triple,
-                           read_files)
+from data_adapters import (
+    ChoiceExample,
+    CorefExample,
+    Entity,
+    Event,
+    EventExample,
+    NERExample,
+    ReadReport,
+    RelationExample,
+    Span,
+    TextExample,
+    Triple,
+    read_files,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 

@@ -5,8 +5,16 @@ from types import SimpleNamespace
 import pytest
 
 import data_adapters
-from data_adapters import (Adapter, ReadReport, TextExample, available_formats, get_adapter,
-                           read_files, read_task, register_adapter)
+from data_adapters import (
+    Adapter,
+    ReadReport,
+    TextExample,
+    available_formats,
+    get_adapter,
+    read_files,
+    read_task,
+    register_adapter,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 

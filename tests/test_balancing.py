@@ -3,8 +3,8 @@ with its paper's formula recomputed in NumPy; the config schema; PCGrad's algebr
 memory refusal."""
 import numpy as np
 import pytest
-
 from balancing_harness import SEED, TASKS, BalancingCase, make_model, run_balancing_test
+
 from mtl_framework import balancing
 from mtl_framework.balancing import BalancingError, pcgrad_coefficients, resolve
 

@@ -5,13 +5,21 @@ import random
 
 import numpy as np
 import pytest
-
-from data_adapters.examples import (ChoiceExample, CorefExample, Entity, Event, EventExample,
-                                    NERExample, RelationExample, Span, SpanQAExample, TextExample,
-                                    Triple)
-
 from token_spans import char_span_to_token_span
 
+from data_adapters.examples import (
+    ChoiceExample,
+    CorefExample,
+    Entity,
+    Event,
+    EventExample,
+    NERExample,
+    RelationExample,
+    Span,
+    SpanQAExample,
+    TextExample,
+    Triple,
+)
 from mtl_framework.families import make_featurizer
 from mtl_framework.families.mrc import mrc_answer, mrc_gold
 from mtl_framework.features import TokenLocator, segment_tokens, truncate_longest_first

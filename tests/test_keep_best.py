@@ -2,20 +2,20 @@
 checkpoint beside the newest ones, `patience` stops the run, and both survive a crash and
 `--resume` exactly. The best step and the stop step are recomputed here from
 evaluations.jsonl; the interrupted run is compared with an uninterrupted one."""
-import json
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-from conftest import DEMO_DATA, TINY_BACKBONE
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import Experiment
 from mtl_framework.export import export
 from mtl_framework.trained_model import read_run
 from mtl_framework.trainer import Run
+
+from conftest import DEMO_DATA, TINY_BACKBONE
 
 PATIENCE, CRASH_AT, CHECKPOINT_EVERY = 4, 7, 4
 

@@ -12,10 +12,11 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from conftest import DEMO_DATA, REPO, write_tiny_experiment
 from mtl_framework import cli
 from mtl_framework.formats import FORMATS as FORMAT_TABLE
 from mtl_framework.provenance import provenance
+
+from conftest import DEMO_DATA, REPO, write_tiny_experiment
 
 FORMATS = ["keras", "bert4keras", "roformer-pytorch"] + \
     (["keras-hub"] if importlib.util.find_spec("keras_hub") else [])

@@ -3,7 +3,6 @@ import re
 from collections import Counter
 
 import pytest
-
 from token_spans import char_span_to_token_span
 
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras

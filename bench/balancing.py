@@ -57,7 +57,8 @@ def experiment(method, tasks, seed, data_root, work_dir):
     """The experiment of one run (JSON is YAML): one vocab for every arm (built once from
     all the study's tasks), so every arm has the same model."""
     return {"name": f"balancing-{method}-{seed}", "data_root": str(data_root),
-            "cache_dir": str(work_dir / "cache"), "vocab": str(work_dir / "vocab.txt"), "backbone": dict(BACKBONE), "tasks": list(tasks),
+            "cache_dir": str(work_dir / "cache"), "vocab": str(work_dir / "vocab.txt"),
+            "backbone": dict(BACKBONE), "tasks": list(tasks),
             "sampling": "uniform", "balancing": "none" if method == "single" else method,
             "seed": seed, "checkpoint_every": 0, "eval_every": 0, **SCHEDULE}
 
@@ -225,7 +226,8 @@ def main():
                         "(default bench/results)")
     parser.add_argument("--tasks", nargs="*", help="another task list (a pilot)")
     parser.add_argument("--only", nargs="*", help="run only these arms (a pilot; e.g. none single)")
-    parser.add_argument("--quick", action="store_true", help="a smoke check: 2 tasks, 3 methods, 12 updates, 1 seed")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke check: 2 tasks, 3 methods, 12 updates, 1 seed")
     args = parser.parse_args()
     global TASKS, METHODS
     if args.tasks:

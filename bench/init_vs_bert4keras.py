@@ -305,7 +305,8 @@ def markdown(result):
             lines.append(f"| {name} | {label} | {entry['mean']:+.4f} | "
                          f"[{entry['ci95'][0]:+.4f}, {entry['ci95'][1]:+.4f}] |")
     lines += ["", "Train seconds per run (mean): " + ", ".join(
-        f"{name} {side} {np.mean([r['train_s'] for r in result['runs'] if r['task'] == name and r['side'] == side]):.0f}"
+        f"{name} {side} "
+        f"{np.mean([r['train_s'] for r in result['runs'] if r['task'] == name and r['side'] == side]):.0f}"
         for name in result["summary"] for side in result["summary"][name]),
         f"Written by an invocation of {result['wall_s']:.0f} s on {result['cpu']} (load average "
         f"{result['load_average'][0]} -> {result['load_average'][1]}); the runs may come from "

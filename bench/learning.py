@@ -459,7 +459,8 @@ def markdown(output):
                       for n, f in feats.items())
     lines += [
         "",
-        f"Train rows featurized at max_length {c['max_length']}: {built}. One-off costs: vocab {t['vocab_s']} s, featurizing "
+        f"Train rows featurized at max_length {c['max_length']}: {built}. "
+        f"One-off costs: vocab {t['vocab_s']} s, featurizing "
         f"train + dev {t['featurize_s']} s (cached after: both modes load the same features). "
         f"Whole run {t['total_s']} s wall, {t['total_cpu_s']} s CPU of this process; load "
         f"average (1/5/15 min) at start {t['load_average_start_end'][0]}, end "

@@ -18,7 +18,8 @@ becomes `{"id": ..., "prediction": ...}` (`id` only when the input has one):
     multiple_choice, cloze                  {"index", "text"} of the chosen candidate
     extraction_ner       [{"type", "start", "end", "text"}], half-open, text == input[start:end]
     extraction_relation  [{"subject": SPAN, "predicate", "object": SPAN}], SPAN = {"text", "start", "end"}
-    extraction_event     [{"event_type", "trigger": SPAN or null, "arguments": [{"role", "text", "start", "end"}]}]
+    extraction_event     [{"event_type", "trigger": SPAN or null,
+                           "arguments": [{"role", "text", "start", "end"}]}]
 
 An example the featurizer cannot take (a coreference span past max_length, a question
 without choices), and a row the adapter cannot read (bad JSON, no text), is still

@@ -104,7 +104,9 @@ def test_best_and_patience_follow_the_evaluations(runs):
 def test_a_crashed_and_resumed_run_keeps_and_stops_as_the_whole_one(runs):
     tmp_path, whole, resumed, before = runs
     assert before["checkpoints"] == [f"step-{CHECKPOINT_EVERY:08d}"]  # resumed from step 4
-    assert before["best"]  # the crash left a best checkpoint (one written after step 4 is removed by the resume and written again)
+    # The crash left a best checkpoint (one written after step 4 is removed by the resume
+    # and written again).
+    assert before["best"]
     assert resumed.step == whole.step
     assert resumed.best.state() == whole.best.state()
     assert files.best_dirs(tmp_path / "cut") == files.best_dirs(tmp_path / "whole")

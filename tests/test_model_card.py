@@ -67,7 +67,8 @@ def test_cards_hold_hub_metadata_from_the_run(runs):
     for fmt, folder in exports.items():
         card = ModelCard.load(folder / "README.md")
         data = card.data
-        assert (data.language, data.license, data.library_name) == ("zh", "apache-2.0", FORMAT_TABLE[fmt].library)
+        assert ((data.language, data.license, data.library_name)
+                == ("zh", "apache-2.0", FORMAT_TABLE[fmt].library))
         assert data.datasets == datasets and data.base_model == "a_backbone"
         assert fmt in data.tags and "mtl_framework" in data.tags
         results = {r.dataset_name: r for r in data.eval_results}

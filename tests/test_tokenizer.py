@@ -96,7 +96,8 @@ def write_small_vocab(path, extra):
 
 def test_chinese_split_per_char_and_wordpiece(tmp_path):
     tok = write_small_vocab(tmp_path / "v.txt", ["我", "爱", "北", "京", "play", "##ing", "，", "##1", "##9"])
-    assert tok.tokenize("我爱北京，Playing19") == ["我", "爱", "北", "京", "，", "play", "##ing", "##1", "##9"]
+    assert tok.tokenize("我爱北京，Playing19") == ["我", "爱", "北", "京", "，", "play", "##ing",
+                                                 "##1", "##9"]
     assert tok.tokenize("café") == ["[UNK]"]  # accent stripped to "cafe", unknown word -> one [UNK]
 
 

@@ -16,10 +16,13 @@ or empty, or (--force) wholly an earlier export: its `export-manifest.json` list
 file the export wrote, and a folder holding anything else (or no manifest) is refused,
 so --force never deletes a file of the user's.
 """
+from __future__ import annotations
+
 import json
 import os
 import shutil
 import uuid
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +40,10 @@ from mtl_framework.trained_model import (
     read_run,
     run_heads,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 FORMATS = formats.NAMES
 # Every file an export wrote (relative path -> size); --force replaces only a folder
@@ -62,7 +69,8 @@ def save_heads(directory, heads, weights):
     np.savez(os.path.join(directory, HEADS_WEIGHTS), **weights)
 
 
-def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None):
+def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force: bool = False,
+           log: Callable[[str], Any] = print, checkpoint: str | int | None = None) -> str:
     """Write the run's backbone to `output` in format `fmt`: of its newest readable
     checkpoint, or `checkpoint` "best" (keep_best's) or a step number.
 

@@ -20,6 +20,8 @@ Python: `Run(experiment, callbacks=[...]).train()`, `experiment` a path or an
 experiment.Experiment; the callbacks see per-task losses, rates and dev scores in
 Keras's `logs` (callbacks.py), a Keras epoch being `eval_every` updates.
 """
+from __future__ import annotations
+
 import contextlib
 import json
 import math
@@ -28,6 +30,7 @@ import shutil
 import tempfile
 import time
 import warnings
+from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
@@ -65,6 +68,13 @@ from mtl_framework.preflight import (
 from mtl_framework.presets import backbone_config
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    from mtl_framework.experiment import Experiment
+    from mtl_framework.preflight import Plan
 
 
 def prepare_vocab(plan, log):
@@ -237,8 +247,10 @@ class Run:
     place of the four arguments it was made from (experiment_path, output, data_root,
     resume)."""
 
-    def __init__(self, experiment, output=None, log=print, distribution=None, data_root=None,
-                 resume=None, plan=None, callbacks=None):
+    def __init__(self, experiment: Experiment | str | None, output: str | None = None,
+                 log: Callable[[str], Any] = print, distribution: str | None = None,
+                 data_root: str | None = None, resume: bool | None = None, plan: Plan | None = None,
+                 callbacks: Iterable[keras.callbacks.Callback] | None = None) -> None:
         self.log = log
         self.callbacks = list(callbacks or [])  # Keras callbacks for fit, after the run's own
         plan = plan or plan_run(experiment, output, data_root, resume)
@@ -270,7 +282,8 @@ class Run:
             self.build(plan.entries)
 
     @classmethod
-    def load(cls, run_dir, log=print, data_root=None, split=None, tasks=None):
+    def load(cls, run_dir: str, log: Callable[[str], Any] = print, data_root: str | None = None,
+             split: str | None = None, tasks: Iterable[str] | None = None) -> Run:
         """A finished or interrupted run, rebuilt whole (optimizer and mixture too) from its
         experiment.yaml at its newest readable checkpoint; writes nothing. `split` and
         `tasks` (names) are checked before the model is built: the split's files must
@@ -317,7 +330,8 @@ class Run:
                             f"({error.strerror or error}): free space or train into another "
                             "--output") from None
 
-    def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
+    def evaluate(self, split: str = "dev", tasks: Iterable[str] | None = None,
+                 batch_size: int | None = None, max_examples: int | None = None) -> dict[str, dict]:
         """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
         from mtl_framework.evaluation import evaluate_tasks
 
@@ -497,7 +511,7 @@ class Run:
             self.lock.release()
             self.lock = None
 
-    def train(self, resume=False):
+    def train(self, resume: bool = False) -> Run:
         try:
             return self._train(resume)
         finally:

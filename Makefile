@@ -40,7 +40,9 @@ $(TORCH_STAMP): requirements-torch.txt
 	  || echo "torch packages not installed: PyTorch parity tests will skip"
 	touch $(TORCH_STAMP)
 
+# ruff (ruff.toml) first: line length, import order, unused names over the whole tree.
 test: install interop interop-torch
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
 
 test-slow: install interop

@@ -36,7 +36,9 @@ setup(
     packages=find_packages(include=["mtl_framework*", "data_adapters*"])
     + [SPECS, f"{SPECS}.labels", f"{SPECS}.hub_clue"],
     package_dir={SPECS: "task_specs"},
-    package_data={SPECS: ["*.yaml"], f"{SPECS}.labels": ["*.txt"], f"{SPECS}.hub_clue": ["*.yaml"]},
+    # py.typed: the public API (README, examples/) carries type hints (PEP 561).
+    package_data={"mtl_framework": ["py.typed"], SPECS: ["*.yaml"], f"{SPECS}.labels": ["*.txt"],
+                  f"{SPECS}.hub_clue": ["*.yaml"]},
     # `tensorflow`, not `tensorflow-cpu`: a GPU machine must get the GPU build.
     # `make install` pins tensorflow-cpu from requirements.txt and installs this with --no-deps.
     install_requires=[

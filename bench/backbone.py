@@ -42,6 +42,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(REPO), str(BENCH)]
 
 import numpy as np  # noqa: E402
+
 from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
 
 CONFIGS = {

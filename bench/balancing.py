@@ -57,7 +57,8 @@ def experiment(method, tasks, seed, data_root, work_dir):
     """The experiment of one run (JSON is YAML): one vocab for every arm (built once from
     all the study's tasks), so every arm has the same model."""
     return {"name": f"balancing-{method}-{seed}", "data_root": str(data_root),
-            "cache_dir": str(work_dir / "cache"), "vocab": str(work_dir / "vocab.txt"), "backbone": dict(BACKBONE), "tasks": list(tasks),
+            "cache_dir": str(work_dir / "cache"), "vocab": str(work_dir / "vocab.txt"),
+            "backbone": dict(BACKBONE), "tasks": list(tasks),
             "sampling": "uniform", "balancing": "none" if method == "single" else method,
             "seed": seed, "checkpoint_every": 0, "eval_every": 0, **SCHEDULE}
 
@@ -65,6 +66,7 @@ def experiment(method, tasks, seed, data_root, work_dir):
 def run_arm(method, tasks, seed, args, log):
     """Train one run in this process; its dev scores and seconds per update."""
     import keras
+
     from mtl_framework.trainer import Run
 
     name = f"{method}-{'+'.join(tasks) if method == 'single' else 'mix'}-seed{seed}"
@@ -96,8 +98,8 @@ def build_vocab(args, log):
     path = args.work_dir / "vocab.txt"
     if path.exists():
         return
-    from mtl_framework.prepare import cached_vocab
     from mtl_framework.preflight import plan_run
+    from mtl_framework.prepare import cached_vocab
 
     probe = args.work_dir / "experiments" / "vocab.yaml"
     probe.parent.mkdir(parents=True, exist_ok=True)
@@ -224,7 +226,8 @@ def main():
                         "(default bench/results)")
     parser.add_argument("--tasks", nargs="*", help="another task list (a pilot)")
     parser.add_argument("--only", nargs="*", help="run only these arms (a pilot; e.g. none single)")
-    parser.add_argument("--quick", action="store_true", help="a smoke check: 2 tasks, 3 methods, 12 updates, 1 seed")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke check: 2 tasks, 3 methods, 12 updates, 1 seed")
     args = parser.parse_args()
     global TASKS, METHODS
     if args.tasks:

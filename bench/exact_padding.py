@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
+
 from load import cpu_model, load_average  # noqa: E402
 
 MODEL = dict(vocab_size=3000, num_layers=4, hidden_size=256, num_heads=4, dropout=0.0)

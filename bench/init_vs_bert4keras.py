@@ -50,9 +50,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
 import numpy as np  # noqa: E402
-from load import cpu_model, load_average  # noqa: E402
 
 from bert4keras_init_worker import learning_rate  # noqa: E402  (one schedule for both sides)
+from load import cpu_model, load_average  # noqa: E402
 
 TASKS = {"tnews": "classification", "cluener": "ner"}
 SIDES = ["ours", "bert4keras", "ours_old"]
@@ -87,10 +87,10 @@ def load_batches(path, prefix):
 def prepare(args, work):
     """Vocab, features, bert_config.json and the batch files both sides read."""
     from data_adapters import read_task
-    from mtl_framework.formats.bert4keras import bert_config_from_config
-    from mtl_framework.presets import backbone_config
     from mtl_framework.cache import cached_features
+    from mtl_framework.formats.bert4keras import bert_config_from_config
     from mtl_framework.mixture import TaskStream, iterate_batches
+    from mtl_framework.presets import backbone_config
     from mtl_framework.registry import load_registry
     from mtl_framework.tokenizer import Tokenizer
     from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
@@ -305,7 +305,8 @@ def markdown(result):
             lines.append(f"| {name} | {label} | {entry['mean']:+.4f} | "
                          f"[{entry['ci95'][0]:+.4f}, {entry['ci95'][1]:+.4f}] |")
     lines += ["", "Train seconds per run (mean): " + ", ".join(
-        f"{name} {side} {np.mean([r['train_s'] for r in result['runs'] if r['task'] == name and r['side'] == side]):.0f}"
+        f"{name} {side} "
+        f"{np.mean([r['train_s'] for r in result['runs'] if r['task'] == name and r['side'] == side]):.0f}"
         for name in result["summary"] for side in result["summary"][name]),
         f"Written by an invocation of {result['wall_s']:.0f} s on {result['cpu']} (load average "
         f"{result['load_average'][0]} -> {result['load_average'][1]}); the runs may come from "

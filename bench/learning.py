@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import cpu_seconds, load_average  # noqa: E402
 import yaml  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
@@ -53,6 +53,8 @@ from mtl_framework.cache import cached_features  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
+
+from load import cpu_seconds, load_average  # noqa: E402
 
 TASKS = ["tnews", "afqmc", "ocnli", "cluener"]
 MODES = ["gradient_norm", "none"]
@@ -457,7 +459,8 @@ def markdown(output):
                       for n, f in feats.items())
     lines += [
         "",
-        f"Train rows featurized at max_length {c['max_length']}: {built}. One-off costs: vocab {t['vocab_s']} s, featurizing "
+        f"Train rows featurized at max_length {c['max_length']}: {built}. "
+        f"One-off costs: vocab {t['vocab_s']} s, featurizing "
         f"train + dev {t['featurize_s']} s (cached after: both modes load the same features). "
         f"Whole run {t['total_s']} s wall, {t['total_cpu_s']} s CPU of this process; load "
         f"average (1/5/15 min) at start {t['load_average_start_end'][0]}, end "

@@ -38,12 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
-from load import cpu_seconds, load_average  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
+
+from load import cpu_seconds, load_average  # noqa: E402
 
 TASK = "cmrc2018"
 TRAINED = 128
@@ -138,8 +139,8 @@ def evaluate(args, run_dir, log):
     from mtl_framework import evaluation
     from mtl_framework.cache import cached_features
     from mtl_framework.experiment import load_experiment
-    from mtl_framework.trained_model import read_run
     from mtl_framework.rope_scaling import describe
+    from mtl_framework.trained_model import read_run
 
     experiment = load_experiment(str(run_dir / "experiment.yaml"))
     checkpoint = read_run(str(run_dir), log=None)

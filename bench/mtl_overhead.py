@@ -65,6 +65,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
 
@@ -315,7 +316,8 @@ class Worker:
                         numpy_batch = {k: v.numpy() for k, v in batch.items()}
                         wall, cpu = time.perf_counter(), time.process_time()
                         self.model.run_update([(self.first_task, numpy_batch)] * repeat)
-                        times[f"{name} {shape}"].append((time.perf_counter() - wall, time.process_time() - cpu))
+                        times[f"{name} {shape}"].append((time.perf_counter() - wall,
+                                                         time.process_time() - cpu))
                         continue
                     wall, cpu = time.perf_counter(), time.process_time()
                     for _ in range(repeat):
@@ -392,7 +394,8 @@ class Worker:
         def prologue_only(loss, grads):
             return prologue(loss, grads)[1]
 
-        functions = {"before (masked)": before, "tf.cond, dense": now, "now (tf.cond, summed rows, fused add)": rows,
+        functions = {"before (masked)": before, "tf.cond, dense": now,
+                     "now (tf.cond, summed rows, fused add)": rows,
                      "densify + norm only": tf.function(prologue_only)}
         times = {k: [] for k in functions}
         for fn in functions.values():
@@ -632,7 +635,8 @@ def part_a(config_name, args, contention, log, workdir):
             "tokens_per_update": MICRO_BATCH * TASKS_PER_UPDATE * LENGTH,
             "variants": {"mixed": f"8 tasks x {MICRO_BATCH}x{LENGTH}, families {[f for f, _ in FAMILIES]}",
                          "same_task": f"8 micro-batches of {FAMILIES[0][0]} {MICRO_BATCH}x{LENGTH}",
-                         "one_batch": f"1 batch of {FAMILIES[0][0]} {MICRO_BATCH * TASKS_PER_UPDATE}x{LENGTH}"},
+                         "one_batch": f"1 batch of {FAMILIES[0][0]} "
+                                      f"{MICRO_BATCH * TASKS_PER_UPDATE}x{LENGTH}"},
             "rounds": args.rounds_a, "updates_per_round": args.updates, "info": info,
             "first": first, "final": stats, "results": out, "ratios": ratios,
             "per_task_micro_step": families, "profile": profile, "profile_one_thread": one_thread,
@@ -673,8 +677,10 @@ def part_b(config_name, args, contention, log, workdir):
         lo, hi = rows[big[0]], rows[big[-1]]
         extra = big[-1] - big[0]
         per_task = {"peak_rss_bytes": (hi["final"]["peak_rss"] - lo["final"]["peak_rss"]) / extra,
-                    "head_state_bytes": (hi["info"]["head_state_bytes"] - lo["info"]["head_state_bytes"]) / extra,
-                    "rss_after_build_bytes": (hi["info"]["rss_after_build"] - lo["info"]["rss_after_build"]) / extra,
+                    "head_state_bytes": (hi["info"]["head_state_bytes"]
+                                         - lo["info"]["head_state_bytes"]) / extra,
+                    "rss_after_build_bytes": (hi["info"]["rss_after_build"]
+                                              - lo["info"]["rss_after_build"]) / extra,
                     "rss_after_tracing_bytes": (hi["first"]["rss_after_tracing"]
                                                 - lo["first"]["rss_after_tracing"]) / extra,
                     "between": [big[0], big[-1]]}
@@ -754,7 +760,8 @@ def markdown(report):
                       for k in ("mixed/one_batch", "same_task/one_batch", "mixed/same_task")]
             met = a["target_met"]
             lines.append(f"| {a['config']} | {a['rounds']}x{a['updates_per_round']} | " + " | ".join(cells)
-                         + f" | {'met' if met['wall'] else 'NOT met'} / {'met' if met['cpu'] else 'NOT met'} |")
+                         + f" | {'met' if met['wall'] else 'NOT met'} / "
+                           f"{'met' if met['cpu'] else 'NOT met'} |")
         lines.append("")
         for a in report["a"]:
             prof, fam = a["profile"], a["per_task_micro_step"]
@@ -820,7 +827,8 @@ def markdown(report):
                          f"({'met' if met.get('paired') else 'NOT met'}).")
         per = b.get("memory_per_extra_task")
         if per:
-            lines.append(f"Memory per extra task ({per['between'][0]} -> {per['between'][1]} tasks): peak RSS "
+            lines.append(f"Memory per extra task ({per['between'][0]} -> {per['between'][1]} tasks): "
+                         "peak RSS "
                          f"{mib(per['peak_rss_bytes']):.1f} MiB, against head state "
                          f"{mib(per['head_state_bytes']):.2f} MiB. Current RSS per extra task: "
                          f"{mib(per['rss_after_build_bytes']):.2f} MiB after building the model (heads, "

@@ -46,8 +46,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from load import cpu_model, cpu_seconds, load_average, proc_cpu_seconds  # noqa: E402
 from mtl_framework import cache as C  # noqa: E402
+
+from load import cpu_model, cpu_seconds, load_average, proc_cpu_seconds  # noqa: E402
 
 FULL24 = REPO / "bench" / "experiments" / "full24.yaml"
 MLM_TASKS = ("tnews", "cmrc2018", "cluener")

@@ -11,17 +11,39 @@ Formats are looked up by name (`format:` in a task spec): `get_adapter`,
 """
 from pathlib import Path
 
-from data_adapters.base import (Adapter, UnknownFormatError, available_formats, get_adapter,
-                                register_adapter)
-from data_adapters.examples import (ChoiceExample, CorefExample, Entity, Event, EventExample,
-                                    NERExample, RelationExample, Span, SpanQAExample, TextExample,
-                                    Triple)
+from data_adapters.base import Adapter, UnknownFormatError, available_formats, get_adapter, register_adapter
+from data_adapters.examples import (
+    ChoiceExample,
+    CorefExample,
+    Entity,
+    Event,
+    EventExample,
+    NERExample,
+    RelationExample,
+    Span,
+    SpanQAExample,
+    TextExample,
+    Triple,
+)
 from data_adapters.report import NO_LABEL, UNLABELLED_SPLITS, ReadReport
 
-# The built-in formats register themselves on import.
-from data_adapters import (choice, coref, delimited, doc_folder, events, jsonl,  # noqa: E402,F401
-                           mentions, ner_spans, ner_tags, parquet, qa, relations,
-                           text_lines)
+# isort: split
+# The built-in formats register themselves on import, after the public names above are bound.
+from data_adapters import (  # noqa: E402,F401
+    choice,
+    coref,
+    delimited,
+    doc_folder,
+    events,
+    jsonl,
+    mentions,
+    ner_spans,
+    ner_tags,
+    parquet,
+    qa,
+    relations,
+    text_lines,
+)
 
 __all__ = [
     "Adapter", "ReadReport", "UnknownFormatError", "available_formats", "get_adapter",

@@ -185,7 +185,8 @@ class Cmrc2019Adapter(Adapter):
             number = int(match.group(1))
             label = None
             if answers is not None:
-                label = answers[number - 1] if isinstance(answers, list) and 0 < number <= len(answers) else None
+                label = (answers[number - 1] if isinstance(answers, list) and 0 < number <= len(answers)
+                         else None)
                 if not (isinstance(label, int) and 0 <= label < len(choices)):
                     report.skip("blank without a valid answer index", path, f"{where} [BLANK{number}]")
                     continue

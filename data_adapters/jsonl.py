@@ -15,8 +15,15 @@ counted as such in the report); in any other split it is skipped with its line.
 """
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
-from data_adapters.reading import (MISSING, LabelRule, field_text, json_array_records, json_records,
-                                    lookup, records)
+from data_adapters.reading import (
+    MISSING,
+    LabelRule,
+    field_text,
+    json_array_records,
+    json_records,
+    lookup,
+    records,
+)
 
 TEXT_TASKS = ("classification", "matching", "regression")
 

@@ -112,7 +112,8 @@ class SpanJsonAdapter(Adapter):
         return None
 
 
-PADDING = "space (or NBSP) padding at an edge of a {{type:mention}} mark (each edge counted), left out of the entity"
+PADDING = ("space (or NBSP) padding at an edge of a {{type:mention}} mark (each edge counted), "
+           "left out of the entity")
 OPEN_MARK = re.compile(r"\{\{([^{}:\s]+):")
 
 
@@ -122,8 +123,8 @@ class InlineNerAdapter(Adapter):
 
     The release also holds, and this reads as meant: marks nested in a mark
     (`{{product_name:{{product_name:腾讯汽车}}}}`: one entity, counted under
-    `repaired`; nested marks of two types are two entities), marks padded with spaces (`{{person_name: 施宇翔}}`:
-    the padding belongs to the mark, not to the text) and literal `\\n` escapes in
+    `repaired`; nested marks of two types are two entities), marks padded with spaces
+    (`{{person_name: 施宇翔}}`: the padding belongs to the mark, not to the text) and literal `\\n` escapes in
     the text (`unescape_newlines`: read as line breaks). A mark that never closes
     or a `}}` that closes nothing is a lost span at its line; its text stays
     as written.

@@ -87,7 +87,8 @@ class SpoJsonAdapter(Adapter):
                 for slot, mention in slots(spo.get("object")):
                     name = f"{predicate}_{slot}"
                     if labels is None or name not in labels:
-                        report.filter(f"object slot {slot!r} (list '<predicate>_{slot}' in labels to keep it)")
+                        report.filter(f"object slot {slot!r} "
+                                      f"(list '<predicate>_{slot}' in labels to keep it)")
                         continue
                     entity = place(text, mention, str(object_types.get(slot, slot)), f"{slot} object")
                     if isinstance(entity, str):

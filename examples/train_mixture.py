@@ -22,6 +22,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     import keras
+
     from mtl_framework.experiment import Experiment
     from mtl_framework.export import export
     from mtl_framework.trainer import Run

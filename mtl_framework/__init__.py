@@ -6,7 +6,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 __version__ = "0.1.0"
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     # Lazy: `mtl tasks list` and the data tools must not pay for importing TensorFlow.
     if name in ("RoFormerV2Backbone", "backbone_config", "PRESETS"):
         from mtl_framework import backbone

@@ -4,14 +4,28 @@ token + segment embedding -> RMS norm -> [embedding mapping] -> L post-norm
 blocks with rotary self-attention and a ReLU FFN. No biases, no norm weights,
 no absolute positions. Output: [batch, length, hidden].
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import keras
 import numpy as np
 from keras import ops
 
-from mtl_framework.presets import backbone_config
 from mtl_framework import rope_scaling as rope
-from mtl_framework.layers import (RMSNorm, RoFormerV2Initializer, TransformerLayer, rotary_lengths,
-                                  rotary_tables)
+from mtl_framework.layers import (
+    RMSNorm,
+    RoFormerV2Initializer,
+    TransformerLayer,
+    rotary_lengths,
+    rotary_tables,
+)
+from mtl_framework.presets import backbone_config
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Mapping
+    from typing import Any
 
 
 def resolve_exact_padding(option, compute_dtype):
@@ -44,10 +58,12 @@ class RoFormerV2Backbone(keras.Model):
     length (`layers.rotary_inverse_frequency`; docs/backbone.md "Longer than trained").
     """
 
-    def __init__(self, vocab_size, num_layers, hidden_size, num_heads, intermediate_size=None,
-                 head_size=None, embedding_size=None, segment_vocab_size=2, dropout=0.1,
-                 attention_dropout=0.0, alpha_warmup_steps=0, exact_padding=None,
-                 rope_scaling=None, **kwargs):
+    def __init__(self, vocab_size: int, num_layers: int, hidden_size: int, num_heads: int,
+                 intermediate_size: int | None = None, head_size: int | None = None,
+                 embedding_size: int | None = None, segment_vocab_size: int = 2,
+                 dropout: float = 0.1, attention_dropout: float = 0.0, alpha_warmup_steps: int = 0,
+                 exact_padding: bool | None = None, rope_scaling: dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         config = backbone_config(
             vocab_size=vocab_size, num_layers=num_layers, hidden_size=hidden_size,
@@ -154,7 +170,8 @@ class RoFormerV2Backbone(keras.Model):
         return backbone
 
     @classmethod
-    def from_bert4keras(cls, config_path, checkpoint_path, **overrides):
+    def from_bert4keras(cls, config_path: str | os.PathLike[str], checkpoint_path: str,
+                        **overrides: Any) -> RoFormerV2Backbone:
         """Load a bert4keras RoFormerV2 checkpoint (bert_config.json + TF name-based checkpoint)."""
         from mtl_framework.formats import bert4keras
 
@@ -165,7 +182,8 @@ class RoFormerV2Backbone(keras.Model):
         return backbone
 
     @classmethod
-    def from_roformer_pytorch(cls, directory, **overrides):
+    def from_roformer_pytorch(cls, directory: str | os.PathLike[str],
+                              **overrides: Any) -> RoFormerV2Backbone:
         """Load a PyTorch `roformer` 0.4.x RoFormerV2 folder (config.json +
         model.safetensors, read without torch; or pytorch_model.bin, read with torch):
         the hub's junnyu/roformer_v2_chinese_char_* or our export of that format."""
@@ -174,19 +192,20 @@ class RoFormerV2Backbone(keras.Model):
         return cls.from_folder(roformer_pytorch, directory, **overrides)
 
     @classmethod
-    def from_preset(cls, directory, **overrides):
+    def from_preset(cls, directory: str | os.PathLike[str], **overrides: Any) -> RoFormerV2Backbone:
         """Load our exported keras preset folder (config.json + model.weights.h5);
         `overrides` replace config values that are not shapes (e.g. rope_scaling)."""
         from mtl_framework.formats import keras as preset
 
         return cls.from_folder(preset, directory, **overrides)
 
-    def save_preset(self, directory, vocab_path=None, extra=None):
+    def save_preset(self, directory: str | os.PathLike[str], vocab_path: str | None = None,
+                    extra: Mapping[str, Any] | None = None) -> None:
         """Write config.json + model.weights.h5 (+ vocab.txt): what `from_preset` reads."""
         from mtl_framework.formats import keras as preset
 
         preset.save(self, directory, vocab_path, extra=extra)
 
-    def count_params_exact(self):
+    def count_params_exact(self) -> int:
         """Trainable parameters (residual alpha excluded)."""
         return int(sum(np.prod(w.shape) for w in self.trainable_weights))

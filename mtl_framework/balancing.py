@@ -18,9 +18,10 @@ other keys are the two methods' options. `Balancing` is the pair the model uses:
     after_update(logs, update)        # eager: adaptive weights change for the next update
 
 Every method's state is Keras variables named for the checkpoint (`variables()`:
-`balancing/<method>/<field>/<task>`, saved and restored by name, run_dir.py); updates are float64 NumPy on their values, so a resumed run computes the very
-same weights. `loss_weight` (spec or experiment entry) multiplies the loss before any of
-this, as it always has (so under gradient_norm it changes nothing in the shared update).
+`balancing/<method>/<field>/<task>`, saved and restored by name, run_dir.py); updates are
+float64 NumPy on their values, so a resumed run computes the very same weights.
+`loss_weight` (spec or experiment entry) multiplies the loss before any of this, as it
+always has (so under gradient_norm it changes nothing in the shared update).
 docs/balancing.md: the table of formulas, papers, LibMTL names, costs and memory.
 """
 import importlib

@@ -48,11 +48,11 @@ import yaml
 
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import OPTIMIZERS
+from mtl_framework.finetune import DEFAULTS as FINETUNE_DEFAULTS
 from mtl_framework.formats import OURS
+from mtl_framework.outputs import check_folder
 from mtl_framework.run_dir import read_experiment
 from mtl_framework.yaml_io import parse_yaml
-from mtl_framework.outputs import check_folder
-from mtl_framework.finetune import DEFAULTS as FINETUNE_DEFAULTS
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
 # many dev examples to score (default: the whole dev split).

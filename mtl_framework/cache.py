@@ -42,8 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mtl_framework.features import Features, save_meta
 from mtl_framework.families import featurizer_for_task, load_features
+from mtl_framework.features import Features, save_meta
 
 CACHE_ENV = "MTL_CACHE_DIR"
 # Version of the folder layout (file names, meta.json keys): bump it when that changes.

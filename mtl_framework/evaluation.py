@@ -24,21 +24,19 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from mtl_framework import rope_scaling as rope
+from mtl_framework import run_dir as files
 from mtl_framework.cache import cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
-from mtl_framework.trained_model import (build_heads, check_run_vocab, checkpoint_backbone,
-                                         read_run)
 from mtl_framework.families import family
-from mtl_framework.metrics import (compute_metric, majority_baseline, majority_predictions,
-                                   primary_score)
+from mtl_framework.metrics import compute_metric, majority_baseline, majority_predictions, primary_score
 from mtl_framework.mixture import iterate_batches
 from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
-from mtl_framework import rope_scaling as rope
-from mtl_framework import run_dir as files
 from mtl_framework.tokenizer import Tokenizer
+from mtl_framework.trained_model import build_heads, check_run_vocab, checkpoint_backbone, read_run
 from mtl_framework.training import MultiTaskModel
 
 # Lost spans that are not gold for the task (a type the task does not predict).

@@ -17,15 +17,22 @@ as `file:line: message`, before anything is built or written. Checks that need
 other files (task specs, data, vocab, the run directory) are in preflight.py.
 Nothing here imports TensorFlow.
 """
+from __future__ import annotations
+
 import copy
 import difflib
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from mtl_framework.errors import UserError
 from mtl_framework import balancing, mixture, rope_scaling
+from mtl_framework.errors import UserError
 from mtl_framework.presets import PRESETS, backbone_config
 from mtl_framework.yaml_io import load_yaml, parse_yaml
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
 
 KEYS = {
     "backbone": dict, "task_specs": list, "data_root": str, "tasks": list, "sampling": (str, dict),
@@ -92,13 +99,14 @@ class Experiment:
     folder: str = None  # relative paths start here; default: the file's folder
 
     @classmethod
-    def from_yaml(cls, path, overrides=()):
+    def from_yaml(cls, path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> Experiment:
         """The experiment in `path` (its `extends` chain merged, then `overrides`:
         "key.sub=value" strings), checked; ExperimentError lists every problem."""
         return load_experiment(path, overrides)
 
     @classmethod
-    def from_dict(cls, config, folder=None, overrides=(), label="Experiment.from_dict"):
+    def from_dict(cls, config: Mapping[str, Any], folder: str | None = None,
+                  overrides: Iterable[str] = (), label: str = "Experiment.from_dict") -> Experiment:
         """An experiment from a mapping (what the YAML would hold), checked exactly as a
         file is; messages name the key (`Experiment.from_dict optimizer.lr: ...`).
         Relative paths (and `extends`) start at `folder` (default: the working folder)."""
@@ -161,7 +169,7 @@ class Sources:
         return f"{self.label} " + ".".join(str(p) for p in path) if path else self.label
 
 
-def load_experiment(path, overrides=()):
+def load_experiment(path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> Experiment:
     """The experiment in `path` (its `extends` chain merged, then the `--set` style
     `overrides`), or ExperimentError listing every problem found."""
     sources = Sources(f"{path}:1")

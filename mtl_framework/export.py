@@ -16,21 +16,34 @@ or empty, or (--force) wholly an earlier export: its `export-manifest.json` list
 file the export wrote, and a folder holding anything else (or no manifest) is refused,
 so --force never deletes a file of the user's.
 """
+from __future__ import annotations
+
 import json
 import os
 import shutil
 import uuid
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mtl_framework import formats
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
-from mtl_framework.model_card import relative_checkpoint, write_card
-from mtl_framework import formats
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import DEFAULTS
-from mtl_framework.trained_model import (HEADS_CONFIG, HEADS_WEIGHTS, check_run_vocab,
-                                         checkpoint_backbone, read_run, run_heads)
+from mtl_framework.model_card import relative_checkpoint, write_card
+from mtl_framework.trained_model import (
+    HEADS_CONFIG,
+    HEADS_WEIGHTS,
+    check_run_vocab,
+    checkpoint_backbone,
+    read_run,
+    run_heads,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 FORMATS = formats.NAMES
 # Every file an export wrote (relative path -> size); --force replaces only a folder
@@ -56,7 +69,8 @@ def save_heads(directory, heads, weights):
     np.savez(os.path.join(directory, HEADS_WEIGHTS), **weights)
 
 
-def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None):
+def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force: bool = False,
+           log: Callable[[str], Any] = print, checkpoint: str | int | None = None) -> str:
     """Write the run's backbone to `output` in format `fmt`: of its newest readable
     checkpoint, or `checkpoint` "best" (keep_best's) or a step number.
 

@@ -15,14 +15,23 @@ drawn from the seed after a backbone of the same shape, and the batch order is
 a function of the seed and the rows. `start_digests` fingerprints both, so a
 paired comparison (`mtl benchmark`) can check it instead of assuming it.
 """
+from __future__ import annotations
+
 import hashlib
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
 import yaml
 
 from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    from mtl_framework.trainer import Run
 
 FINETUNE_YAML = "finetune.yaml"
 
@@ -30,8 +39,9 @@ DEFAULTS = dict(steps=200, batch_size=16, lr=2e-5, max_length=128, warmup_steps=
                 weight_decay=0.01, optimizer="adamw", seed=0, dropout=None, rope_scaling=None)
 
 
-def finetune_experiment(export_dir, task, data_root=None, task_specs=(), cache_dir=None,
-                        **settings):
+def finetune_experiment(export_dir: str, task: str, data_root: str | None = None,
+                        task_specs: Iterable[str] = (), cache_dir: str | None = None,
+                        **settings: Any) -> dict[str, Any]:
     """The experiment dict `mtl finetune` trains (all paths absolute)."""
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
     warmup = s["warmup_steps"] if s["warmup_steps"] is not None else max(1, s["steps"] // 10)
@@ -81,8 +91,10 @@ def rope_setting(value):
             **({"original_max_length": int(length[0])} if length else {})}
 
 
-def finetune(export_dir, task, output=None, data_root=None, task_specs=(), cache_dir=None,
-             eval_split="dev", eval_max_examples=None, eval_batch_size=64, log=print, **settings):
+def finetune(export_dir: str, task: str, output: str | None = None, data_root: str | None = None,
+             task_specs: Iterable[str] = (), cache_dir: str | None = None, eval_split: str = "dev",
+             eval_max_examples: int | None = None, eval_batch_size: int = 64,
+             log: Callable[[str], Any] = print, **settings: Any) -> tuple[Run, dict[str, Any]]:
     """Train `task` from the backbone folder `export_dir` (a format `formats.layout`
     knows: `formats.loadable()`), score it on `eval_split`.
     Returns (run, the evaluation line as recorded in RUN_DIR/evaluations.jsonl plus

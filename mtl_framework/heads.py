@@ -22,8 +22,8 @@ another task's weights, whose label axis may differ, in a step traced with every
 batch axis unknown.
 
 The pointer layers the span heads use (GlobalPointer, EfficientGlobalPointer) are in
-layers.py; they follow bert4keras 0.11.5 (its layers.py) formula for formula: interleaved q/k, rotary positions on adjacent
-pairs, scores / sqrt(head_size), padding and start > end set to -inf.
+layers.py; they follow bert4keras 0.11.5 (its layers.py) formula for formula: interleaved
+q/k, rotary positions on adjacent pairs, scores / sqrt(head_size), padding and start > end set to -inf.
 """
 from itertools import groupby
 
@@ -33,8 +33,13 @@ from keras import ops
 
 from mtl_framework import losses
 from mtl_framework.families import FAMILIES
-from mtl_framework.layers import (NEG_INF, EfficientGlobalPointer, GlobalPointer,
-                                  RoFormerV2Initializer, rotary_lengths)
+from mtl_framework.layers import (
+    NEG_INF,
+    EfficientGlobalPointer,
+    GlobalPointer,
+    RoFormerV2Initializer,
+    rotary_lengths,
+)
 
 
 def backbone_inputs(batch):

@@ -18,7 +18,8 @@ becomes `{"id": ..., "prediction": ...}` (`id` only when the input has one):
     multiple_choice, cloze                  {"index", "text"} of the chosen candidate
     extraction_ner       [{"type", "start", "end", "text"}], half-open, text == input[start:end]
     extraction_relation  [{"subject": SPAN, "predicate", "object": SPAN}], SPAN = {"text", "start", "end"}
-    extraction_event     [{"event_type", "trigger": SPAN or null, "arguments": [{"role", "text", "start", "end"}]}]
+    extraction_event     [{"event_type", "trigger": SPAN or null,
+                           "arguments": [{"role", "text", "start", "end"}]}]
 
 An example the featurizer cannot take (a coreference span past max_length, a question
 without choices), and a row the adapter cannot read (bad JSON, no text), is still
@@ -28,29 +29,38 @@ file:line), so the output has one line per input record in input order.
 Outputs are checked before the model is loaded (`check_output`): an existing file is
 replaced only with `force`, the input never, and its folder must exist.
 """
+from __future__ import annotations
+
 import json
 import os
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
+
 from data_adapters import ReadReport
 from data_adapters.examples import without_gold
 from data_adapters.report import place
-
 from mtl_framework import clue, evaluation
-from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
+from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.outputs import check_file, check_folder, usual_mode
 from mtl_framework.rope_scaling import parse as parse_rope_scaling
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from typing import Any
 
 CHUNK_BATCHES = 8  # batches featurized at once: bounded memory, a progress step each
 # ------------------------------------------------------------------ loading
 
 
-def load_model(path, data_root=None, specs=(), max_length=None, log=print, rope_scaling=None):
+def load_model(path: str, data_root: str | None = None, specs: Iterable[str] = (),
+               max_length: int | None = None, log: Callable[[str], Any] | None = print,
+               rope_scaling: str | None = None) -> PredictModel:
     """A PredictModel from a run directory (its latest checkpoint) or a keras export
     written with `mtl export --with-heads`. UserError when it is neither.
     rope_scaling: `none` or TYPE:FACTOR[:ORIGINAL] instead of the backbone's own."""
@@ -201,7 +211,8 @@ class PredictModel:
                             + (f" ({reasons})" if reasons else " (empty file)"))
         return examples, report
 
-    def predict(self, task, examples, batch_size=32, progress=None):
+    def predict(self, task: Any, examples: Sequence[Any], batch_size: int = 32,
+                progress: Callable[[int], Any] | None = None) -> list[tuple[Any, Any, str | None]]:
         """[(example, prediction, error)] in input order; error is None unless the
         featurizer could not take the example (then prediction is None)."""
         labels = self.labels(task)
@@ -241,7 +252,8 @@ class PredictModel:
 
     TEXT_TYPES = ("classification", "matching", "regression")
 
-    def predict_texts(self, task_name, texts, batch_size=32):
+    def predict_texts(self, task_name: str, texts: Iterable[str | tuple[str, str]],
+                      batch_size: int = 32) -> list[Any]:
         """Predictions for raw strings, in order (shaped as `predict_file` writes them): for
         text tasks a string or, for a pair task, (text, text_b) per example; for NER a
         string. A string the featurizer cannot take gets None."""
@@ -261,7 +273,8 @@ class PredictModel:
 
     # --- files ------------------------------------------------------------------
 
-    def predict_file(self, task_name, input_path, output_path, batch_size=32):
+    def predict_file(self, task_name: str, input_path: str, output_path: str,
+                     batch_size: int = 32) -> dict[str, Any]:
         """Predict every example of `input_path` into `output_path` (JSON lines, input
         order, written whole or not at all); returns a summary dict."""
         task = self.task(task_name)
@@ -284,7 +297,7 @@ class PredictModel:
         self.log(summary_line(summary, report, self.length(task)))
         return summary
 
-    def predict_clue(self, output_dir, batch_size=32, force=False):
+    def predict_clue(self, output_dir: str, batch_size: int = 32, force: bool = False) -> dict[str, dict]:
         """Every CLUE 1.1 file the model's tasks can fill from their test splits, written to
         output_dir; returns {"written": {file: rows}, "skipped": {file or task: reason}}.
         Everything is read and predicted before anything is written; a file already in

@@ -20,8 +20,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from mtl_framework.experiment import (DEFAULTS, MLM_TASK, Experiment, ExperimentError,
-                                      load_experiment)
+from mtl_framework.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
 from mtl_framework.families import MLM
 from mtl_framework.presets import PRESETS
 from mtl_framework.registry import UnknownTaskError, load_registry

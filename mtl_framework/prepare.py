@@ -44,10 +44,21 @@ from dataclasses import dataclass, field
 from functools import partial
 from multiprocessing import get_context
 
-from mtl_framework.cache import (SPEC_KEYS, TEMPORARY, adapter_version, cache_root,
-                                 cached_features, code_version, data_files, folder_lock,
-                                 is_cached, make_cache_folder, remove_dead_temporaries,
-                                 remove_folder, warn)
+from mtl_framework.cache import (
+    SPEC_KEYS,
+    TEMPORARY,
+    adapter_version,
+    cache_root,
+    cached_features,
+    code_version,
+    data_files,
+    folder_lock,
+    is_cached,
+    make_cache_folder,
+    remove_dead_temporaries,
+    remove_folder,
+    warn,
+)
 from mtl_framework.families import MLM
 from mtl_framework.features import FeatureReport, FeatureWriter, _chunks
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab

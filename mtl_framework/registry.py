@@ -21,7 +21,6 @@ import difflib
 import json
 from pathlib import Path
 
-
 from mtl_framework import spec_schema as schema
 from mtl_framework.errors import UserError
 from mtl_framework.yaml_io import parse_yaml
@@ -29,7 +28,8 @@ from mtl_framework.yaml_io import parse_yaml
 # Installed from a wheel the specs are package data (mtl_framework/task_specs);
 # in a source checkout (and the editable install) they are the repository's task_specs/.
 _PACKAGED_SPECS = Path(__file__).resolve().parent / "task_specs"
-BUILTIN_SPECS = _PACKAGED_SPECS if _PACKAGED_SPECS.is_dir() else Path(__file__).resolve().parents[1] / "task_specs"
+BUILTIN_SPECS = (_PACKAGED_SPECS if _PACKAGED_SPECS.is_dir()
+                 else Path(__file__).resolve().parents[1] / "task_specs")
 LABELS_DIR = "labels"
 SPEC_SUFFIXES = (".yaml", ".yml")
 
@@ -274,7 +274,8 @@ class _SpecFile:
         try:
             text = self.path.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
-            self.errors.append(SpecError(str(self.path), 1, f"not UTF-8 text ({error.reason}); save it as UTF-8"))
+            self.errors.append(SpecError(str(self.path), 1,
+                                         f"not UTF-8 text ({error.reason}); save it as UTF-8"))
             return None
         doc = parse_yaml(text, self.path)
         self.lines = doc.lines
@@ -320,7 +321,8 @@ class _SpecLoader:
             if not schema.DATASET_ID.match(dataset_id):
                 spec.error(("dataset",), f"dataset id {dataset_id!r} may use only a-z, 0-9 and _; "
                                          f"e.g. {_suggest_id(dataset_id)!r}")
-            self.dataset_places.setdefault(dataset_id, []).append((str(path), spec.lines.get(("dataset",), 1)))
+            self.dataset_places.setdefault(dataset_id, []).append(
+                (str(path), spec.lines.get(("dataset",), 1)))
         adapter = self.check_format(spec, ("format",), data.get("format"))
         self.check_adapter_keys(spec, (), adapter, data.get("format"), data, "")
         tasks = self.read_tasks(spec, data, adapter)
@@ -460,7 +462,8 @@ class _SpecLoader:
             for key, value in given.items():
                 at = where + (group, str(key))
                 if key not in declared:
-                    allowed = ", ".join(declared) if declared else f"none (format {format_name!r} takes no {group})"
+                    allowed = (", ".join(declared) if declared
+                               else f"none (format {format_name!r} takes no {group})")
                     spec.error(at, f"{prefix}unknown {group[:-1]} {key!r} for format {format_name!r}"
                                    f"{did_you_mean(key, declared)}; allowed: {allowed}")
                 elif group == "options":

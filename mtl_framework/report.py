@@ -37,7 +37,6 @@ except ModuleNotFoundError as error:
 matplotlib.use("Agg")  # files only: no display needed, none wanted on servers
 import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 
-
 # --- reading ------------------------------------------------------------------
 
 def read_jsonl(path, check, key=lambda record: record["step"]):

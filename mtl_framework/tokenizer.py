@@ -5,15 +5,21 @@ Chinese characters and punctuation split one per token, WordPiece (`##`) for
 the rest, lower-casing with accents stripped (NFD, drop Mn), control
 characters dropped. Adds what span tasks need: character offsets per token.
 """
+from __future__ import annotations
+
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from tokenizers import Regex
+from tokenizers import Regex, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as RustTokenizer
-from tokenizers import normalizers, pre_tokenizers
 from tokenizers.models import WordPiece
 
 from mtl_framework.errors import UserError
+
+if TYPE_CHECKING:
+    import os
+    from collections.abc import Iterable
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -63,7 +69,8 @@ class Encoding:
 
 
 class Tokenizer:
-    def __init__(self, vocab_path, lowercase=True, max_chars_per_word=200):
+    def __init__(self, vocab_path: str | os.PathLike[str], lowercase: bool = True,
+                 max_chars_per_word: int = 200) -> None:
         self.vocab_path = vocab_path
         self.vocab = load_vocab(vocab_path)
         missing = [t for t in SPECIAL_TOKENS if t not in self.vocab]
@@ -89,33 +96,36 @@ class Tokenizer:
         part of a features cache key that says which tokenizer made the features."""
         return hashlib.sha256(self._rust.to_str().encode("utf-8")).hexdigest()
 
-    def tokenize(self, text):
+    def tokenize(self, text: str) -> list[str]:
         """WordPiece tokens of `text`, without [CLS]/[SEP]."""
         return self._rust.encode(text, add_special_tokens=False).tokens
 
-    def token_to_id(self, token):
+    def token_to_id(self, token: str) -> int:
         return self.vocab.get(token, self.unk_id)
 
-    def id_to_token(self, token_id):
+    def id_to_token(self, token_id: int) -> str:
         return self.inverse_vocab[token_id]
 
-    def decode(self, token_ids):
+    def decode(self, token_ids: Iterable[int]) -> str:
         """Readable text: specials dropped, `##` pieces joined, CJK without spaces."""
         tokens = [self.inverse_vocab[i] for i in token_ids if i not in
                   (self.pad_id, self.cls_id, self.sep_id, self.mask_id)]
         return _join_pieces(tokens)
 
-    def encode(self, text, text_b=None, max_length=None):
+    def encode(self, text: str, text_b: str | None = None,
+               max_length: int | None = None) -> tuple[list[int], list[int]]:
         """(token_ids, segment_ids), truncated exactly as bert4keras's `encode(maxlen=...)`."""
         encoding = self.encode_with_offsets(text, text_b, max_length)
         return encoding.token_ids, encoding.segment_ids
 
-    def encode_with_offsets(self, text, text_b=None, max_length=None):
+    def encode_with_offsets(self, text: str, text_b: str | None = None,
+                            max_length: int | None = None) -> Encoding:
         first = self._rust.encode(text, add_special_tokens=False)
         second = self._rust.encode(text_b, add_special_tokens=False) if text_b is not None else None
         return self._assemble(first, second, max_length)
 
-    def encode_batch(self, texts, texts_b=None, max_length=None):
+    def encode_batch(self, texts: Iterable[str], texts_b: Iterable[str] | None = None,
+                     max_length: int | None = None) -> list[Encoding]:
         """Encodings for many texts at once (Rust, parallel); same results as `encode_with_offsets`."""
         firsts = self._rust.encode_batch(list(texts), add_special_tokens=False)
         if texts_b is None:

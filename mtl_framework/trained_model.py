@@ -206,7 +206,8 @@ SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "he
 
 
 def init_backbone(directory, spec, source="experiment"):
-    """The backbone of a folder `formats.layout` knows (`formats.loadable()`) for a new run: dims and weights from the folder; dropout and
+    """The backbone of a folder `formats.layout` knows (`formats.loadable()`) for a new run:
+    dims and weights from the folder; dropout and
     attention_dropout from `spec` (the experiment's backbone mapping) where it gives them;
     alpha_warmup_steps 0 unless given (the export's residual scale is kept, not warmed up
     again). preflight.plan_run has checked the experiment's dims and vocab against it."""

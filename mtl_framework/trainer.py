@@ -20,6 +20,8 @@ Python: `Run(experiment, callbacks=[...]).train()`, `experiment` a path or an
 experiment.Experiment; the callbacks see per-task losses, rates and dev scores in
 Keras's `logs` (callbacks.py), a Keras epoch being `eval_every` updates.
 """
+from __future__ import annotations
+
 import contextlib
 import json
 import math
@@ -28,31 +30,51 @@ import shutil
 import tempfile
 import time
 import warnings
+from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from mtl_framework.backbone import RoFormerV2Backbone
-from mtl_framework.balancing import Balancing, BalancingError, describe as describe_balancing
-from mtl_framework.cache import cached_features
-from mtl_framework.callbacks import (EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress,
-                                     TaskLogs)
-from mtl_framework.distributed import (check_same_on_every_worker, is_chief, make_strategy,
-                                      precision_policy)
 from mtl_framework import run_dir as files
+from mtl_framework.backbone import RoFormerV2Backbone
+from mtl_framework.balancing import Balancing, BalancingError
+from mtl_framework.balancing import describe as describe_balancing
+from mtl_framework.cache import cached_features
+from mtl_framework.callbacks import EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress, TaskLogs
+from mtl_framework.distributed import check_same_on_every_worker, is_chief, make_strategy, precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
 from mtl_framework.families import MLM
 from mtl_framework.heads import build_head, task_head
-from mtl_framework.mixture import (Mixture, RoundRobin, TaskSampler, TaskStream, example_count,
-                                   format_rates, schedule_from_config)
+from mtl_framework.mixture import (
+    Mixture,
+    RoundRobin,
+    TaskSampler,
+    TaskStream,
+    example_count,
+    format_rates,
+    schedule_from_config,
+)
 from mtl_framework.optimizers import build_optimizer
+from mtl_framework.preflight import (
+    MLM_TASK,
+    check_run_dir,
+    mlm_corpus_task,
+    mlm_settings,
+    plan_run,
+    vocab_sources,
+)
 from mtl_framework.presets import backbone_config
-from mtl_framework.preflight import (MLM_TASK, check_run_dir, mlm_corpus_task, mlm_settings,
-                                    plan_run, vocab_sources)
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    from mtl_framework.experiment import Experiment
+    from mtl_framework.preflight import Plan
 
 
 def prepare_vocab(plan, log):
@@ -225,8 +247,10 @@ class Run:
     place of the four arguments it was made from (experiment_path, output, data_root,
     resume)."""
 
-    def __init__(self, experiment, output=None, log=print, distribution=None, data_root=None,
-                 resume=None, plan=None, callbacks=None):
+    def __init__(self, experiment: Experiment | str | None, output: str | None = None,
+                 log: Callable[[str], Any] = print, distribution: str | None = None,
+                 data_root: str | None = None, resume: bool | None = None, plan: Plan | None = None,
+                 callbacks: Iterable[keras.callbacks.Callback] | None = None) -> None:
         self.log = log
         self.callbacks = list(callbacks or [])  # Keras callbacks for fit, after the run's own
         plan = plan or plan_run(experiment, output, data_root, resume)
@@ -258,7 +282,8 @@ class Run:
             self.build(plan.entries)
 
     @classmethod
-    def load(cls, run_dir, log=print, data_root=None, split=None, tasks=None):
+    def load(cls, run_dir: str, log: Callable[[str], Any] = print, data_root: str | None = None,
+             split: str | None = None, tasks: Iterable[str] | None = None) -> Run:
         """A finished or interrupted run, rebuilt whole (optimizer and mixture too) from its
         experiment.yaml at its newest readable checkpoint; writes nothing. `split` and
         `tasks` (names) are checked before the model is built: the split's files must
@@ -305,7 +330,8 @@ class Run:
                             f"({error.strerror or error}): free space or train into another "
                             "--output") from None
 
-    def evaluate(self, split="dev", tasks=None, batch_size=None, max_examples=None):
+    def evaluate(self, split: str = "dev", tasks: Iterable[str] | None = None,
+                 batch_size: int | None = None, max_examples: int | None = None) -> dict[str, dict]:
         """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
         from mtl_framework.evaluation import evaluate_tasks
 
@@ -485,7 +511,7 @@ class Run:
             self.lock.release()
             self.lock = None
 
-    def train(self, resume=False):
+    def train(self, resume: bool = False) -> Run:
         try:
             return self._train(resume)
         finally:

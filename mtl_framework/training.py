@@ -44,16 +44,16 @@ own scale and its gradients divided by it before the norm; a non-finite micro-ba
 is skipped and halves its task's scale (a per-task scale: tasks' losses and loss
 weights differ by orders of magnitude, and each gradient is normalised on its own).
 """
-import contextlib
 import concurrent.futures
+import contextlib
 import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from mtl_framework.distributed import shard_batch
 from mtl_framework.balancing import Balancing
+from mtl_framework.distributed import shard_batch
 from mtl_framework.families import family
 from mtl_framework.heads import backbone_inputs, use_backbone_rotary
 from mtl_framework.run_dir import layer_variable_names, optimizer_variable_names

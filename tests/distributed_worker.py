@@ -14,8 +14,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(experiment, output, distribution, steps, dump, *flags):
     start, cpu = time.time(), time.process_time()
-    from mtl_framework.trainer import Run  # noqa: E402 (after sys.path)
     import numpy as np
+
+    from mtl_framework.trainer import Run  # noqa: E402 (after sys.path)
 
     run = Run(experiment, output, log=lambda *a: None, distribution=distribution)
     run.experiment.raw["steps"] = int(steps)  # constant learning rate: steps only says when to stop

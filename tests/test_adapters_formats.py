@@ -4,9 +4,20 @@ from pathlib import Path
 
 import pytest
 
-from data_adapters import (ChoiceExample, CorefExample, Entity, Event, EventExample, NERExample,
-                           ReadReport, RelationExample, Span, TextExample, Triple,
-                           read_files)
+from data_adapters import (
+    ChoiceExample,
+    CorefExample,
+    Entity,
+    Event,
+    EventExample,
+    NERExample,
+    ReadReport,
+    RelationExample,
+    Span,
+    TextExample,
+    Triple,
+    read_files,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 
@@ -79,7 +90,8 @@ def test_json_array_and_a_broken_array():
 def test_delimited_tsv_checks_columns_and_takes_quotes_literally():
     examples, report = read("delimited", "text/pairs.tsv", None, {"text": 0, "text_b": 1, "label": 2},
                             "matching", ["0", "1"])
-    assert [e.text for e in examples] == ["蚂蚁借呗等额还款可以换成先息后本吗", "双十一花呗提额在哪", '"引号"开头的']
+    assert [e.text for e in examples] == ["蚂蚁借呗等额还款可以换成先息后本吗", "双十一花呗提额在哪",
+                                          '"引号"开头的']
     assert report.as_dict()["skipped"] == {
         "row has 4 columns, the first row has 3 (a text holding the delimiter?)":
             {"count": 1, "first": [where("text/pairs.tsv", 4)]},
@@ -93,7 +105,8 @@ def test_delimited_csv_with_header_bom_quotes_and_newlines():
     assert examples[0].text == '距离川沙公路较近,但是公交指示不对,如果是"蔡陆线"的话,会非常麻烦.'
     assert examples[1].text == "一条评论\n跨了两行"
     assert [e.label for e in examples] == ["1", "0", "1"]
-    assert report.as_dict()["skipped"] == {"empty text": {"count": 1, "first": [where("text/reviews.csv", 6)]}}
+    assert report.as_dict()["skipped"] == {
+        "empty text": {"count": 1, "first": [where("text/reviews.csv", 6)]}}
 
 
 def test_delimited_header_name_typo_is_an_error():
@@ -182,7 +195,8 @@ def test_squad_cjrc_yes_no_as_spans_and_as_classes():
     examples, report = read("squad", "qa/cjrc.json", task_type="classification",
                             labels=["span", "YES", "NO", "unknown"])
     assert [(e.text, e.label) for e in examples] == [
-        ("被告人是谁？", "span"), ("被告人是否盗窃？", "YES"), ("被告人是否抢劫？", "NO"), ("被告人几岁？", "unknown")]
+        ("被告人是谁？", "span"), ("被告人是否盗窃？", "YES"), ("被告人是否抢劫？", "NO"),
+        ("被告人几岁？", "unknown")]
     assert examples[0].text_b.startswith("经审理查明")
 
 
@@ -200,8 +214,10 @@ def test_multi_passage_qa_one_example_per_passage():
 
 def test_c3_questions():
     examples, report = read("c3", "choice/c3.json")
-    assert examples[0] == ChoiceExample("男：你今天晚上有时间吗?我们一起去看电影吧?\n女：你喜欢恐怖片和爱情片，但是我喜欢喜剧片，科幻片一般。所以……",
-                                        "女的最喜欢哪种电影?", ["恐怖片", "爱情片", "喜剧片", "科幻片"], 2, "25-35-0")
+    assert examples[0] == ChoiceExample(
+        "男：你今天晚上有时间吗?我们一起去看电影吧?\n"
+        "女：你喜欢恐怖片和爱情片，但是我喜欢喜剧片，科幻片一般。所以……",
+        "女的最喜欢哪种电影?", ["恐怖片", "爱情片", "喜剧片", "科幻片"], 2, "25-35-0")
     assert [e.label for e in examples] == [2, 0, None]
     assert report.units["questions"] == 4
     assert report.as_dict()["skipped"] == {
@@ -241,7 +257,8 @@ def test_chid_fewclue_release():
 def test_cmrc2019_one_example_per_blank():
     examples, report = read("cmrc2019", "choice/cmrc2019.json")
     assert [(e.id, e.label) for e in examples] == [("TRAIN_0-1", 1), ("TRAIN_0-2", 2), ("TEST_0-1", None)]
-    assert examples[0].context == "森林里住着一只小狐狸。[BLANK]有一天，它遇到了一只老虎。#最后它们成了好朋友。"
+    assert examples[0].context == ("森林里住着一只小狐狸。[BLANK]有一天，它遇到了一只老虎。"
+                                   "#最后它们成了好朋友。")
     assert report.units["questions"] == 3
 
 
@@ -249,7 +266,8 @@ def test_choice_jsonl_with_text_labels():
     fields = {"context": "passage", "question": "query", "choices": "alternatives", "label": "answer"}
     examples, report = read("choice_jsonl", "choice/reco.jsonl", {"label_is_text": True}, fields,
                             "multiple_choice")
-    assert examples == [ChoiceExample("女孩喜欢吃苹果。", "女孩喜欢吃苹果吗", ["喜欢", "不喜欢", "无法确定"], 0)]
+    assert examples == [ChoiceExample("女孩喜欢吃苹果。", "女孩喜欢吃苹果吗",
+                                      ["喜欢", "不喜欢", "无法确定"], 0)]
     assert report.skipped == {"label is not one of the choices": 1}
 
 
@@ -370,7 +388,8 @@ def test_mention_table_ner_cote():
     assert report.spans_lost == {"mention not found in the text": 1}
     assert report.skipped == {"no mention of this text could be placed": 1}
     fields = {"text": "text_a", "mention": "label"}
-    examples, report = read("mention_table", "ner/cote_test.tsv", options, fields, "extraction_ner", ["target"])
+    examples, report = read("mention_table", "ner/cote_test.tsv", options, fields, "extraction_ner",
+                            ["target"])
     assert examples == [NERExample("测试集没有标签", [])] and report.units["unlabelled"] == 1
 
 
@@ -379,7 +398,8 @@ def test_mention_table_events_ccks19():
     fields = {"id": 0, "text": 1, "event_type": 2, "mention": 3}
     examples, report = read("mention_table", "ner/ccks19.csv", options, fields, "extraction_event",
                             ["涉嫌欺诈:subject", "业绩下滑:subject"])
-    assert examples[0] == EventExample("公司涉嫌欺诈,被立案调查", [Event("涉嫌欺诈", None, [Entity(0, 2, "subject")])])
+    assert examples[0] == EventExample("公司涉嫌欺诈,被立案调查",
+                                       [Event("涉嫌欺诈", None, [Entity(0, 2, "subject")])])
     assert len(examples) == 2 and report.filtered == {"其他 mentions (not in the task's labels)": 1}
     assert report.skipped == {"no mention of this text could be placed": 1}
 
@@ -394,7 +414,8 @@ def test_spo_json_triples_at_first_occurrence():
                             DUIE_PREDICATES)
     first, second, test_row = examples
     assert first.triples == [Triple(Entity(1, 5, "图书作品"), "作者", Entity(7, 11, "人物"))]
-    assert [(second.text[t.subject.start:t.subject.end], t.predicate, second.text[t.object.start:t.object.end])
+    assert [(second.text[t.subject.start:t.subject.end], t.predicate,
+             second.text[t.object.start:t.object.end])
             for t in second.triples] == [("周星驰", "饰演", "尹天仇"), ("喜剧之王", "上映时间", "1999年")]
     assert report.spans_lost == {"object not found in the text": 1}
     assert report.filtered == {"object slot 'inWork' (list '<predicate>_inWork' in labels to keep it)": 1}
@@ -431,7 +452,8 @@ def test_entity_pair_tsv_groups_rows_by_text():
     assert report.spans_lost == {"tail not found in the text": 1}
     examples, report = read("entity_pair_tsv", "relation/finre.txt", {"no_relation": "unknown"},
                             None, "extraction_relation", labels)
-    assert len(examples[0].triples) == 1 and "relation 'unknown' is not in the task's labels" not in report.skipped
+    assert len(examples[0].triples) == 1
+    assert "relation 'unknown' is not in the task's labels" not in report.skipped
 
 
 def test_ipre_relation_ids_index_the_labels():
@@ -451,14 +473,16 @@ def test_event_json_duee_offsets_and_role_labels():
                                   [Entity(17, 22, "裁员人数"), Entity(10, 13, "时间")])]
     assert second.events == [Event("司法行为-拘捕", None, [Entity(0, 3, "时间")])]
     assert report.as_dict()["spans_lost"] == {
-        "trigger start index does not point at the trigger": {"count": 1, "first": [where("event/duee.json", 2)]}}
+        "trigger start index does not point at the trigger":
+            {"count": 1, "first": [where("event/duee.json", 2)]}}
     assert test_row.events == [] and report.units["unlabelled"] == 1
     # Role labels keep just the listed parts: a trigger task and an argument task.
     examples, report = read("event_json", "event/duee.json", None, None, "extraction_event",
                             ["组织关系-裁员:trigger"])
     assert examples[0].events == [Event("组织关系-裁员", Entity(15, 17, "trigger"), [])]
     assert examples[1].events == []
-    examples, _ = read("event_json", "event/duee.json", None, None, "extraction_event", ["组织关系-裁员:时间"])
+    examples, _ = read("event_json", "event/duee.json", None, None, "extraction_event",
+                       ["组织关系-裁员:时间"])
     assert examples[0].events == [Event("组织关系-裁员", None, [Entity(10, 13, "时间")])]
 
 

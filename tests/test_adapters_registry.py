@@ -5,8 +5,16 @@ from types import SimpleNamespace
 import pytest
 
 import data_adapters
-from data_adapters import (Adapter, ReadReport, TextExample, available_formats, get_adapter,
-                           read_files, read_task, register_adapter)
+from data_adapters import (
+    Adapter,
+    ReadReport,
+    TextExample,
+    available_formats,
+    get_adapter,
+    read_files,
+    read_task,
+    register_adapter,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 
@@ -85,7 +93,8 @@ def test_register_adapter_wants_an_adapter_class():
 
 @pytest.mark.parametrize("options, fields, message", [
     ({"delimeter": "\t"}, {"text": 0, "label": 2}, "unknown option 'delimeter'.*did you mean 'delimiter'"),
-    ({"header": "yes"}, {"text": 0, "label": 2}, "option 'header' of format 'delimited' must be true or false"),
+    ({"header": "yes"}, {"text": 0, "label": 2},
+     "option 'header' of format 'delimited' must be true or false"),
     ({}, {"txt": 0, "label": 2}, "unknown field 'txt'.*did you mean 'text'"),
     ({}, {"text": 0}, "needs `fields:` for label"),
 ])

@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from conftest import write_tiny_experiment
 from mtl_framework.mixture import TaskSampler, format_rates, schedule_from_config
+
+from conftest import write_tiny_experiment
 
 SIZES = {"big": 9000, "small": 1000}
 

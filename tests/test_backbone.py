@@ -22,7 +22,8 @@ def test_preset_parameter_counts(size, params):
     backbone.build()
     c = backbone.config
     assert backbone.count_params_exact() == params
-    assert params == expected_params(c["vocab_size"], c["hidden_size"], c["num_layers"], c["intermediate_size"])
+    assert params == expected_params(c["vocab_size"], c["hidden_size"], c["num_layers"],
+                                     c["intermediate_size"])
     assert not any("bias" in w.path or "gamma" in w.path for w in backbone.weights)
 
 
@@ -57,7 +58,8 @@ def test_padding_does_not_move_real_token_outputs(real_batch):
 
 
 def make_bert4keras_checkpoint(tmp_path, vocab_size, **overrides):
-    config = bert4keras.bert_config_from_config(backbone_config(vocab_size=vocab_size, **{**TINY, **overrides}))
+    config = bert4keras.bert_config_from_config(
+        backbone_config(vocab_size=vocab_size, **{**TINY, **overrides}))
     config_path = tmp_path / "bert_config.json"
     config_path.write_text(json.dumps(config))
     checkpoint = tmp_path / "bert_model.ckpt"
@@ -135,7 +137,8 @@ def test_checkpoint_errors_name_variable_and_fix(tmp_path):
     config["intermediate_size"] = 128
     (tmp_path / "bad_config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="intermediate/dense/kernel has shape .* check bert_config.json"):
-        RoFormerV2Backbone.from_bert4keras(str(tmp_path / "bad_config.json"), str(tmp_path / "bert_model.ckpt"))
+        RoFormerV2Backbone.from_bert4keras(str(tmp_path / "bad_config.json"),
+                                           str(tmp_path / "bert_model.ckpt"))
     with pytest.raises(FileNotFoundError, match="pass the prefix"):
         RoFormerV2Backbone.from_bert4keras(str(tmp_path / "bert_config.json"), str(tmp_path / "nothing"))
 

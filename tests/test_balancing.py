@@ -3,8 +3,8 @@ with its paper's formula recomputed in NumPy; the config schema; PCGrad's algebr
 memory refusal."""
 import numpy as np
 import pytest
-
 from balancing_harness import SEED, TASKS, BalancingCase, make_model, run_balancing_test
+
 from mtl_framework import balancing
 from mtl_framework.balancing import BalancingError, pcgrad_coefficients, resolve
 
@@ -188,8 +188,9 @@ def test_experiment_check_names_the_balancing_line(tmp_path):
                     "  weights: dwa\n  windw: 5\n")
     with pytest.raises(ExperimentError) as error:
         load_experiment(str(path))
-    assert str(error.value).splitlines()[0] == (f"{path}:6: unknown balancing key 'windw' for gradient_norm x dwa; "
-                                "known: normalize, weights, temperature, window")
+    assert str(error.value).splitlines()[0] == (
+        f"{path}:6: unknown balancing key 'windw' for gradient_norm x dwa; "
+        "known: normalize, weights, temperature, window")
     path.write_text("tasks: [tnews]\nbackbone: {size: small}\nbalancing: {weights: dwa, window: 5}\n")
     assert load_experiment(str(path)).balancing == {"weights": "dwa", "window": 5}
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import write_tiny_experiment
-
 from mtl_framework.benchmark import initial_export, load_suite, mean_ci, t_quantile
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
+
+from conftest import write_tiny_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DATA = REPO / "experiments" / "demo" / "data"

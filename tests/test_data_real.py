@@ -9,9 +9,18 @@ from collections import Counter
 
 import pytest
 
-from data_adapters import (ChoiceExample, CorefExample, EventExample, NERExample, ReadReport,
-                           RelationExample, SpanQAExample, TextExample, read_task)
-from data_adapters import qa
+from data_adapters import (
+    ChoiceExample,
+    CorefExample,
+    EventExample,
+    NERExample,
+    ReadReport,
+    RelationExample,
+    SpanQAExample,
+    TextExample,
+    qa,
+    read_task,
+)
 from mtl_framework.registry import load_registry
 
 # The catalog datasets with real files in ../shared/data (one spec file each).

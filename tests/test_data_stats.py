@@ -24,7 +24,8 @@ def test_stats_json_per_split(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert code == 1  # fixture_pairs lists a dev file that does not exist
     squad, pairs_train, pairs_dev = rows
-    assert (squad["task"], squad["split"], squad["examples"], squad["questions"]) == ("fixture_squad", "train", 2, 4)
+    assert ((squad["task"], squad["split"], squad["examples"], squad["questions"])
+            == ("fixture_squad", "train", 2, 4))
     assert squad["skipped"]["no answer matches the context at its answer_start"]["count"] == 1
     assert squad["skipped"]["placeholder answers (FAKE_ANSWER, a test file): no gold to learn "
                             "or score"]["first"] == [

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mtl_framework import evaluation
-from mtl_framework import run_dir as files
 from mtl_framework import heads as H
+from mtl_framework import run_dir as files
 from mtl_framework.cache import cached_features
 from mtl_framework.heads import build_head
 from mtl_framework.registry import load_registry

@@ -4,7 +4,6 @@ written in the task's own file format (the adapter path, independent of predict_
 import importlib.util
 import json
 import os
-from pathlib import Path
 
 import pytest
 

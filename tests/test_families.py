@@ -7,13 +7,23 @@ import sys
 
 import numpy as np
 import pytest
+from family_harness import FamilyCase, one_hot_logits, run_family_test, tied_embedding
 
 import data_adapters
 from data_adapters import read_task
-from data_adapters.examples import (ChoiceExample, CorefExample, Entity, Event, EventExample,
-                                    NERExample, RelationExample, Span, SpanQAExample, TextExample,
-                                    Triple)
-from family_harness import FamilyCase, one_hot_logits, run_family_test, tied_embedding
+from data_adapters.examples import (
+    ChoiceExample,
+    CorefExample,
+    Entity,
+    Event,
+    EventExample,
+    NERExample,
+    RelationExample,
+    Span,
+    SpanQAExample,
+    TextExample,
+    Triple,
+)
 from mtl_framework import heads as H
 from mtl_framework import spec_schema
 from mtl_framework.families import FAMILIES, MLM, family, featurizer_for_task, make_featurizer

@@ -15,9 +15,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from test_faults import DEMO_DATA, experiment, refused, snapshot, write
 
 from mtl_framework import cli
-from test_faults import DEMO_DATA, experiment, refused, snapshot, write
 
 TASKS = ["tnews", "cluener"]
 

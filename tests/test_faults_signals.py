@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_faults import DEMO_DATA, REPO, experiment, write
 
 from mtl_framework import cache as C
 from mtl_framework import run_dir as files
 from mtl_framework.cli import main as mtl
-from test_faults import DEMO_DATA, REPO, experiment, write
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 

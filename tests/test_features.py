@@ -5,13 +5,21 @@ import random
 
 import numpy as np
 import pytest
-
-from data_adapters.examples import (ChoiceExample, CorefExample, Entity, Event, EventExample,
-                                    NERExample, RelationExample, Span, SpanQAExample, TextExample,
-                                    Triple)
-
 from token_spans import char_span_to_token_span
 
+from data_adapters.examples import (
+    ChoiceExample,
+    CorefExample,
+    Entity,
+    Event,
+    EventExample,
+    NERExample,
+    RelationExample,
+    Span,
+    SpanQAExample,
+    TextExample,
+    Triple,
+)
 from mtl_framework.families import make_featurizer
 from mtl_framework.families.mrc import mrc_answer, mrc_gold
 from mtl_framework.features import TokenLocator, segment_tokens, truncate_longest_first
@@ -86,7 +94,8 @@ LOST_WINDOW = "answer in no single window (longer than a window, or cut by strid
 
 
 def mrc_examples():
-    context = "今天天气很好明天会下雨吗我爱北京天安门天安门上太阳升伟大领袖毛主席指引我们向前进中国人民银行在上海深圳广州"
+    context = ("今天天气很好明天会下雨吗我爱北京天安门天安门上太阳升伟大领袖毛主席指引我们向前进"
+               "中国人民银行在上海深圳广州")
     answers = ["天安门上太阳升", "中国人民银行", "今天天气"]
     examples = [SpanQAExample("是什么", context, [Span(context.index(a), context.index(a) + len(a), a)],
                               id=f"q{i}") for i, a in enumerate(answers)]
@@ -305,7 +314,8 @@ def test_event_gplinker_labels(tokenizer):
 def test_coreference_spans_and_dropped_when_truncated(tokenizer):
     text = "毛主席在北京他看书"
     examples = [CorefExample(text, Entity(0, 3, "span1"), Entity(6, 7, "span2"), "true"),
-                CorefExample("我爱北京天安门上太阳升他", Entity(0, 1, "span1"), Entity(12, 13, "span2"), "false")]
+                CorefExample("我爱北京天安门上太阳升他", Entity(0, 1, "span1"), Entity(12, 13, "span2"),
+                             "false")]
     features = make_featurizer("coreference", tokenizer, 11, ["false", "true"]).featurize(examples)
     assert len(features) == 1
     assert features.report.dropped == {"span truncated (past max_length)": 1}

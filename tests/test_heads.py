@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from mtl_framework import heads as H
-from mtl_framework.families import FAMILIES
 from mtl_framework import losses
+from mtl_framework.families import FAMILIES
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available
 
 rng = np.random.default_rng(0)

@@ -2,20 +2,20 @@
 checkpoint beside the newest ones, `patience` stops the run, and both survive a crash and
 `--resume` exactly. The best step and the stop step are recomputed here from
 evaluations.jsonl; the interrupted run is compared with an uninterrupted one."""
-import json
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 
-from conftest import DEMO_DATA, TINY_BACKBONE
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import Experiment
 from mtl_framework.export import export
 from mtl_framework.trained_model import read_run
 from mtl_framework.trainer import Run
+
+from conftest import DEMO_DATA, TINY_BACKBONE
 
 PATIENCE, CRASH_AT, CHECKPOINT_EVERY = 4, 7, 4
 
@@ -104,7 +104,9 @@ def test_best_and_patience_follow_the_evaluations(runs):
 def test_a_crashed_and_resumed_run_keeps_and_stops_as_the_whole_one(runs):
     tmp_path, whole, resumed, before = runs
     assert before["checkpoints"] == [f"step-{CHECKPOINT_EVERY:08d}"]  # resumed from step 4
-    assert before["best"]  # the crash left a best checkpoint (one written after step 4 is removed by the resume and written again)
+    # The crash left a best checkpoint (one written after step 4 is removed by the resume
+    # and written again).
+    assert before["best"]
     assert resumed.step == whole.step
     assert resumed.best.state() == whole.best.state()
     assert files.best_dirs(tmp_path / "cut") == files.best_dirs(tmp_path / "whole")

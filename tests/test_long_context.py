@@ -6,10 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from conftest import DEMO_DATA, TINY_BACKBONE, write_tiny_experiment
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework import run_dir as files
 from mtl_framework.cli import main
+
+from conftest import DEMO_DATA, TINY_BACKBONE, write_tiny_experiment
 
 TRAINED = 48  # write_tiny_experiment's max_length
 EXAMPLES = 6

@@ -12,10 +12,11 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
-from conftest import DEMO_DATA, REPO, write_tiny_experiment
 from mtl_framework import cli
 from mtl_framework.formats import FORMATS as FORMAT_TABLE
 from mtl_framework.provenance import provenance
+
+from conftest import DEMO_DATA, REPO, write_tiny_experiment
 
 FORMATS = ["keras", "bert4keras", "roformer-pytorch"] + \
     (["keras-hub"] if importlib.util.find_spec("keras_hub") else [])
@@ -66,7 +67,8 @@ def test_cards_hold_hub_metadata_from_the_run(runs):
     for fmt, folder in exports.items():
         card = ModelCard.load(folder / "README.md")
         data = card.data
-        assert (data.language, data.license, data.library_name) == ("zh", "apache-2.0", FORMAT_TABLE[fmt].library)
+        assert ((data.language, data.license, data.library_name)
+                == ("zh", "apache-2.0", FORMAT_TABLE[fmt].library))
         assert data.datasets == datasets and data.base_model == "a_backbone"
         assert fmt in data.tags and "mtl_framework" in data.tags
         results = {r.dataset_name: r for r in data.eval_results}

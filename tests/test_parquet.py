@@ -146,7 +146,8 @@ def chid(data):
         for n, r in json_lines(data / f"fewclue/chid/{name}.json"):
             marker, blank = f"#idiom{blank:06d}#", blank + 1
             answer = r.get("answer")
-            rows.append({"idx": n, "candidates": r["candidates"], "content": [r["content"].replace("#idiom#", marker)],
+            rows.append({"idx": n, "candidates": r["candidates"],
+                         "content": [r["content"].replace("#idiom#", marker)],
                          "answers": {"text": [] if answer is None else [r["candidates"][answer]],
                                      "candidate_id": [] if answer is None else [answer]}})
         splits[split] = (rows, CHID)
@@ -234,7 +235,8 @@ def test_labels_come_out_as_names_not_indexes(shared_data, hub, hub_registry):
                           (shared_data / "tnews/dev.json").read_text(encoding="utf-8").splitlines()
                           if json.loads(line)["label"] == "106"}
     wsc, _ = read(hub_registry.tasks["hub_clue_cluewsc"], "dev", hub("cluewsc2020"))
-    raw = [json.loads(line) for line in (shared_data / "cluewsc2020/dev.json").read_text(encoding="utf-8").splitlines()]
+    raw = [json.loads(line)
+           for line in (shared_data / "cluewsc2020/dev.json").read_text(encoding="utf-8").splitlines()]
     assert [e.label for e in wsc] == [r["label"] for r in raw]  # hub label 0 is "true"
     assert [e.id for e in wsc] == list(range(len(raw)))  # idx: the line number, not the record's idx
     assert [e.id for e in wsc] != [r["idx"] for r in raw]
@@ -276,7 +278,8 @@ def test_cmrc2018_answers_stripped_by_the_hub(shared_data, hub, hub_registry):
     for split, shifted in (("train", 18), ("dev", 10)):
         expected, native_report = read(load_registry().tasks["cmrc2018"], split, shared_data)
         got, report = read(task, split, hub("cmrc2018"))
-        assert [(e.id, e.question, e.context) for e in got] == [(e.id, e.question, e.context) for e in expected]
+        assert ([(e.id, e.question, e.context) for e in got]
+                == [(e.id, e.question, e.context) for e in expected])
         assert [[stripped(a) for a in e.answers] for e in got] == \
                [[stripped(a) for a in e.answers] for e in expected]
         assert report.spans_lost == native_report.spans_lost  # CMRC's own bad offsets, no more
@@ -317,13 +320,16 @@ def test_dotted_keys_into_structs_and_lists(tmp_path):
 
 def test_user_errors_name_the_file_and_the_fix(tmp_path, monkeypatch):
     path = write(tmp_path / "x.parquet", [{"s": "a", "label": 1}])
-    with pytest.raises(ValueError, match=r"x.parquet: fields.text: no column 'sentence'; the file has s, label"):
-        list(read_files("parquet", path, None, {"text": "sentence", "label": "label"}, "classification", ["1"]))
+    with pytest.raises(ValueError,
+                       match=r"x.parquet: fields.text: no column 'sentence'; the file has s, label"):
+        list(read_files("parquet", path, None, {"text": "sentence", "label": "label"}, "classification",
+                        ["1"]))
     with pytest.raises(ValueError, match=r"needs `fields:` for answers, answer_starts in a mrc_span task"):
         list(read_files("parquet", path, None, {"context": "s", "question": "s"}, "mrc_span"))
     (tmp_path / "bad.parquet").write_text("not parquet")
     with pytest.raises(ValueError, match=r"bad.parquet: not a readable parquet file"):
-        list(read_files("parquet", tmp_path / "bad.parquet", None, {"text": "s", "label": "l"}, "classification"))
+        list(read_files("parquet", tmp_path / "bad.parquet", None, {"text": "s", "label": "l"},
+                        "classification"))
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(ValueError, match=r"needs pyarrow.*pip install mtl_framework\[parquet\]") as error:
@@ -386,14 +392,17 @@ def test_hub_specs_stay_out_of_the_builtin_list():
 
 
 def test_c3_test_rows_unlabelled_and_ids_numbered_per_document(tmp_path, hub_registry):
-    rows = [{"id": 5, "context": ["男：甲", "女：乙"], "question": "问", "choice": ["甲", "乙"], "answer": ""},
-            {"id": 5, "context": ["男：甲", "女：乙"], "question": "再问", "choice": ["甲", "乙"], "answer": "乙"},
+    rows = [{"id": 5, "context": ["男：甲", "女：乙"], "question": "问", "choice": ["甲", "乙"],
+             "answer": ""},
+            {"id": 5, "context": ["男：甲", "女：乙"], "question": "再问", "choice": ["甲", "乙"],
+             "answer": "乙"},
             {"id": 6, "context": ["丙"], "question": "问", "choice": ["丙", "丁"], "answer": "戊"}]
     task = hub_registry.tasks["hub_clue_c3"]
     report = ReadReport()
     got = list(read_files("parquet", write(tmp_path / "c3.parquet", rows, C3), task.options, task.fields,
                           "multiple_choice", None, report))
-    assert [(e.context, e.label, e.id) for e in got] == [("男：甲\n女：乙", None, "5-0"), ("男：甲\n女：乙", 1, "5-1")]
+    assert [(e.context, e.label, e.id) for e in got] == [("男：甲\n女：乙", None, "5-0"),
+                                                          ("男：甲\n女：乙", 1, "5-1")]
     assert dict(report.skipped) == {"label is not one of the choices": 1}
 
 

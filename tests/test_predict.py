@@ -30,9 +30,12 @@ EVENTS = [
     {"id": "e3", "text": "今天没有比赛", "event_list": []},
 ]
 CHID = [
-    {"id": 10, "candidates": ["一心一意", "三心二意", "画蛇添足"], "content": "他做事总是#idiom#，从不分心。", "answer": 0},
-    {"id": 11, "candidates": ["一心一意", "三心二意", "画蛇添足"], "content": "本来已经很好了，再改就是#idiom#。", "answer": 2},
-    {"id": 12, "candidates": ["一心一意", "三心二意", "画蛇添足"], "content": "上课时他#idiom#，老是看窗外。", "answer": 1},
+    {"id": 10, "candidates": ["一心一意", "三心二意", "画蛇添足"],
+     "content": "他做事总是#idiom#，从不分心。", "answer": 0},
+    {"id": 11, "candidates": ["一心一意", "三心二意", "画蛇添足"],
+     "content": "本来已经很好了，再改就是#idiom#。", "answer": 2},
+    {"id": 12, "candidates": ["一心一意", "三心二意", "画蛇添足"],
+     "content": "上课时他#idiom#，老是看窗外。", "answer": 1},
 ]
 OCNLI = [
     {"sentence1": "他每天早上跑步", "sentence2": "他有运动的习惯", "label": "entailment", "id": 0},

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import DEMO_DATA, REPO, TINY_BACKBONE, write_tiny_experiment
+from conftest import REPO, TINY_BACKBONE, write_tiny_experiment
 
 BLOCKS = re.findall(r"^```python\n(.*?)^```", (REPO / "README.md").read_text(encoding="utf-8"),
                     re.S | re.M)

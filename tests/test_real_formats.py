@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA
-from data_adapters import MissingDataFile, ReadReport, read_task
-from data_adapters import qa
+from data_adapters import MissingDataFile, ReadReport, qa, read_task
 from mtl_framework.registry import load_registry
+
+from conftest import SHARED_DATA
 
 REAL = Path(os.environ.get("MTL_REAL_FORMATS", SHARED_DATA.parent / "real_formats"))
 pytestmark = pytest.mark.skipif(not REAL.is_dir(), reason=f"{REAL} not found (real release excerpts)")

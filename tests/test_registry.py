@@ -146,7 +146,8 @@ def test_label_file_is_checked_under_the_data_root(tmp_path):
     path = BROKEN / "label_file_missing.yaml"
     # Without a data root it may ship with the data: checked when a root is given.
     assert errors_of(path) == []
-    expected = (f"{path}:10: task 'label_file_missing_task': label file 'demo/no_such_labels.txt' not found in "
+    expected = (f"{path}:10: task 'label_file_missing_task': "
+                "label file 'demo/no_such_labels.txt' not found in "
                 f"{BROKEN / 'labels' / 'demo/no_such_labels.txt'} or "
                 f"{tmp_path / 'demo/no_such_labels.txt'}; fix the path or add the file")
     assert errors_of(path, data_root=tmp_path) == [expected]
@@ -202,7 +203,8 @@ def test_valid_specs_merge_task_overrides_key_by_key():
     assert topic.fields == {"text": "s1", "label": 3}
     assert (topic.rate, topic.loss_weight, topic.labels) == (None, 2.0, None)
     assert topic.resolve_labels() == ["sports", "finance", "tech"]
-    assert topic.description == "two tasks over one TSV layout, the second overriding files, options and fields"
+    assert topic.description == ("two tasks over one TSV layout, "
+                                 "the second overriding files, options and fields")
     assert topic.spec_path == str(SPECS / "valid" / "demo_pairs.yaml") and topic.line == 22
     assert reg.tasks["demo_span"].resolve_labels() is None
     assert reg.datasets["demo_pairs"].tasks == ("demo_match", "demo_topic")
@@ -226,8 +228,8 @@ def test_load_registry_raises_with_every_error(monkeypatch):
     with pytest.raises(registry.SpecValidationError) as error:
         registry.load_registry([SPECS / "duplicates"])
     assert len(error.value.errors) == 4
-    assert str(error.value.errors[0]).endswith("duplicate dataset id 'demo' "
-                                               f"(also at {SPECS / 'duplicates' / 'second.yaml'}:1); rename one")
+    assert str(error.value.errors[0]).endswith(
+        f"duplicate dataset id 'demo' (also at {SPECS / 'duplicates' / 'second.yaml'}:1); rename one")
 
 
 def test_missing_paths_are_errors(tmp_path):
@@ -272,4 +274,5 @@ def test_a_task_reading_another_format_keeps_only_the_dataset_files(tmp_path):
                     encoding="utf-8")
     qa = registry.load_paths([spec]).tasks["mixed_qa"]
     # squad takes no options or fields: the dataset's delimited ones are not inherited.
-    assert (qa.format, qa.files, qa.options, qa.fields) == ("squad", {"train": "qa.json", "dev": "b.tsv"}, {}, {})
+    assert ((qa.format, qa.files, qa.options, qa.fields)
+            == ("squad", {"train": "qa.json", "dev": "b.tsv"}, {}, {}))

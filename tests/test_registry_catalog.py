@@ -58,7 +58,8 @@ def test_builtin_specs_hold_the_whole_catalog():
     assert sorted(reg.datasets) == sorted(DATASETS)
     assert {name: task.type for name, task in reg.tasks.items()} == TASKS
     assert Counter(task.type for task in reg.tasks.values()) == FAMILY_COUNTS
-    assert sorted(name for name, task in reg.tasks.items() if task.multi_label) == ["cail_article", "cail_charge"]
+    assert (sorted(name for name, task in reg.tasks.items() if task.multi_label)
+            == ["cail_article", "cail_charge"])
 
 
 def test_builtin_label_lists_resolve_where_they_ship_with_the_specs():

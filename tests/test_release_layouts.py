@@ -147,7 +147,8 @@ def parse(line):
 
 
 def test_boson_nested_padded_and_broken_marks():
-    text, marks, report = parse("{{product_name:{{product_name:腾讯汽车}}}}讯 {{person_name: 施宇翔\u00a0}}。")
+    text, marks, report = parse("{{product_name:{{product_name:腾讯汽车}}}}讯 "
+                                "{{person_name: 施宇翔\u00a0}}。")
     assert text == "腾讯汽车讯 施宇翔。"
     assert marks == [("腾讯汽车", "product_name"), ("施宇翔", "person_name")]
     assert sum(report.repaired.values()) == 3  # one nesting, two padded edges
@@ -209,7 +210,8 @@ def test_cmrc2017_parts_and_answers(tmp_path):
     part0 = write(tmp_path, "train.doc_query.part.0",
                   "1 ||| 小 猴 爱 吃 桃子 。\n2 ||| 桃子 很 甜 。\n<qid_0> ||| XXXXX 很 甜 。\n")
     part1 = write(tmp_path, "train.doc_query.part.1",
-                  "1 ||| 大象 有 鼻子 。\n<qid_1> ||| 大象 有 XXXXX 。\n1 ||| 没有 答案 。\n<qid_2> ||| XXXXX\n")
+                  "1 ||| 大象 有 鼻子 。\n<qid_1> ||| 大象 有 XXXXX 。\n"
+                  "1 ||| 没有 答案 。\n<qid_2> ||| XXXXX\n")
     answers = write(tmp_path, "train.answer", "<qid_0> ||| 桃子\n<qid_1> ||| 鼻子\n")
     report = ReadReport()
     examples = list(read_files("cmrc2017_cloze", [part0, part1, answers], None, None, "mrc_span",

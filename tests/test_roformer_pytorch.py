@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY_BACKBONE, padded_batch, write_tiny_experiment
-
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
-from mtl_framework.interop.roformer_torch import (run_torch, torch_site_packages,
-                                                  torch_unavailable_reason)
+from mtl_framework.interop.roformer_torch import run_torch, torch_site_packages, torch_unavailable_reason
+
+from conftest import TINY_BACKBONE, padded_batch, write_tiny_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DATA = REPO / "experiments" / "demo" / "data"

@@ -12,8 +12,7 @@ import pytest
 from mtl_framework import RoFormerV2Backbone, rope_scaling
 from mtl_framework import heads as H
 from mtl_framework.interop.roformer_torch import torch_python, torch_unavailable_reason
-from mtl_framework.layers import (ntk_base, rotary_angles, rotary_inverse_frequency,
-                                  rotary_tables)
+from mtl_framework.layers import ntk_base, rotary_angles, rotary_inverse_frequency, rotary_tables
 
 WORKER = Path(__file__).with_name("hf_rope_worker.py")
 TINY = dict(vocab_size=200, num_layers=2, hidden_size=32, num_heads=2, dropout=0.0,

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import DEMO_DATA, TINY_BACKBONE
 from mtl_framework import cli
 from mtl_framework.experiment import Experiment
 from mtl_framework.trainer import Run
+
+from conftest import DEMO_DATA, TINY_BACKBONE
 
 EVAL_EVERY = 2
 

@@ -5,9 +5,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_registry import BROKEN, SPECS, fake_formats  # noqa: F401 (autouse fixture)
 
 from mtl_framework import cli, registry
-from test_registry import BROKEN, SPECS, fake_formats  # noqa: F401 (autouse fixture)
 
 VALID = SPECS / "valid"
 

@@ -3,7 +3,6 @@ import re
 from collections import Counter
 
 import pytest
-
 from token_spans import char_span_to_token_span
 
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
@@ -97,7 +96,8 @@ def write_small_vocab(path, extra):
 
 def test_chinese_split_per_char_and_wordpiece(tmp_path):
     tok = write_small_vocab(tmp_path / "v.txt", ["我", "爱", "北", "京", "play", "##ing", "，", "##1", "##9"])
-    assert tok.tokenize("我爱北京，Playing19") == ["我", "爱", "北", "京", "，", "play", "##ing", "##1", "##9"]
+    assert tok.tokenize("我爱北京，Playing19") == ["我", "爱", "北", "京", "，", "play", "##ing",
+                                                 "##1", "##9"]
     assert tok.tokenize("café") == ["[UNK]"]  # accent stripped to "cafe", unknown word -> one [UNK]
 
 

@@ -1,6 +1,6 @@
+import keras
 import numpy as np
 import pytest
-import keras
 import tensorflow as tf
 
 from mtl_framework import RoFormerV2Backbone

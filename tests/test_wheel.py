@@ -88,6 +88,7 @@ def test_wheel_carries_the_specs_licence_and_dependencies(wheel):
     labels = sorted(p.name for p in (REPO / "task_specs" / "labels").iterdir())
     assert sorted(n.rsplit("/", 1)[1] for n in specs if "/labels/" in n) == labels
     assert "mtl_framework/__main__.py" in names and "data_adapters/parquet.py" in names
+    assert "mtl_framework/py.typed" in names  # PEP 561: the public API's hints are for users
     assert licence == (REPO / "LICENSE").read_bytes() and b"Apache License" in licence
     fields = [line.split(": ", 1) for line in metadata.splitlines() if ": " in line]
     values = {}

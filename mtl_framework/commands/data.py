@@ -19,8 +19,8 @@ import json
 import sys
 
 from mtl_framework import data_stats
-from mtl_framework.commands import at_least
 from mtl_framework import registry as reg
+from mtl_framework.commands import at_least
 
 
 def register(subparsers):

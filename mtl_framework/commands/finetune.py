@@ -5,7 +5,7 @@ import contextlib
 import json
 import sys
 
-from mtl_framework.commands import at_least, positive_float, check_rope_scaling
+from mtl_framework.commands import at_least, check_rope_scaling, positive_float
 from mtl_framework.experiment import OPTIMIZERS
 from mtl_framework.formats import loadable
 

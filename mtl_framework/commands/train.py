@@ -7,10 +7,13 @@ model build, and a refused command writes nothing. `--set optimizer.lr=1e-4`
 overrides a key (dotted path, value read as YAML) before the checks;
 `--print-config` prints the resolved experiment and writes nothing.
 """
+import shlex
 import sys
 
 import yaml
 
+from mtl_framework import run_dir as files
+from mtl_framework.errors import Interrupted
 from mtl_framework.experiment import DISTRIBUTION
 
 
@@ -35,11 +38,6 @@ def register(subparsers):
                              "paths absolute) and exit without writing anything")
     parser.set_defaults(func=run)
 
-
-import shlex
-
-from mtl_framework import run_dir as files
-from mtl_framework.errors import Interrupted
 
 
 def run(args):

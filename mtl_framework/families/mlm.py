@@ -6,8 +6,15 @@ embedding; its loss is a mean over the masked tokens, not over rows.
 """
 import numpy as np
 
-from data_adapters.examples import (ChoiceExample, CorefExample, EventExample, NERExample,
-                                    RelationExample, SpanQAExample, TextExample)
+from data_adapters.examples import (
+    ChoiceExample,
+    CorefExample,
+    EventExample,
+    NERExample,
+    RelationExample,
+    SpanQAExample,
+    TextExample,
+)
 from mtl_framework.families.base import Family
 from mtl_framework.features import Featurizer, pad_tokens
 

@@ -6,6 +6,7 @@ import os
 import shutil
 
 from mtl_framework.formats.json_file import read_json
+
 CONFIG_FILE = "config.json"
 WEIGHTS = "model.weights.h5"
 KERAS_FORMAT = "mtl_framework.RoFormerV2Backbone"

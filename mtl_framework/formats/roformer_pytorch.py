@@ -23,8 +23,8 @@ import shutil
 
 import numpy as np
 
-from mtl_framework.formats import bert4keras as checkpoint_names
 from mtl_framework.errors import UserError
+from mtl_framework.formats import bert4keras as checkpoint_names
 from mtl_framework.outputs import usual_mode
 
 CONFIG_FILE = CONFIG = "config.json"

@@ -44,7 +44,8 @@ def main(argv):
     if command == "build":
         from bert4keras.models import build_transformer_model
 
-        import tensorflow as tf
+        # isort: split
+        import tensorflow as tf  # after bert4keras, which picks tf.keras from the environment
         tf.random.set_seed(int(argv[3]) if len(argv) > 3 else 0)
         builder = build_transformer_model(argv[1], model="roformer_v2", return_keras_model=False)
         save_checkpoint(builder, argv[2])

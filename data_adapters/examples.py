@@ -102,6 +102,7 @@ GOLD = {TextExample: {"label": None}, SpanQAExample: {"answers": []},
         ChoiceExample: {"label": None}, NERExample: {"entities": []},
         RelationExample: {"triples": []}, EventExample: {"events": []},
         CorefExample: {"label": None}}
+EXAMPLE_TYPES = tuple(GOLD)  # every example type (the MLM featurizer reads each one's text)
 
 
 def without_gold(example):

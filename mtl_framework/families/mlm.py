@@ -6,15 +6,7 @@ embedding; its loss is a mean over the masked tokens, not over rows.
 """
 import numpy as np
 
-from data_adapters.examples import (
-    ChoiceExample,
-    CorefExample,
-    EventExample,
-    NERExample,
-    RelationExample,
-    SpanQAExample,
-    TextExample,
-)
+from data_adapters.examples import EXAMPLE_TYPES
 from mtl_framework.families.base import Family
 from mtl_framework.features import Featurizer, pad_tokens
 
@@ -25,8 +17,7 @@ class MLMFeaturizer(Featurizer):
     of the tokens (at least one), 80% [MASK] / 10% random / 10% kept; with
     `whole_word` the words jieba finds are masked as wholes."""
 
-    example_types = (str, TextExample, SpanQAExample, ChoiceExample, NERExample, RelationExample,
-                     EventExample, CorefExample)
+    example_types = (str, *EXAMPLE_TYPES)  # raw corpus lines and every task's text
     family = "mlm"
     defaults = {"whole_word": False, "mask_rate": 0.15}
 

@@ -136,11 +136,24 @@ class Workers:
             return
         pending, window = collections.deque(), window or 2 * self.count
         for item in items:
-            pending.append(self.pool.submit(fn, item))
+            pending.append(self.submit(fn, item))
             if len(pending) >= window:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+    def submit(self, fn, item):
+        """pool.submit with SIGINT blocked: a worker it spawns inherits the mask through
+        exec, so a Ctrl-C while the worker is still starting (before `_worker_start`
+        ignores SIGINT) cannot end it with a KeyboardInterrupt traceback; a Ctrl-C in
+        that moment stays pending for this process and is raised here on unblocking."""
+        if not hasattr(signal, "pthread_sigmask"):
+            return self.pool.submit(fn, item)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            return self.pool.submit(fn, item)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     def close(self, interrupted=False):
         """Wait for the workers to finish; `interrupted` (Ctrl-C, an error): stop them now
@@ -166,6 +179,8 @@ def _worker_start(parent):
     # Ctrl-C reaches the whole process group: the parent alone handles it (and stops
     # us), so a worker prints no KeyboardInterrupt traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # spawned with SIGINT blocked (Workers.submit)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     die_with_parent(parent)
 
 

@@ -6,10 +6,9 @@ from the indexes this environment's pip is configured with (the ones `make insta
 uses); pip's cache makes repeats fast. From a folder outside the checkout the installed
 `mtl` then runs `--version`, a 2-update `train` on the bundled demo data, `export`,
 `predict`, and `report`: first without the [plots] extra (one line, exit 2), then with it.
-The venv tests are marked slow (`make test-slow`): they install ~2.2 GB. On this 2-core
-machine (shared, load ~10): 5 min 35 s the first time (TensorFlow's ~570 MB download),
-2 min 16 s again with pip's cache (71 s of it the venv). The wheel's metadata test runs
-by default (7 s: the build).
+They run in `make test` (they install ~2.2 GB): on this 2-core machine 5 min 35 s the
+first time (the full `tensorflow` wheel, ~570 MB, which `make install`'s tensorflow-cpu
+does not bring), 48 s to 2 min 16 s again with pip's cache, depending on other load.
 """
 import json
 import os
@@ -106,7 +105,6 @@ def test_wheel_carries_the_specs_licence_and_dependencies(wheel):
     assert 'pyarrow; extra == "parquet"' in requires and 'matplotlib; extra == "plots"' in requires
 
 
-@pytest.mark.slow
 def test_installed_wheel_lists_the_tasks_from_another_directory(venv, tmp_path):
     folder = tmp_path / "elsewhere"
     folder.mkdir()
@@ -126,7 +124,6 @@ def test_installed_wheel_lists_the_tasks_from_another_directory(venv, tmp_path):
     assert list(folder.iterdir()) == []  # nothing written where it ran
 
 
-@pytest.mark.slow
 def test_version_names_the_release_and_its_dependencies(venv, elsewhere):
     versions, _ = run([venv / "bin" / "python", "-c",
                        "import importlib.metadata as m; print(m.version('tensorflow'), "
@@ -139,7 +136,6 @@ def test_version_names_the_release_and_its_dependencies(venv, elsewhere):
                    f"tokenizers {tokenizers}, Python {sys.version.split()[0]})\n")
 
 
-@pytest.mark.slow
 def test_train_export_predict_report_from_a_plain_install(wheel, venv, elsewhere):
     mtl = venv / "bin" / "mtl"
     run([mtl, "train", "tiny.yaml", "--output", "run"], cwd=elsewhere)

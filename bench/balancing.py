@@ -56,8 +56,8 @@ METHODS = ["none", "gradient_norm", "loss_norm", "initial_loss", "loss_rate", "d
            "uncertainty", "rlw", "gradnorm", "pcgrad"]
 # Sized for about an hour of 2 CPU cores shared with other work (docs/benchmarks.md);
 # tasks_per_update: len(tasks) for a mixture, 1 alone (see above).
-SCHEDULE = dict(steps=300, batch_size=16, max_length=80,
-                optimizer={"name": "adamw", "lr": 0.005, "warmup_steps": 30, "weight_decay": 0.01})
+SCHEDULE = dict(steps=500, batch_size=16, max_length=80,
+                optimizer={"name": "adamw", "lr": 0.005, "warmup_steps": 50, "weight_decay": 0.01})
 BACKBONE = dict(num_layers=2, hidden_size=64, num_heads=2, intermediate_size=256, dropout=0.1,
                 vocab_size=6000, alpha_warmup_steps=0)
 EVAL_EXAMPLES = 300

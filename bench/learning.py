@@ -1,7 +1,7 @@
 """Learning check: does a small model learn a real four-task mixture, and how do
 `gradient_norm` and `none` balancing compare on the same budget?
 
-    .venv/bin/python bench/learning.py [--data-root ../shared/data] [--quick]
+    .venv/bin/python -m bench.learning [--data-root ../shared/data] [--quick]
         [--tasks tnews afqmc ocnli cluener] [--steps N] [--work-dir DIR]
 
 What it does, through the framework's own entry points (trainer.Run):
@@ -32,29 +32,24 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import yaml
+
+from bench import REPO
+from bench.load import cpu_seconds, load_average
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import yaml  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
 from mtl_framework.cache import cached_features  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
-
-from load import cpu_seconds, load_average  # noqa: E402
 
 TASKS = ["tnews", "afqmc", "ocnli", "cluener"]
 MODES = ["gradient_norm", "none"]

@@ -1,7 +1,7 @@
 """Longer than trained: a model trained at max_length 128 on cmrc2018, scored on dev at
 128 (windows), 256 and 512 under each rotary scaling (docs/backbone.md "Longer than trained").
 
-    .venv/bin/python bench/long_context.py [--data-root ../shared/data] [--quick]
+    .venv/bin/python -m bench.long_context [--data-root ../shared/data] [--quick]
         [--steps N] [--dev-examples N] [--work-dir DIR]
 
 1. builds a character vocab from cmrc2018's train text, trains a small RoFormerV2 from
@@ -29,22 +29,19 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import yaml
+
+from bench import REPO
+from bench.load import cpu_seconds, load_average
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
-
-from load import cpu_seconds, load_average  # noqa: E402
 
 TASK = "cmrc2018"
 TRAINED = 128

@@ -1,6 +1,6 @@
 """Cost of the mixed multi-task update (MultiTaskModel.run_update), CPU, TF backend.
 
-    python bench/mtl_overhead.py [--quick] [--configs L4-H256-A4 small] [--mixtures 1 8 32 92]
+    .venv/bin/python -m bench.mtl_overhead [--quick] [--configs L4-H256-A4 small] [--mixtures 1 8 32 92]
 
 (a) Update overhead. One optimizer update made of 8 single-task micro-batches
     of 4 x 128 tokens, each of a different task and head family
@@ -57,17 +57,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from bench import REPO, child_env
+from bench.load import cpu_model, machine_busy_seconds, proc_cpu_seconds
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
+BENCH = REPO / "bench"
 
 CONFIGS = {
     "L4-H256-A4": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
@@ -520,14 +518,14 @@ class Contention:
 class WorkerProcess:
     def __init__(self, config_name, num_tasks, extra_one_batch, log_path, threads=None):
         self.log = open(log_path, "w")
-        command = [sys.executable, __file__, "--worker", config_name, str(num_tasks)]
+        command = [sys.executable, "-m", "bench.mtl_overhead", "--worker", config_name, str(num_tasks)]
         if extra_one_batch:
             command.append("--one-batch")
         if threads:
             command += ["--threads", str(threads)]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True, bufsize=1,
-                                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+                                        env=child_env(CUDA_VISIBLE_DEVICES=""))
         self.started = time.perf_counter()
         self._read()
         self.ready_s = time.perf_counter() - self.started  # interpreter + TF import + build
@@ -840,7 +838,7 @@ def markdown(report):
             lines.append("Traced micro-step functions and traces equal for every mixture of 8+ tasks: "
                          f"{'yes' if b['traced_graphs_constant_8_plus'] else 'NO'}.")
         lines.append("")
-    lines.append(f"Run: `python bench/mtl_overhead.py{' --quick' if report['settings']['quick'] else ''}`; "
+    lines.append(f"Run: `python -m bench.mtl_overhead{' --quick' if report['settings']['quick'] else ''}`; "
                  "measured: " + "; ".join(
                      f"{e['part']} {e['config']} {e['finished']}"
                      + (f" ({e['wall_seconds']:.0f} s)" if e.get("wall_seconds") else "")

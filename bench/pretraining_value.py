@@ -1,7 +1,7 @@
 """What does mixed supervised pretraining buy? The RoFormerV2 paper's two-stage
 recipe at the scale of 2 CPU cores, with held-out tasks fine-tuned by `mtl benchmark`.
 
-    .venv/bin/python bench/pretraining_value.py [--data-root ../shared/data]
+    .venv/bin/python -m bench.pretraining_value [--data-root ../shared/data]
         [--work-dir runs/pretraining_value] [--quick]
 
 Stages (each skipped when its export already exists, so a stopped study goes on):
@@ -39,9 +39,8 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.load import cpu_model, load_average  # noqa: E402
+from bench import REPO, child_env
+from bench.load import cpu_model, load_average
 
 STUDY = REPO / "experiments" / "pretraining_value"
 ARMS = {
@@ -64,7 +63,7 @@ def mtl(*args, log):
         out.write("$ mtl " + " ".join(map(str, args)) + "\n")
         out.flush()
         result = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+                                env=child_env(TF_CPP_MIN_LOG_LEVEL="2"))
     if result.returncode:
         raise SystemExit(f"`mtl {args[0]}` failed (exit {result.returncode}): see {log}")
 

@@ -30,7 +30,6 @@ never to bench/results. The held-out dev sets are only scored, never tuned on.
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -41,6 +40,7 @@ import yaml
 
 from bench import REPO, child_env
 from bench.load import cpu_model, load_average
+from bench.runs import interval
 
 STUDY = REPO / "experiments" / "pretraining_value"
 ARMS = {
@@ -50,9 +50,6 @@ ARMS = {
     "D": "no stage 2 (the stage-1 export)",
 }
 PAIRS = (("B", "A"), ("B", "C"), ("B", "D"))
-# two-sided 95% Student t quantiles by degrees of freedom
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228}
 
 
 def mtl(*args, log):
@@ -66,17 +63,6 @@ def mtl(*args, log):
                                 env=child_env(TF_CPP_MIN_LOG_LEVEL="2"))
     if result.returncode:
         raise SystemExit(f"`mtl {args[0]}` failed (exit {result.returncode}): see {log}")
-
-
-def interval(values):
-    """(mean, [low, high]) 95% t-interval; the interval is None for fewer than 2 values."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = T95.get(n - 1, 1.96) * sd / math.sqrt(n)
-    return mean, [mean - half, mean + half]
 
 
 # ------------------------------------------------------------------ stage inputs

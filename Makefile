@@ -74,7 +74,7 @@ demo: install interop
 	@echo "dev scores: runs/demo/dev_scores.md (all evaluations: runs/demo/evaluations.jsonl); plots: runs/demo/plots/"
 
 bench: install interop
-	$(BIN)/python bench/backbone.py --output bench/results/backbone.json
+	$(BIN)/python -m bench.backbone --output bench/results/backbone.json
 
 clean:
 	rm -rf $(VENV) $(TORCH_VENV) runs .pytest_cache

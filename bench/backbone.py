@@ -1,7 +1,7 @@
 """Training-step throughput of our RoFormerV2 against bert4keras, keras-hub and a
 RoBERTa-like baseline of the same size (tokens/s, CPU, TF backend).
 
-    python bench/backbone.py --output bench/results/backbone.json [--quick]
+    .venv/bin/python -m bench.backbone --output bench/results/backbone.json [--quick]
 
 Every system gets the same step on the same batch: backbone -> [CLS] ->
 Dense(2) softmax, sparse CE on fixed random labels, Adam(1e-4), dropout 0.1
@@ -34,16 +34,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from bench import REPO, child_env
+from bench.load import cpu_model, machine_busy_seconds, proc_cpu_seconds
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path[:0] = [str(REPO), str(BENCH)]
-
-import numpy as np  # noqa: E402
-
-from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
+BENCH = REPO / "bench"
 
 CONFIGS = {
     "L4-H256-A4": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
@@ -146,7 +145,7 @@ def build_system(system, config, variant=None):
         if variant is None:
             from mtl_framework import RoFormerV2Backbone
             return classifier(RoFormerV2Backbone(**cfg))
-        from variants import backbone_variant
+        from bench.variants import backbone_variant
         return classifier(backbone_variant(**variant["backbone"], **cfg), variant.get("compile"))
     if system == "keras_hub":
         import keras_hub
@@ -158,7 +157,7 @@ def build_system(system, config, variant=None):
             head_size=cfg["hidden_size"] // cfg["num_heads"], dropout=cfg["dropout"],
             num_segments=cfg["segment_vocab_size"]))
     if system == "roberta_like":
-        from roberta_baseline import RobertaLikeBackbone
+        from bench.roberta_baseline import RobertaLikeBackbone
 
         return classifier(RobertaLikeBackbone(**cfg))
     raise ValueError(system)
@@ -202,15 +201,15 @@ class LoadMeter:
 
 
 class Bert4kerasWorker:
-    """bench/bert4keras_train_worker.py --serve in a legacy-Keras subprocess."""
+    """`-m bench.bert4keras_train_worker --serve` in a legacy-Keras subprocess."""
 
     def __init__(self, workdir):
-        env = dict(os.environ, TF_KERAS="1", TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
-                   CUDA_VISIBLE_DEVICES="")
+        env = child_env(TF_KERAS="1", TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
+                        CUDA_VISIBLE_DEVICES="")
         env.pop("KERAS_BACKEND", None)
         self.log = open(Path(workdir) / "bert4keras_worker.log", "w")
         self.process = subprocess.Popen(
-            [sys.executable, str(BENCH / "bert4keras_train_worker.py"), "--serve"], env=env,
+            [sys.executable, "-m", "bench.bert4keras_train_worker", "--serve"], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
         self.environment = self._read()["environment"]
 
@@ -508,7 +507,7 @@ def run_ablation(config_name, seq, batches, labels, args, meter, budget, log, na
 def padding_check():
     """Max change of real-token outputs when padding 60 -> 128/512 tokens, ours vs the
     float32-softmax variant (why ours keeps the float64 denominator)."""
-    from variants import backbone_variant
+    from bench.variants import backbone_variant
 
     rng = np.random.default_rng(1)
     ids = rng.integers(5, 12000, (8, 60)).astype("int32")
@@ -629,7 +628,7 @@ def markdown(report):
                       f"positions): ours {pc['ours']:.1e}, float32 softmax "
                       f"{pc['float32_softmax']:.1e}."]
     lines.append("")
-    lines.append(f"Run: `python bench/backbone.py{' --quick' if report['settings']['quick'] else ''}`"
+    lines.append(f"Run: `python -m bench.backbone{' --quick' if report['settings']['quick'] else ''}`"
                  f", {report['wall_seconds']:.0f} s.")
     return "\n".join(lines) + "\n"
 

@@ -2,7 +2,7 @@
 backbone beside keras-hub's and the RoBERTa-like baseline: what is left beyond the
 matrix multiplications, and what separates the systems.
 
-    python bench/backbone_profile.py [--config small] [--seq 128] [--steps 5]
+    .venv/bin/python -m bench.backbone_profile [--config small] [--seq 128] [--steps 5]
 
 The step is bench/backbone.py's (backbone -> [CLS] -> Dense(2), Adam, batch 32, real
 cmrc2018 text). Each system is warmed up, then `--steps` steps run under
@@ -17,18 +17,17 @@ import glob
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench import REPO
+from bench.backbone import CONFIGS, DEFAULT_DATA, build_system, keras_hub_available, make_batches
+from bench.load import cpu_model, cpu_seconds, machine_busy_seconds
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-BENCH = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH.parent), str(BENCH)]
-
-from backbone import CONFIGS, DEFAULT_DATA, build_system, keras_hub_available, make_batches  # noqa: E402
-from load import cpu_model, cpu_seconds, machine_busy_seconds  # noqa: E402
+BENCH = REPO / "bench"
 
 MATMUL_TYPES = {"MatMul", "_MklMatMul", "_FusedMatMul", "_MklFusedMatMul", "BatchMatMul",
                 "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMulV2", "Einsum", "_MklEinsum"}
@@ -111,7 +110,7 @@ def markdown(report, top=14):
         cells = [f"{systems[n]['ops'][op]['ms_per_step']:,.1f}" if op in systems[n]["ops"] else "-"
                  for n in names]
         lines.append(f"| {op} | " + " | ".join(cells) + " |")
-    lines += ["", f"Run: `python bench/backbone_profile.py --config {report['config']} --seq "
+    lines += ["", f"Run: `python -m bench.backbone_profile --config {report['config']} --seq "
               f"{report['seq']}`, {report['wall_seconds']:.0f} s."]
     return "\n".join(lines) + "\n"
 

@@ -5,7 +5,7 @@ optimizer, learning-rate schedule and loss as our side, with bert4keras's own mo
 initializer and layers. Needs TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 before
 TensorFlow is imported (init_vs_bert4keras.py starts it that way).
 
-    python bench/bert4keras_init_worker.py REQUEST.json OUT.json
+    python -m bench.bert4keras_init_worker REQUEST.json OUT.json
 
 REQUEST: {"config": bert_config.json, "task": "classification"|"ner", "labels": n,
 "train": train batches .npz, "dev": dev batches .npz, "seed", "lr", "warmup", "steps",

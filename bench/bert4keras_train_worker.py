@@ -5,10 +5,10 @@ Needs TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 before TensorFlow is imported
 system in bench/backbone.py gets: [CLS] -> Dense(2) softmax, sparse CE on
 fixed labels, Adam, one `train_on_batch` per step on the same arrays.
 
-One shot:   python bench/bert4keras_train_worker.py --config BERT_CONFIG.json \
+One shot:   python -m bench.bert4keras_train_worker --config BERT_CONFIG.json \
                 --data DATA.npz --seq 128 --steps 5
             prints {"step_seconds": [...], "cpu_seconds": [...], ...} as JSON.
-Serve mode: python bench/bert4keras_train_worker.py --serve
+Serve mode: python -m bench.bert4keras_train_worker --serve
             reads one JSON request a line ({"config", "data", "seq", "steps"}),
             answers one JSON line each; models stay built between requests, so
             the caller can interleave bert4keras rounds with its own.

@@ -1,6 +1,6 @@
 """What the backbone's exact_padding option costs and buys, on this CPU (issue 17 item 6).
 
-    .venv/bin/python bench/exact_padding.py [--rounds 5] [--quick]
+    .venv/bin/python -m bench.exact_padding [--rounds 5] [--quick]
 
 Same weights, exact_padding True (float64 softmax denominator) and False (float32
 softmax):
@@ -17,19 +17,16 @@ the load average; compare the two options only within one run.
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from bench import REPO
+from bench.load import cpu_model, load_average
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import numpy as np  # noqa: E402
-
-from load import cpu_model, load_average  # noqa: E402
 
 MODEL = dict(vocab_size=3000, num_layers=4, hidden_size=256, num_heads=4, dropout=0.0)
 

@@ -1,6 +1,6 @@
 """From scratch, our RoFormerV2 vs bert4keras 0.11.5's, trained the same way (issue 12).
 
-    .venv/bin/python bench/init_vs_bert4keras.py [--data-root ../shared/data]
+    .venv/bin/python -m bench.init_vs_bert4keras [--data-root ../shared/data]
         [--seeds 0 1 2] [--steps 400] [--sides ours bert4keras ours_old] [--quick]
 
 One single-task run per (task, side, seed) on TNEWS (classification, accuracy)
@@ -41,18 +41,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from bench import REPO, child_env
+from bench.bert4keras_init_worker import learning_rate  # one schedule for both sides
+from bench.load import cpu_model, load_average
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-REPO = Path(__file__).resolve().parents[1]
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(BENCH))
-
-import numpy as np  # noqa: E402
-
-from bert4keras_init_worker import learning_rate  # noqa: E402  (one schedule for both sides)
-from load import cpu_model, load_average  # noqa: E402
 
 TASKS = {"tnews": "classification", "cluener": "ner"}
 SIDES = ["ours", "bert4keras", "ours_old"]
@@ -79,7 +75,7 @@ def save_batches(path, prefix, batches, keys):
 
 
 def load_batches(path, prefix):
-    from bert4keras_init_worker import batches
+    from bench.bert4keras_init_worker import batches
 
     return batches(path, prefix)
 
@@ -218,8 +214,8 @@ def run_bert4keras(args, name, info, seed, gold_from):
     with tempfile.TemporaryDirectory() as tmp:
         request_path, out_path = Path(tmp, "request.json"), Path(tmp, "out.json")
         request_path.write_text(json.dumps(request))
-        env = dict(os.environ, TF_KERAS="1", TF_USE_LEGACY_KERAS="1", CUDA_VISIBLE_DEVICES="")
-        done = subprocess.run([sys.executable, str(BENCH / "bert4keras_init_worker.py"),
+        env = child_env(TF_KERAS="1", TF_USE_LEGACY_KERAS="1", CUDA_VISIBLE_DEVICES="")
+        done = subprocess.run([sys.executable, "-m", "bench.bert4keras_init_worker",
                                str(request_path), str(out_path)], env=env,
                               capture_output=True, text=True)
         if done.returncode != 0:

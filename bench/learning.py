@@ -1,16 +1,17 @@
 """Learning check: does a small model learn a real four-task mixture, and how do
 `gradient_norm` and `none` balancing compare on the same budget?
 
-    .venv/bin/python bench/learning.py [--data-root ../shared/data] [--quick]
+    .venv/bin/python -m bench.learning [--data-root ../shared/data] [--quick]
         [--tasks tnews afqmc ocnli cluener] [--steps N] [--work-dir DIR]
 
 What it does, through the framework's own entry points (trainer.Run):
 1. builds a character vocab from the tasks' train text (vocab_size cap), once;
 2. featurizes every task's full train split and its dev split into a cache
    folder in the work folder (timed separately: the first run's one-off cost);
-3. writes one experiment YAML per balancing mode (the only key that differs)
-   and runs `Run(yaml).train()`: same seed, so the same initial weights, task
-   draws and batches; same steps; the features come from the cache;
+3. writes one experiment per balancing mode (the only key that differs) and
+   trains it with `Run(experiment).train()` (bench/runs.py): same seed, so the
+   same initial weights, task draws and batches; same steps; the features come
+   from the cache;
 4. scores each trained model with `Run.evaluate("dev", max_examples=N)`: the
    first N dev examples per task (the same for both modes) with the task's
    metric, beside its majority baseline (the majority train label scored on
@@ -32,29 +33,24 @@ import json
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from bench import REPO
+from bench.load import cpu_seconds, load_average
+from bench.runs import open_run, progress_lines, scratch_experiment
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import yaml  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
 from mtl_framework.cache import cached_features  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
-
-from load import cpu_seconds, load_average  # noqa: E402
 
 TASKS = ["tnews", "afqmc", "ocnli", "cluener"]
 MODES = ["gradient_norm", "none"]
@@ -68,33 +64,11 @@ QUICK = dict(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, s
 QUICK_WORK = REPO / ".cache" / "bench_learning_quick"  # kept: later smoke checks reuse its features
 
 
-
-
-
-
 def experiment_dict(args, mode, work, vocab_path):
-    return {
-        "name": f"learning-{mode}",
-        "data_root": str(Path(args.data_root).resolve()),
-        "vocab": str(vocab_path),
-        "cache_dir": str(work / "cache"),
-        "backbone": {"num_layers": args.num_layers, "hidden_size": args.hidden_size,
-                     "num_heads": args.num_heads, "intermediate_size": args.intermediate_size,
-                     "dropout": 0.1, "alpha_warmup_steps": args.alpha_warmup_steps},
-        "tasks": list(args.tasks),
-        "sampling": {"method": "temperature", "temperature": 2.0},
-        "balancing": mode,
-        "tasks_per_update": args.tasks_per_update,
-        "batch_size": args.batch_size,
-        "max_length": args.max_length,
-        "optimizer": {"name": "adamw", "lr": args.lr, "warmup_steps": args.warmup_steps,
-                      "weight_decay": 0.01},
-        "steps": args.steps,
-        "seed": args.seed,
-        "checkpoint_every": 0,   # the final checkpoint only (on_train_end)
-        "keep_checkpoints": 1,
-        "eval_every": 0,         # evaluated once, after training, by this script
-    }
+    return scratch_experiment(f"learning-{mode}", args, work, vocab_path, tasks=list(args.tasks),
+                              sampling={"method": "temperature", "temperature": 2.0}, balancing=mode,
+                              tasks_per_update=args.tasks_per_update, max_length=args.max_length,
+                              seed=args.seed)
 
 
 def build_shared_vocab(tasks, data_root, path, size):
@@ -149,38 +123,6 @@ class TokenCounter:
         return batch
 
 
-def progress_callback(total, every, log):
-    """A progress line every `every` updates; keeps each update's end time."""
-    import keras
-
-    class Progress(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.start, self.losses, self.ends = time.perf_counter(), [], []
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.ends.append(time.perf_counter())
-            self.losses.append((logs or {}).get("loss", float("nan")))
-            step = batch + 1
-            if step % every == 0 or step == total:
-                elapsed = self.ends[-1] - self.start
-                log(f"    update {step}/{total}  loss(last {every}) "
-                    f"{np.nanmean(self.losses[-every:]):.4f}  {elapsed:.0f} s "
-                    f"({elapsed / step:.2f} s/update)")
-
-        def timings(self, settle=20):
-            """fit-loop seconds, the first `settle` updates (every task's first draw
-            traces its micro-step) and the median update after them."""
-            if not self.ends:
-                return {}
-            gaps = np.diff([self.start] + self.ends)
-            return {"fit_loop_s": round(self.ends[-1] - self.start, 1),
-                    f"first_{settle}_updates_s": round(float(gaps[:settle].sum()), 1),
-                    "median_update_s_after": round(float(np.median(gaps[settle:])), 3)
-                    if len(gaps) > settle else None}
-
-    return Progress()
-
-
 def train_summary(run_dir, first, last):
     """Per task from metrics.jsonl: micro-batches, mean loss over the first/last
     updates in which the task was drawn, mean backbone gradient norm."""
@@ -204,42 +146,25 @@ def train_summary(run_dir, first, last):
 
 
 def run_mode(args, mode, work, vocab_path, log):
-    import keras
-
-    from mtl_framework.trainer import Run
-
-    path = work / f"{mode}.yaml"
-    with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(experiment_dict(args, mode, work, vocab_path), f, sort_keys=False)
-    run_dir = work / "runs" / mode
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
     quiet = lambda *a, **k: None  # noqa: E731
+    progress = progress_lines(args.steps, args.print_every, log)
     start, cpu0 = time.perf_counter(), cpu_seconds()
-    run = Run(str(path), output=str(run_dir), log=quiet)
-    build_s = time.perf_counter() - start
-    counters = {name: TokenCounter(stream, run.tokenizer.pad_id)
-                for name, stream in run.mixture.streams.items()}
-    # Run.train's own fit, silenced, with a progress line every few updates.
-    fit = run.model.fit
-    progress = progress_callback(args.steps, args.print_every, log)
-
-    def fit_with_progress(*a, callbacks=(), verbose=0, **k):
-        return fit(*a, callbacks=list(callbacks) + [progress], verbose=0, **k)
-
-    run.model.fit = fit_with_progress
-    load_before = load_average()
-    start, cpu1 = time.perf_counter(), cpu_seconds()
-    run.train()
-    end = time.perf_counter()
-    train_s, train_cpu = end - start, cpu_seconds() - cpu1
-    # Run.train's time outside the update loop (fit set-up; final checkpoint, writers closed).
-    outside = {"before_loop_s": round(progress.start - start, 1),
-               "after_loop_s": round(end - progress.ends[-1], 1)} if progress.ends else {}
-    start = time.perf_counter()
-    results = run.evaluate("dev", batch_size=2 * args.batch_size, max_examples=args.eval_examples)
-    eval_s = time.perf_counter() - start
-    summary, first_losses, updates = train_summary(run_dir, first=20, last=50)
+    with open_run(experiment_dict(args, mode, work, vocab_path), work, mode, quiet, [progress]) as run:
+        build_s = time.perf_counter() - start
+        counters = {name: TokenCounter(stream, run.tokenizer.pad_id)
+                    for name, stream in run.mixture.streams.items()}
+        load_before = load_average()
+        start, cpu1 = time.perf_counter(), cpu_seconds()
+        run.train()
+        end = time.perf_counter()
+        train_s, train_cpu = end - start, cpu_seconds() - cpu1
+        # Run.train's time outside the update loop (fit set-up; final checkpoint, writers closed).
+        outside = {"before_loop_s": round(progress.start - start, 1),
+                   "after_loop_s": round(end - progress.ends[-1], 1)} if progress.ends else {}
+        start = time.perf_counter()
+        results = run.evaluate("dev", batch_size=2 * args.batch_size, max_examples=args.eval_examples)
+        eval_s = time.perf_counter() - start
+    summary, first_losses, updates = train_summary(run.run_dir, first=20, last=50)
     for name, stats in summary.items():
         counter = counters[name]
         stats.update(real_tokens=counter.real, padded_tokens=counter.padded)
@@ -249,7 +174,6 @@ def run_mode(args, mode, work, vocab_path, log):
                                                   "result", "note", "gold_lost_in_features",
                                                   "unlabelled")
                         if entry.get(k) is not None}
-    keras.backend.clear_session()
     return {
         "balancing": mode,
         "updates": updates,

@@ -1,7 +1,7 @@
 """Longer than trained: a model trained at max_length 128 on cmrc2018, scored on dev at
 128 (windows), 256 and 512 under each rotary scaling (docs/backbone.md "Longer than trained").
 
-    .venv/bin/python bench/long_context.py [--data-root ../shared/data] [--quick]
+    .venv/bin/python -m bench.long_context [--data-root ../shared/data] [--quick]
         [--steps N] [--dev-examples N] [--work-dir DIR]
 
 1. builds a character vocab from cmrc2018's train text, trains a small RoFormerV2 from
@@ -24,27 +24,23 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from bench import REPO
+from bench.load import cpu_seconds, load_average
+from bench.runs import open_run, progress_lines, scratch_experiment
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 
 from data_adapters import read_task  # noqa: E402
 from mtl_framework.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
-
-from load import cpu_seconds, load_average  # noqa: E402
 
 TASK = "cmrc2018"
 TRAINED = 128
@@ -59,27 +55,8 @@ QUICK = dict(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, s
 
 
 def experiment_dict(args, work, vocab_path):
-    return {
-        "name": "long-context",
-        "data_root": str(Path(args.data_root).resolve()),
-        "vocab": str(vocab_path),
-        "cache_dir": str(work / "cache"),
-        "backbone": {"num_layers": args.num_layers, "hidden_size": args.hidden_size,
-                     "num_heads": args.num_heads, "intermediate_size": args.intermediate_size,
-                     "dropout": 0.1, "alpha_warmup_steps": args.alpha_warmup_steps},
-        "tasks": [TASK],
-        "balancing": "none",
-        "tasks_per_update": 1,
-        "batch_size": args.batch_size,
-        "max_length": TRAINED,
-        "optimizer": {"name": "adamw", "lr": args.lr, "warmup_steps": args.warmup_steps,
-                      "weight_decay": 0.01},
-        "steps": args.steps,
-        "seed": 0,
-        "checkpoint_every": 0,
-        "keep_checkpoints": 1,
-        "eval_every": 0,
-    }
+    return scratch_experiment("long-context", args, work, vocab_path, tasks=[TASK], balancing="none",
+                              tasks_per_update=1, max_length=TRAINED, seed=0)
 
 
 def settings():
@@ -91,48 +68,22 @@ def settings():
 
 
 def train(args, work, log):
-    import keras
-
-    from mtl_framework.trainer import Run
-
     task = load_registry().select([TASK])[0]
     vocab_path = work / "vocab.txt"
     if not vocab_path.exists():
         log("building the vocab from cmrc2018 train ...")
         texts = (t for ex in read_task(task, "train", args.data_root) for t in example_texts(ex))
         write_vocab(build_vocab(count_units(texts), max_size=args.vocab_size), vocab_path)
-    path = work / "experiment.yaml"
-    with open(path, "w", encoding="utf-8") as f:
-        yaml.safe_dump(experiment_dict(args, work, vocab_path), f, sort_keys=False)
-    run_dir = work / "run"
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run = Run(str(path), output=str(run_dir), log=lambda *a, **k: None)
-    every = max(1, args.steps // 12)
-
-    class Progress(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            self.start, self.losses = time.perf_counter(), []
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.losses.append((logs or {}).get("loss", float("nan")))
-            if (batch + 1) % every == 0 or batch + 1 == args.steps:
-                elapsed = time.perf_counter() - self.start
-                log(f"  update {batch + 1}/{args.steps}  loss(last {every}) "
-                    f"{np.nanmean(self.losses[-every:]):.3f}  {elapsed:.0f} s")
-
-    progress = Progress()
-    fit = run.model.fit
-    run.model.fit = lambda *a, callbacks=(), verbose=0, **k: fit(
-        *a, callbacks=list(callbacks) + [progress], verbose=0, **k)
-    start, cpu = time.perf_counter(), cpu_seconds()
-    run.train()
-    seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+    progress = progress_lines(args.steps, max(1, args.steps // 12), log)
+    quiet = lambda *a, **k: None  # noqa: E731
+    with open_run(experiment_dict(args, work, vocab_path), work, "run", quiet, [progress]) as run:
+        start, cpu = time.perf_counter(), cpu_seconds()
+        run.train()
+        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     losses = progress.losses
-    keras.backend.clear_session()
-    return run_dir, {"steps": args.steps, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1),
-                     "loss_first_50": float(np.nanmean(losses[:50])),
-                     "loss_last_50": float(np.nanmean(losses[-50:]))}
+    return Path(run.run_dir), {"steps": args.steps, "seconds": round(seconds, 1), "cpu_s": round(cpu, 1),
+                         "loss_first_50": float(np.nanmean(losses[:50])),
+                         "loss_last_50": float(np.nanmean(losses[-50:]))}
 
 
 def evaluate(args, run_dir, log):

@@ -1,6 +1,6 @@
 """Cost of the mixed multi-task update (MultiTaskModel.run_update), CPU, TF backend.
 
-    python bench/mtl_overhead.py [--quick] [--configs L4-H256-A4 small] [--mixtures 1 8 32 92]
+    .venv/bin/python -m bench.mtl_overhead [--quick] [--configs L4-H256-A4 small] [--mixtures 1 8 32 92]
 
 (a) Update overhead. One optimizer update made of 8 single-task micro-batches
     of 4 x 128 tokens, each of a different task and head family
@@ -33,17 +33,25 @@ time. Shapes: a micro-step is traced once per trace group with every axis
 unknown, so the timed functions are those of real training (any length).
 
 Where the time goes, (a): `profile` times, interleaved, the classification
-task's forward + backward alone (no accumulation), the same plus the
-accumulation that training.py did before (every gradient masked with
-is_finite/where, then scaled), the current micro-step and run_update, each as
-8 x (4x128) and 1 x (32x128), and the optimizer update alone; `accumulation`
-times the accumulation alone, before and now, on fixed gradients (precise
-where the whole-step profile moves by ~10% between rounds); `families` times
-each task's micro-step alone (the heads' own cost). The forward_backward and
-run_update profile is repeated in a worker on one thread (inter- and intra-op):
-there 8 x (4x128) and 1 x (32x128) do the same arithmetic, so the gap on two
-threads is how much worse small ops parallelise. Writes
-bench/results/mtl_overhead.json and .md; `--skip a|b --keep` re-measures one
+task's forward + backward alone (a plain GradientTape over the public
+`MultiTaskModel.task_loss`, no accumulation), the model's own `micro_step` and
+`run_update`, each as 8 x (4x128) and 1 x (32x128), and the optimizer update
+alone (`apply_update`); `families` times each task's micro-step alone (the
+heads' own cost). The forward_backward and run_update profile is repeated in a
+worker on one thread (inter- and intra-op): there 8 x (4x128) and 1 x (32x128)
+do the same arithmetic, so the gap on two threads is how much worse small ops
+parallelise. Everything timed is the model's public step (run_update,
+micro_step, apply_update; tracing_counts for the traces): no copy of its code.
+
+Dropped (issue 26): the profile's `masked_accumulation (before)` row and the
+`accumulation_only` table (the accumulation alone on fixed gradients, before
+and now). Both timed copies of training.py's accumulation, the older one
+re-created and the current one rebuilt from private helpers, so they measured
+the copies, not the model; results written before that (bench/results/) still
+hold them.
+
+Writes bench/results/mtl_overhead.json and .md (--quick: into a temporary
+folder unless --output-dir says where); `--skip a|b --keep` re-measures one
 part and keeps the other from the existing JSON.
 """
 import argparse
@@ -57,23 +65,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
+from bench import REPO, child_env
+from bench.backbone import COMMON, CONFIGS  # the same backbones as the throughput benchmark
+from bench.load import cpu_model, machine_busy_seconds, proc_cpu_seconds
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import cpu_model, machine_busy_seconds, proc_cpu_seconds  # noqa: E402
-
-CONFIGS = {
-    "L4-H256-A4": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
-    "small": dict(num_layers=6, hidden_size=384, num_heads=6, intermediate_size=1536),
-}
-COMMON = dict(vocab_size=12000, segment_vocab_size=2, dropout=0.1, attention_dropout=0.0)
+BENCH = REPO / "bench"
 # (family, number of labels): sizes of real tasks (tnews, ocnli, cluener, duie2)
 FAMILIES = [("classification", 15), ("matching", 3), ("regression", None), ("mrc_span", None),
             ("multiple_choice", None), ("extraction_ner", 10), ("extraction_relation", 48),
@@ -235,12 +236,12 @@ class Worker:
 
     def traces(self):
         # one micro-step function per trace group (head class + settings), not per task
-        counts = {k: f.experimental_get_tracing_count() for k, f in self.model._micro_steps.items()}
-        apply = self.model._apply_update_fn
+        traced = self.model.tracing_counts()
+        counts = traced["micro_step"]
         return {"micro_step_functions": len(counts), "micro_step_traces": sum(counts.values()),
                 "max_traces_per_function": max(counts.values(), default=0),
                 "trace_groups": len(self.model.trace_groups),
-                "apply_update_traces": apply.experimental_get_tracing_count() if apply else 0}
+                "apply_update_traces": traced["apply_update"]}
 
     def parameter_bytes(self):
         def nbytes(variables):
@@ -254,36 +255,19 @@ class Worker:
                 "head_state_bytes": 4 * mixture_heads}
 
     def profile_functions(self):
-        """tf.functions over the first task: forward + backward only; + the accumulation of
-        training.py before this benchmark (is_finite/where mask on every gradient); the
-        model's micro-step as it is."""
+        """Functions over the first task: a tf.function of forward + backward only (a plain
+        GradientTape over the model's task_loss, every gradient consumed, nothing
+        accumulated); the model's micro-step; its whole update from NumPy (run_update)."""
         tf, model, task = self.tf, self.model, self.first_task
         variables = model.backbone_variables + model.head_variables[task]
-        slots = list(range(len(model.backbone_variables))) + model._head_slots[task]
-        n_backbone = len(model.backbone_variables)
-
-        def gradients(batch):
-            with tf.GradientTape() as tape:
-                loss = model.task_loss(task, batch, training=True)
-            return loss, tape.gradient(loss, variables)
 
         def forward_backward(batch):
-            loss, grads = gradients(batch)
+            with tf.GradientTape() as tape:
+                loss = model.task_loss(task, batch, training=True)
+            grads = tape.gradient(loss, variables)
             # consume every gradient (a sum each) so none is pruned from the graph
             return loss + tf.add_n([tf.reduce_sum(g.values if isinstance(g, tf.IndexedSlices) else g)
                                     for g in grads]) * 0.0
-
-        def masked_accumulation(batch):  # training.py before commit "accumulate under tf.cond"
-            loss, grads = gradients(batch)
-            grads = [tf.convert_to_tensor(g) for g in grads]
-            norm = tf.linalg.global_norm(grads[:n_backbone])
-            finite = tf.math.is_finite(loss) & tf.math.is_finite(norm) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g)) for g in grads[n_backbone:]])
-            scale = tf.where(finite, 1.0 / tf.maximum(norm, 1e-12), 0.0)
-            for slot, g in zip(slots, grads):
-                safe = tf.where(tf.math.is_finite(g), g, tf.zeros_like(g))
-                model.accumulators[slot].assign_add(safe * scale)
-            return loss
 
         def run_update(batch):  # the whole update from NumPy, as fit runs it (incl. the optimizer)
             numpy_batch = {k: v.numpy() for k, v in batch.items()}
@@ -291,7 +275,6 @@ class Worker:
             return tf.constant(0.0)
 
         return {"forward_backward": tf.function(forward_backward),
-                "masked_accumulation (before)": tf.function(masked_accumulation),
                 "micro_step (now)": lambda batch: model.micro_step(task, batch)["loss"],
                 "run_update (now)": run_update}
 
@@ -305,7 +288,7 @@ class Worker:
         functions = {k: f for k, f in functions.items() if names is None or k in names}
         for fn in functions.values():  # trace both shapes
             fn(small).numpy(), fn(big).numpy()
-        self.model._apply_update()  # flush the accumulated warm-up gradients
+        self.model.apply_update()  # flush the accumulated warm-up gradients
         keys = [f"{name} {shape}" for name in functions for shape in ("8x(4x128)", "1x(32x128)")]
         times = {k: [] for k in keys + ["optimizer update"]}
         for r in range(rounds):
@@ -324,91 +307,10 @@ class Worker:
                         fn(batch).numpy()
                     times[f"{name} {shape}"].append((time.perf_counter() - wall, time.process_time() - cpu))
             wall, cpu = time.perf_counter(), time.process_time()
-            self.model._apply_update()
+            self.model.apply_update()
             times["optimizer update"].append((time.perf_counter() - wall, time.process_time() - cpu))
         return {k: {"median_s": median([w for w, _ in v]), "median_cpu_s": median([c for _, c in v]),
                     "wall_s": [w for w, _ in v], "cpu_s": [c for _, c in v]} for k, v in times.items()}
-
-    def accumulation(self, repeat):
-        """The accumulation alone, on one 4x128 micro-batch's gradients held fixed: masked
-        (every gradient masked with is_finite/where, then scaled and added; session 1),
-        tf.cond(finite) around one multiply-add per variable with the embedding gradient
-        densified (session 2), and now (training.py: the same with the embedding's repeated
-        rows summed and only the used rows added, and a fused scale-and-add kernel); each
-        takes the backbone norm first."""
-        from mtl_framework.training import _add, _summed_rows
-
-        tf, model, task = self.tf, self.model, self.first_task
-        variables = model.backbone_variables + model.head_variables[task]
-        slots = list(range(len(model.backbone_variables))) + model._head_slots[task]
-        n_backbone = len(model.backbone_variables)
-        batch = {k: tf.convert_to_tensor(v) for k, v in self.pool[task][0].items()}
-        with tf.GradientTape() as tape:
-            loss = model.task_loss(task, batch, training=True)
-        fixed = tape.gradient(loss, variables)
-
-        def prologue(loss, grads):
-            grads = [tf.convert_to_tensor(g) for g in grads]
-            norm = tf.linalg.global_norm(grads[:n_backbone])
-            finite = tf.math.is_finite(loss) & tf.math.is_finite(norm) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g)) for g in grads[n_backbone:]])
-            return grads, 1.0 / tf.maximum(norm, 1e-12), finite
-
-        @tf.function
-        def before(loss, grads):
-            grads, scale, finite = prologue(loss, grads)
-            scale = tf.where(finite, scale, 0.0)
-            for slot, g in zip(slots, grads):
-                safe = tf.where(tf.math.is_finite(g), g, tf.zeros_like(g))
-                model.accumulators[slot].assign_add(safe * scale)
-            return scale
-
-        @tf.function
-        def now(loss, grads):
-            grads, scale, finite = prologue(loss, grads)
-
-            def accumulate():
-                for slot, g in zip(slots, grads):
-                    model.accumulators[slot].assign_add(g * scale)
-                return tf.constant(True)
-
-            tf.cond(finite, accumulate, lambda: tf.constant(False))
-            return scale
-
-        @tf.function
-        def rows(loss, grads):  # training.py now: embedding rows summed, not densified; fused add
-            grads = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-            norm = tf.linalg.global_norm(grads[:n_backbone])
-            finite = tf.math.is_finite(loss) & tf.math.is_finite(norm) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g)) for g in grads[n_backbone:]])
-            scale = 1.0 / tf.maximum(norm, 1e-12)
-
-            def accumulate():
-                for slot, g in zip(slots, grads):
-                    _add(model.accumulators[slot], g, scale)
-                return tf.constant(True)
-
-            tf.cond(finite, accumulate, lambda: tf.constant(False))
-            return scale
-
-        def prologue_only(loss, grads):
-            return prologue(loss, grads)[1]
-
-        functions = {"before (masked)": before, "tf.cond, dense": now,
-                     "now (tf.cond, summed rows, fused add)": rows,
-                     "densify + norm only": tf.function(prologue_only)}
-        times = {k: [] for k in functions}
-        for fn in functions.values():
-            fn(loss, fixed).numpy()
-        for r in range(repeat):
-            for name in list(functions)[r % len(functions):] + list(functions)[:r % len(functions)]:
-                wall, cpu = time.perf_counter(), time.process_time()
-                functions[name](loss, fixed).numpy()
-                times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
-        for a in model.accumulators:
-            a.assign(tf.zeros_like(a))
-        return {k: {"median_s": median([w for w, _ in v]), "median_cpu_s": median([c for _, c in v])}
-                for k, v in times.items()}
 
     def family_steps(self, rounds):
         """Each mixture task's micro-step alone (one 4x128 micro-batch), interleaved."""
@@ -421,7 +323,7 @@ class Worker:
                 wall, cpu = time.perf_counter(), time.process_time()
                 self.model.micro_step(n, batches[n])["loss"].numpy()
                 times[n].append((time.perf_counter() - wall, time.process_time() - cpu))
-            self.model._apply_update()
+            self.model.apply_update()
         return {n: {"family": self.tasks[n][0], "num_labels": self.tasks[n][1],
                     "median_s": median([w for w, _ in v]), "median_cpu_s": median([c for _, c in v])}
                 for n, v in times.items()}
@@ -447,8 +349,6 @@ class Worker:
                     "rss_after_tracing": rss_bytes(), "peak_rss": peak_rss_bytes(), **self.traces()}
         if cmd == "profile":
             return self.profile(command["rounds"], command.get("names"))
-        if cmd == "accumulation":
-            return self.accumulation(command["repeat"])
         if cmd == "families":
             return self.family_steps(command["rounds"])
         if cmd == "run":
@@ -462,7 +362,7 @@ class Worker:
             times = []
             for _ in range(command["repeat"]):
                 wall, cpu = time.perf_counter(), time.process_time()
-                self.model._apply_update()
+                self.model.apply_update()
                 times.append((time.perf_counter() - wall, time.process_time() - cpu))
             return {"variables": len(self.model.all_variables),
                     "median_s": median([w for w, _ in times]), "median_cpu_s": median([c for _, c in times])}
@@ -520,14 +420,14 @@ class Contention:
 class WorkerProcess:
     def __init__(self, config_name, num_tasks, extra_one_batch, log_path, threads=None):
         self.log = open(log_path, "w")
-        command = [sys.executable, __file__, "--worker", config_name, str(num_tasks)]
+        command = [sys.executable, "-m", "bench.mtl_overhead", "--worker", config_name, str(num_tasks)]
         if extra_one_batch:
             command.append("--one-batch")
         if threads:
             command += ["--threads", str(threads)]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True, bufsize=1,
-                                        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+                                        env=child_env(CUDA_VISIBLE_DEVICES=""))
         self.started = time.perf_counter()
         self._read()
         self.ready_s = time.perf_counter() - self.started  # interpreter + TF import + build
@@ -605,9 +505,6 @@ def part_a(config_name, args, contention, log, workdir):
         profile = worker.ask(cmd="profile", rounds=args.rounds_profile)
         log(f"(a) {config_name} profile (CPU s): " + ", ".join(
             f"{k} {v['median_cpu_s']:.3f}" for k, v in profile.items()))
-        profile["accumulation_only"] = worker.ask(cmd="accumulation", repeat=10 * args.rounds_profile)
-        log(f"(a) {config_name} accumulation alone per micro-batch (CPU ms): " + ", ".join(
-            f"{k} {1e3 * v['median_cpu_s']:.1f}" for k, v in profile["accumulation_only"].items()))
     finally:
         worker.close()
     # the same profile on one thread: what splitting the batch costs without parallelism
@@ -840,7 +737,7 @@ def markdown(report):
             lines.append("Traced micro-step functions and traces equal for every mixture of 8+ tasks: "
                          f"{'yes' if b['traced_graphs_constant_8_plus'] else 'NO'}.")
         lines.append("")
-    lines.append(f"Run: `python bench/mtl_overhead.py{' --quick' if report['settings']['quick'] else ''}`; "
+    lines.append(f"Run: `python -m bench.mtl_overhead{' --quick' if report['settings']['quick'] else ''}`; "
                  "measured: " + "; ".join(
                      f"{e['part']} {e['config']} {e['finished']}"
                      + (f" ({e['wall_seconds']:.0f} s)" if e.get("wall_seconds") else "")
@@ -864,7 +761,8 @@ def main(argv=None):
     parser.add_argument("--skip", choices=["a", "b"], action="append", default=[])
     parser.add_argument("--keep", action="store_true",
                         help="with --skip: keep the skipped part's results from the existing JSON")
-    parser.add_argument("--output-dir", default=str(BENCH / "results"))
+    parser.add_argument("--output-dir", help="default bench/results (--quick: the worker-log folder, "
+                                             "so a smoke check never overwrites the results)")
     parser.add_argument("--worker", nargs=2, metavar=("CONFIG", "TASKS"), help=argparse.SUPPRESS)
     parser.add_argument("--one-batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
@@ -899,7 +797,7 @@ def main(argv=None):
         entry.update(part=part, contention=contention.summary(), wall_seconds=time.perf_counter() - start,
                      finished=time.strftime("%Y-%m-%d %H:%M:%S"))
         report[part].append(entry)
-    out = Path(args.output_dir)
+    out = Path(args.output_dir or (workdir if args.quick else BENCH / "results"))
     previous = out / "mtl_overhead.json"
     if args.keep and previous.exists():  # entries not measured now come from the existing JSON
         old = json.loads(previous.read_text(encoding="utf-8"))

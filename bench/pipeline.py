@@ -1,6 +1,6 @@
 """Data pipeline benchmark: read + tokenize + encode, cache load, batch streams.
 
-    .venv/bin/python bench/pipeline.py [--data-root ../shared/data] [--tasks tnews cmrc2018 cluener]
+    .venv/bin/python -m bench.pipeline [--data-root ../shared/data] [--tasks tnews cmrc2018 cluener]
 
 Per task (train split, its real spec from task_specs/):
 - build: examples/s of read (adapter) + tokenize + encode + write the cache;
@@ -22,16 +22,15 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bench import REPO
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from data_adapters import read_task  # noqa: E402
 from mtl_framework import cache as C  # noqa: E402

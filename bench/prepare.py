@@ -1,6 +1,6 @@
 """Data preparation benchmark (issue 17 item 3): `mtl_framework.prepare` at scale.
 
-    /work/main/.venv/bin/python bench/prepare.py [--data-root ../shared/data]
+    .venv/bin/python -m bench.prepare [--data-root ../shared/data]
         [--corpus-mb 2048] [--skip speed memory first_update]
 
 Four measurements, written to bench/results/prepare.json and prepare.md:
@@ -39,16 +39,14 @@ import time
 from pathlib import Path
 from unittest import mock
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
+import numpy as np
+
+from bench import REPO, child_env
+from bench.load import cpu_model, cpu_seconds, load_average, proc_cpu_seconds
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-
 from mtl_framework import cache as C  # noqa: E402
-
-from load import cpu_model, cpu_seconds, load_average, proc_cpu_seconds  # noqa: E402
 
 FULL24 = REPO / "bench" / "experiments" / "full24.yaml"
 MLM_TASKS = ("tnews", "cmrc2018", "cluener")
@@ -232,9 +230,9 @@ def memory(args, registry, data_root, scratch):
     small = max(1, round(big / 10))
     for copies in (small, big):
         spec = corpus_spec(scratch, copies, registry.tasks["tnews"].labels)
-        done = subprocess.run([sys.executable, __file__, "--rss-case", str(spec), "--data-root",
-                               str(data_root), "--cache", str(scratch / f"rss{copies}")],
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-m", "bench.prepare", "--rss-case", str(spec),
+                               "--data-root", str(data_root), "--cache", str(scratch / f"rss{copies}")],
+                              capture_output=True, text=True, env=child_env())
         if done.returncode:
             raise RuntimeError(done.stderr[-2000:])
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -253,7 +251,7 @@ def memory(args, registry, data_root, scratch):
 def first_update(scratch, cache):
     """Seconds from `mtl train` start to its first metrics.jsonl line."""
     run_dir = scratch / f"run-{time.time_ns()}"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MTL_CACHE_DIR": str(cache)}
+    env = child_env(MTL_CACHE_DIR=str(cache))
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "mtl_framework.cli", "train", str(FULL24),
                                 "--output", str(run_dir)], env=env, cwd=scratch,

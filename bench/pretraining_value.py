@@ -1,7 +1,7 @@
 """What does mixed supervised pretraining buy? The RoFormerV2 paper's two-stage
 recipe at the scale of 2 CPU cores, with held-out tasks fine-tuned by `mtl benchmark`.
 
-    .venv/bin/python bench/pretraining_value.py [--data-root ../shared/data]
+    .venv/bin/python -m bench.pretraining_value [--data-root ../shared/data]
         [--work-dir runs/pretraining_value] [--quick]
 
 Stages (each skipped when its export already exists, so a stopped study goes on):
@@ -30,7 +30,6 @@ never to bench/results. The held-out dev sets are only scored, never tuned on.
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -39,9 +38,9 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.load import cpu_model, load_average  # noqa: E402
+from bench import REPO, child_env
+from bench.load import cpu_model, load_average
+from bench.runs import interval
 
 STUDY = REPO / "experiments" / "pretraining_value"
 ARMS = {
@@ -51,9 +50,6 @@ ARMS = {
     "D": "no stage 2 (the stage-1 export)",
 }
 PAIRS = (("B", "A"), ("B", "C"), ("B", "D"))
-# two-sided 95% Student t quantiles by degrees of freedom
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228}
 
 
 def mtl(*args, log):
@@ -64,20 +60,9 @@ def mtl(*args, log):
         out.write("$ mtl " + " ".join(map(str, args)) + "\n")
         out.flush()
         result = subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+                                env=child_env(TF_CPP_MIN_LOG_LEVEL="2"))
     if result.returncode:
         raise SystemExit(f"`mtl {args[0]}` failed (exit {result.returncode}): see {log}")
-
-
-def interval(values):
-    """(mean, [low, high]) 95% t-interval; the interval is None for fewer than 2 values."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = T95.get(n - 1, 1.96) * sd / math.sqrt(n)
-    return mean, [mean - half, mean + half]
 
 
 # ------------------------------------------------------------------ stage inputs

@@ -1,7 +1,7 @@
 """Transfer check: does a run's mixed pretraining help fine-tuning, against the same
 initial weights without pretraining? A thin use of `mtl benchmark`.
 
-    .venv/bin/python bench/transfer.py [RUN_DIR] [--suite suites/clue_small.yaml]
+    .venv/bin/python -m bench.transfer [RUN_DIR] [--suite suites/clue_small.yaml]
         [--data-root ../shared/data] [--output bench/results/transfer]
 
 1. `mtl export RUN_DIR --format keras` -> RUN_DIR/export/keras (if not there yet);
@@ -17,12 +17,9 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import load_average, proc_cpu_seconds  # noqa: E402
+from bench import REPO
+from bench.load import load_average, proc_cpu_seconds
 
 
 def main():

@@ -9,15 +9,29 @@
 Formats are looked up by name (`format:` in a task spec): `get_adapter`,
 `available_formats`, and `register_adapter` for your own (see base.py).
 """
-from pathlib import Path
+from __future__ import annotations
 
-from data_adapters.base import Adapter, UnknownFormatError, available_formats, get_adapter, register_adapter
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from data_adapters.base import (
+    Adapter,
+    Labels,
+    TaskSource,
+    UnknownFormatError,
+    available_formats,
+    get_adapter,
+    register_adapter,
+)
 from data_adapters.examples import (
     ChoiceExample,
     CorefExample,
     Entity,
     Event,
     EventExample,
+    Example,
     NERExample,
     RelationExample,
     Span,
@@ -49,12 +63,14 @@ __all__ = [
     "Adapter", "ReadReport", "UnknownFormatError", "available_formats", "get_adapter",
     "register_adapter", "read_files", "read_task", "split_paths", "MissingDataFile",
     "ChoiceExample", "CorefExample", "Entity", "Event", "EventExample", "NERExample",
-    "RelationExample", "Span", "SpanQAExample", "TextExample", "Triple",
+    "RelationExample", "Span", "SpanQAExample", "TextExample", "Triple", "Example", "TaskSource",
 ]
 
 
-def read_files(format_name, paths, options=None, fields=None, task_type=None, labels=None,
-               report=None, where=None, labels_required=False):
+def read_files(format_name: str, paths: str | os.PathLike | Iterable[str | os.PathLike],
+               options: Mapping[str, Any] | None = None, fields: Mapping[str, Any] | None = None,
+               task_type: str | None = None, labels: Labels = None, report: ReadReport | None = None,
+               where: str | None = None, labels_required: bool = False) -> Iterator[Example]:
     """Typed examples from files in a named format (what read_task does for a spec).
     With `labels_required`, records without a label are skipped with their place."""
     adapter = get_adapter(format_name)
@@ -65,11 +81,11 @@ def read_files(format_name, paths, options=None, fields=None, task_type=None, la
     if adapter.task_types and task_type not in adapter.task_types:
         raise ValueError(f"{where}: format {format_name!r} reads examples for "
                          f"{', '.join(adapter.task_types)} tasks, not {task_type}")
-    paths = [str(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)]
+    names = [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     report = report if report is not None else ReadReport()
     report.labels_required = labels_required
-    examples = adapter().read(paths, options, fields, task_type, labels, report)
-    return _counted(examples, report, paths)
+    examples = adapter().read(names, options, fields, task_type, labels, report)
+    return _counted(examples, report, names)
 
 
 # Task types whose examples carry a label to learn (mlm and the span families do not).
@@ -77,7 +93,8 @@ LABELLED_TYPES = ("classification", "matching", "regression", "multiple_choice",
                   "coreference")
 
 
-def read_task(task, split, data_root, report=None):
+def read_task(task: TaskSource, split: str, data_root: str | os.PathLike,
+              report: ReadReport | None = None) -> Iterator[Example]:
     """Typed examples of one split of a task (a registry TaskSpec or anything with
     .name .format .files .options .fields .type .labels).
 
@@ -100,7 +117,7 @@ def read_task(task, split, data_root, report=None):
                       and task.type in LABELLED_TYPES)
 
 
-def split_paths(task, split, data_root):
+def split_paths(task: TaskSource, split: str, data_root: str | os.PathLike) -> tuple[list[Path], list[Path]]:
     """([paths to read], [absent optional paths]) of one split of a task.
 
     KeyError when the task has no such split; FileNotFoundError (one line naming the
@@ -141,14 +158,14 @@ class MissingDataFile(FileNotFoundError):
     """A data file a split needs is not there: `where` names the spec, the split and the
     file; `str()` adds the fix (`with_fix` another one, e.g. a command's own flag)."""
 
-    def __init__(self, where, relative):
+    def __init__(self, where: str, relative: str) -> None:
         super().__init__(where)
         self.where, self.relative = where, relative
 
-    def with_fix(self, fix):
+    def with_fix(self, fix: str) -> str:
         return f"{self.where}; {fix} (the folder that holds {self.relative})"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return (f"{self.where}; pass --data-root DIR (or set MTL_DATA_ROOT) to the folder "
                 f"that holds {self.relative}")
 

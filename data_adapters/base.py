@@ -20,9 +20,51 @@ A format is a class that says what a spec may set (`option_keys`,
 (`settings`). Anything left out goes to `report.skip` / `report.lose_span`
 with a reason; nothing is dropped silently.
 """
-import difflib
+from __future__ import annotations
 
-_ADAPTERS = {}
+import difflib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
+
+# What `settings` hands to `read`: the spec's options and fields, defaults filled in.
+Options = dict[str, Any]
+Fields = dict[str, Any]
+# The task's label names, in order (None for a family without labels, or not given).
+Labels = Sequence[str] | None
+
+_ADAPTERS: dict[str, type[Adapter]] = {}
+A = TypeVar("A", bound="type[Adapter]")
+
+
+class TaskSource(Protocol):
+    """What `read_task` and `split_paths` read of a task: a registry TaskSpec, or anything
+    with these attributes (`optional_files`, `file_aliases`, `resolve_labels`, `spec_path`
+    and `line` are used when present)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def format(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def files(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def options(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def fields(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def labels(self) -> Labels: ...
 
 
 class UnknownFormatError(KeyError):
@@ -30,27 +72,30 @@ class UnknownFormatError(KeyError):
         return self.args[0]
 
 
-def did_you_mean(word, choices):
+def did_you_mean(word: object, choices: Iterable[object]) -> str:
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class Adapter:
-    option_keys = {}  # name -> (type or tuple of types, default)
-    field_keys = ()  # example fields a spec may map to source keys/columns
-    required_fields = ()  # of those, the ones a spec must map
-    field_defaults = {}  # source used when a spec leaves an optional field out
-    task_types = ()  # families this format can produce
+    # name -> (type or tuple of types, default)
+    option_keys: ClassVar[dict[str, tuple[type | tuple[type, ...], Any]]] = {}
+    field_keys: ClassVar[Sequence[str]] = ()  # example fields a spec may map to source keys/columns
+    required_fields: ClassVar[Sequence[str]] = ()  # of those, the ones a spec must map
+    field_defaults: ClassVar[dict[str, Any]] = {}  # source used when a spec leaves an optional field out
+    task_types: ClassVar[Sequence[str]] = ()  # families this format can produce
     # options `mtl predict` reads with, over the spec's: gold is not needed there
-    predict_options = {}
-    format_name = None  # set by register_adapter (the first name it registers)
+    predict_options: ClassVar[dict[str, Any]] = {}
+    format_name: ClassVar[str | None] = None  # set by register_adapter (the first name it registers)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         """Yield typed examples from `paths` (full paths, read in order)."""
         raise NotImplementedError(f"{type(self).__name__} must define read()")
 
     @classmethod
-    def settings(cls, options=None, fields=None, where="spec"):
+    def settings(cls, options: Mapping[str, Any] | None = None, fields: Mapping[str, Any] | None = None,
+                 where: str = "spec") -> tuple[Options, Fields]:
         """(options, fields) with defaults filled in; ValueError naming the key and the fix."""
         name = cls.format_name or cls.__name__
         options, fields = dict(options or {}), dict(fields or {})
@@ -79,9 +124,9 @@ class Adapter:
         return merged_options, merged_fields
 
 
-def register_adapter(name, replace=False):
+def register_adapter(name: str, replace: bool = False) -> Callable[[A], A]:
     """Class decorator: make `name` a format usable in specs (`format: name`)."""
-    def decorate(cls):
+    def decorate(cls: A) -> A:
         if not (isinstance(cls, type) and issubclass(cls, Adapter)):
             raise TypeError(f"register_adapter({name!r}) decorates a subclass of data_adapters.Adapter")
         existing = _ADAPTERS.get(name)
@@ -96,7 +141,7 @@ def register_adapter(name, replace=False):
     return decorate
 
 
-def get_adapter(name):
+def get_adapter(name: str) -> type[Adapter]:
     """The adapter class of a format name; UnknownFormatError (a KeyError) otherwise."""
     try:
         return _ADAPTERS[name]
@@ -105,7 +150,7 @@ def get_adapter(name):
                                  f"available: {', '.join(available_formats())}") from None
 
 
-def available_formats():
+def available_formats() -> list[str]:
     return sorted(_ADAPTERS)
 
 

@@ -8,15 +8,25 @@ blank is written `#idiom#` (ChID, as FewCLUE writes it) or `[BLANK]`
 (CMRC2019) and the passage's other blanks become `#`, so that the model sees
 where the gap is without seeing the other answers.
 """
+from __future__ import annotations
+
 import json
 import os
 import random
 import re
 import zlib
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import ChoiceExample
 from data_adapters.reading import MISSING, json_array_records, json_document, lookup, read_text, records
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 OTHER_BLANK = "#"
 CHID_BLANK = "#idiom#"
@@ -36,7 +46,8 @@ class C3Adapter(Adapter):
     A question's id is its own `id` (CLUE's release) or `<document id>-<position>`."""
     task_types = ("multiple_choice",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
             for line, item in json_array_records(path, report):
                 if not (isinstance(item, list) and len(item) >= 2 and isinstance(item[0], list)
@@ -84,7 +95,8 @@ class ChidAdapter(Adapter):
     option_keys = {"answers": (str, None)}
     task_types = ("cloze",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
             answers = self.answer_file(path, options["answers"])
             for line, record in records(path, report):
@@ -158,7 +170,8 @@ class Cmrc2019Adapter(Adapter):
     answers[n - 1] is the index of the choice that fills [BLANKn]."""
     task_types = ("cloze",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
             data = json_document(path, report)
             if data is None:
@@ -216,7 +229,8 @@ class ChoiceJsonlAdapter(Adapter):
                       "label": "label", "id": "id"}
     task_types = ("multiple_choice", "cloze")
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
             for line, record in records(path, report):
                 example = self.example(record, fields, options, path, line, report)

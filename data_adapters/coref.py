@@ -4,16 +4,28 @@
 Both spans must round-trip (`text[index:index + len(span_text)] == span_text`);
 a record with a span that does not is skipped, its span counted as lost.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import CorefExample, Entity
 from data_adapters.reading import LabelRule, records
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 
 @register_adapter("wsc")
 class WscAdapter(Adapter):
     task_types = ("coreference",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         rule = LabelRule(task_type, labels)
         for path in paths:
             for line, record in records(path, report):

@@ -17,13 +17,23 @@ under `repaired`: SophonPlus's CSVs (online_shopping_10_cats, weibo_senti_100k)
 carry one at the start of the first text, after the header, where a file's
 own BOM handling never sees it.
 """
+from __future__ import annotations
+
 import csv
 import sys
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
 from data_adapters.jsonl import TEXT_TASKS, text_example
 from data_adapters.reading import LabelRule, text_lines, unsegment
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 # Long documents exceed csv's default 128 KiB field limit.
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -92,7 +102,8 @@ class DelimitedAdapter(Adapter):
     required_fields = ("text", "label")
     task_types = TEXT_TASKS
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         rule = LabelRule(task_type, labels, options["skip_labels"], options["label_map"])
         for path in paths:
             columns, columns_of = None, fields
@@ -150,7 +161,8 @@ class XnliTsvAdapter(Adapter):
                "mt": ("premise", "hypo", "label")}
     LABEL_NAMES = {"contradictory": "contradiction"}
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         rule = LabelRule(task_type, labels, label_map=self.LABEL_NAMES)
         options = {**options, "delimiter": "\t", "quoting": "none"}
         for path in paths:

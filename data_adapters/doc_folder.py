@@ -6,11 +6,21 @@
 The label is the name of the folder right under the split's folder; the text
 is the whole file. Files are read in sorted order so that runs repeat.
 """
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
 from data_adapters.reading import LabelRule, codec
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 
 @register_adapter("doc_folder")
@@ -21,7 +31,8 @@ class DocFolderAdapter(Adapter):
     }
     task_types = ("classification",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         rule = LabelRule(task_type, labels)
         extension = options["extension"]
         for root in paths:

@@ -14,9 +14,20 @@ A `classification` task reads one label per document: the argument value that
 is one of the labels (DuEE-Fin's 环节 enum: 筹备上市, 正式上市, ...); documents
 with none, or with two different ones, are skipped with that reason.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, Event, EventExample, TextExample
 from data_adapters.reading import records
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 TRIGGER = "trigger"
 
@@ -53,7 +64,8 @@ class Wanted:
 class EventJsonAdapter(Adapter):
     task_types = ("extraction_event", "classification")
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         wanted = Wanted(labels)
         for path in paths:
             for line, record in records(path, report):

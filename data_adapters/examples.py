@@ -5,6 +5,7 @@ All character offsets are half-open `[start, end)` into the example's own text
 that a cached example cannot be changed behind the features stage's back.
 """
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -13,7 +14,7 @@ class TextExample:
     (multi-label), a float (regression) or None (unlabelled)."""
     text: str
     text_b: str | None = None
-    label: object = None
+    label: str | list[str] | float | None = None
     id: object = None
 
 
@@ -29,7 +30,7 @@ class SpanQAExample:
     """mrc_span: answers empty means unanswerable."""
     question: str
     context: str
-    answers: list = field(default_factory=list)
+    answers: list[Span] = field(default_factory=list)
     id: object = None
 
 
@@ -38,7 +39,7 @@ class ChoiceExample:
     """multiple_choice / cloze: label is the index of the right choice (None if unknown)."""
     context: str
     question: str
-    choices: list
+    choices: list[str]
     label: int | None
     id: object = None
 
@@ -53,7 +54,7 @@ class Entity:
 @dataclass(frozen=True)
 class NERExample:
     text: str
-    entities: list = field(default_factory=list)
+    entities: list[Entity] = field(default_factory=list)
     id: object = None
 
 
@@ -67,7 +68,7 @@ class Triple:
 @dataclass(frozen=True)
 class RelationExample:
     text: str
-    triples: list = field(default_factory=list)
+    triples: list[Triple] = field(default_factory=list)
     id: object = None
 
 
@@ -77,13 +78,13 @@ class Event:
     DuEE-Fin); each argument's `type` is its role."""
     type: str
     trigger: Entity | None
-    arguments: list = field(default_factory=list)
+    arguments: list[Entity] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class EventExample:
     text: str
-    events: list = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     id: object = None
 
 
@@ -98,12 +99,15 @@ class CorefExample:
 
 # The gold fields of each example type, emptied: what `mtl predict` featurizes (it never
 # reads gold, and test files have none). A new example type adds its row here.
-GOLD = {TextExample: {"label": None}, SpanQAExample: {"answers": []},
+GOLD: dict[type, dict[str, Any]] = {TextExample: {"label": None}, SpanQAExample: {"answers": []},
         ChoiceExample: {"label": None}, NERExample: {"entities": []},
         RelationExample: {"triples": []}, EventExample: {"events": []},
         CorefExample: {"label": None}}
 EXAMPLE_TYPES = tuple(GOLD)  # every example type (the MLM featurizer reads each one's text)
+# Any of them: what an adapter yields.
+Example = (TextExample | SpanQAExample | ChoiceExample | NERExample | RelationExample | EventExample
+           | CorefExample)
 
 
-def without_gold(example):
+def without_gold(example: Example) -> Example:
     return replace(example, **GOLD[type(example)])

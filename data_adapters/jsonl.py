@@ -13,6 +13,10 @@ are checked (CAIL2018's bracketed charges, as its judger reads them).
 A record without the label key is read as unlabelled in a test split (and
 counted as such in the report); in any other split it is skipped with its line.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
 from data_adapters.reading import (
@@ -24,6 +28,13 @@ from data_adapters.reading import (
     lookup,
     records,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 TEXT_TASKS = ("classification", "matching", "regression")
 
@@ -85,7 +96,8 @@ class JsonLinesAdapter(Adapter):
     def records(self, path, report):
         return json_records(path, report)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         rule = LabelRule(task_type, labels, options["skip_labels"], options["label_map"])
         for path in paths:
             for line, record in self.records(path, report):
@@ -121,7 +133,8 @@ class CdnCountAdapter(Adapter):
     field_defaults = {"text": "text", "terms": "normalized_result"}
     task_types = ("classification",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         rule = LabelRule(task_type, labels)
         for path in paths:
             for line, record in records(path, report):

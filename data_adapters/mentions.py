@@ -16,12 +16,23 @@ mention column (an unlabelled test split) keeps its text with no mention.
 `no_event: 其他` reads rows of that event type as "no target event in this
 text": the text is kept as a negative (CCKS2019's rows of type 其他, subject NaN).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.delimited import DelimitedAdapter, rows
 from data_adapters.events import Wanted
 from data_adapters.examples import Event, EventExample, NERExample
 from data_adapters.reading import MISSING, json_records, lookup
 from data_adapters.relations import ByText, place
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 
 @register_adapter("mention_table")
@@ -39,7 +50,8 @@ class MentionTableAdapter(Adapter):
     required_fields = ("text", "mention")
     task_types = ("extraction_ner", "extraction_event")
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         events = task_type == "extraction_event"
         if events and fields.get("event_type") is None:
             raise ValueError(f"format {self.format_name} needs fields.event_type for "

@@ -15,11 +15,21 @@ Records may be JSON lines, pretty-printed objects, or one JSON array.
 `inline_ner`: one text per line with entities marked in place as
 `{{type:mention}}` (BosonNLP); the markers are removed from the text.
 """
+from __future__ import annotations
+
 import re
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample
 from data_adapters.reading import MISSING, lookup, records, text_lines
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 STYLE_FIELDS = {
     "cluener": {"text": "text", "entities": "label"},
@@ -37,7 +47,8 @@ class SpanJsonAdapter(Adapter):
     field_keys = ("text", "entities", "start", "end", "type", "mention")
     task_types = ("extraction_ner",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         style = options["style"]
         if style not in STYLE_FIELDS:
             raise ValueError(f"option style must be cluener or list, got {style!r}")
@@ -132,7 +143,8 @@ class InlineNerAdapter(Adapter):
     option_keys = {"encoding": (str, "utf-8"), "unescape_newlines": (bool, True)}
     task_types = ("extraction_ner",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
             for number, line in text_lines(path, report, options["encoding"]):
                 line = line.rstrip("\r\n")

@@ -16,9 +16,20 @@ filters the rest (counted); `strip_suffix: true` keeps all, suffix removed.
 Weibo writes each character with its position in its word (`科0`, `p10`):
 `strip_position_digits: true` drops those digits.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample
 from data_adapters.reading import records, text_lines
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 SCHEMES = {"BIO": "BI", "IOB1": "BI", "BIOS": "BIS", "BIOES": "BIES", "BMES": "BMES"}
 DIGITS = "0123456789"
@@ -131,7 +142,8 @@ class TaggedCharsAdapter(Adapter):
     }
     task_types = ("extraction_ner",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         check_scheme(options)
         for path in paths:
             for start, lines in self.sentences(path, options["encoding"], report):
@@ -183,7 +195,8 @@ class TaggedJsonAdapter(Adapter):
     option_keys = dict(TAG_OPTIONS)
     task_types = ("extraction_ner",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         check_scheme(options)
         for path in paths:
             for line, record in records(path, report):

@@ -25,7 +25,10 @@ give unlabelled examples.
 Rows are read one record batch at a time, so memory stays bounded. A row is
 named in the report by its index in its file, counted from 0 like `dataset[i]`.
 """
+from __future__ import annotations
+
 import dataclasses
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.choice import CHID_BLANK, CHID_MARKER, ChidAdapter, ChoiceJsonlAdapter
@@ -34,6 +37,13 @@ from data_adapters.jsonl import TEXT_TASKS, text_example
 from data_adapters.qa import SquadAdapter
 from data_adapters.reading import MISSING, LabelRule, lookup
 from mtl_framework.errors import UserError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 INSTALL_HINT = "pip install mtl_framework[parquet] (or pip install pyarrow)"
 BATCH_ROWS = 4096  # rows decoded at a time
@@ -63,7 +73,8 @@ class ParquetAdapter(Adapter):
                   "answers", "answer_starts", "span1_text", "span1_index", "span2_text", "span2_index")
     task_types = tuple(REQUIRED)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         needed = REQUIRED[task_type] + (("id",) if options["group_ids"] else ())
         missing = [key for key in needed if fields.get(key) is None]
         if missing:

@@ -21,10 +21,20 @@ question's kind is the one most of its answers have (the first on a tie).
 example; its answer spans are every occurrence of the answer in the passage
 (the answer has no offset), and an empty answer means "not in this passage".
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Span, SpanQAExample, TextExample
 from data_adapters.reading import LabelRule, json_document, records, text_lines
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 YES_NO = ("YES", "NO")
 PLACEHOLDERS_SKIPPED = "placeholder answers (FAKE_ANSWER, a test file): no gold to learn or score"
@@ -65,7 +75,8 @@ class SquadAdapter(Adapter):
     option_keys = {"placeholder_answers": (str, "skip"), "scorer": (str, "squad")}
     predict_options = {"placeholder_answers": "no_gold"}
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         if options["placeholder_answers"] not in ("skip", "no_gold"):
             raise ValueError(f"options.placeholder_answers is {options['placeholder_answers']!r}:"
                              " use skip (the default) or no_gold")
@@ -182,7 +193,8 @@ class SquadAdapter(Adapter):
 class MultiPassageQAAdapter(Adapter):
     task_types = ("mrc_span",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
             for line, record in records(path, report):
                 report.count("questions")
@@ -235,7 +247,8 @@ class Cmrc2017ClozeAdapter(Adapter):
     task_types = ("mrc_span",)
     ANSWER_SUFFIX = ".answer"
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         answer_files = [p for p in paths if str(p).endswith(self.ANSWER_SUFFIX)]
         documents = [p for p in paths if not str(p).endswith(self.ANSWER_SUFFIX)]
         answers = {}

@@ -16,11 +16,21 @@ subject, object and slot mention, typed by subject_type / object_type.
 and `ipre` (CCKS2019 IPRE's sentence + relation-id files): rows sharing a text
 become one example, so that the text's other pairs are not read as negatives.
 """
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample, RelationExample, Triple
 from data_adapters.reading import records, text_lines
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 VALUE = "@value"
 
@@ -48,7 +58,8 @@ def slots(item):
 class SpoJsonAdapter(Adapter):
     task_types = ("extraction_relation", "extraction_ner")
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         read_example = self.entities if task_type == "extraction_ner" else self.triples
         empty = NERExample if task_type == "extraction_ner" else RelationExample
         for path in paths:
@@ -153,7 +164,8 @@ class EntityPairTsvAdapter(Adapter):
     field_defaults = {"head": 0, "tail": 1, "label": 2, "text": 3}
     task_types = ("extraction_relation",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         if not all(isinstance(column, int) for column in fields.values()):
             raise ValueError(f"fields of format entity_pair_tsv are column indexes, got {fields}")
         needed = max(fields.values()) + 1
@@ -205,7 +217,8 @@ class IpreAdapter(Adapter):
     option_keys = {"no_relation": (str, None)}
     task_types = ("extraction_relation",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         if not labels:
             raise ValueError("format ipre needs the task's labels: the relation files give "
                              "indexes into that list")

@@ -17,9 +17,16 @@ optional, i.e. a released test split. Everywhere else (`labels_required`, set by
 `read_task` for every split but `test`) adapters skip it with its place
 (`missing_label`), so it is never trained as a class.
 """
+from __future__ import annotations
+
+import os
 from collections import Counter
+from typing import Any
 
 from data_adapters import examples as ex
+
+# A record's place: its line number, or a label such as a question id; None: the file alone.
+Line = int | str | None
 
 # How many file:line places to keep per reason: enough to find the pattern.
 KEEP_PLACES = 5
@@ -28,7 +35,7 @@ UNLABELLED_SPLITS = ("test",)
 NO_LABEL = "no label (only a test split may leave labels out)"
 
 
-def place(file, line=None):
+def place(file: str | os.PathLike, line: Line = None) -> str:
     if line is None:
         return str(file)
     if isinstance(line, int):
@@ -37,17 +44,19 @@ def place(file, line=None):
 
 
 class ReadReport:
-    def __init__(self, keep=KEEP_PLACES, labels_required=False):
+    def __init__(self, keep: int = KEEP_PLACES, labels_required: bool = False) -> None:
         self.keep, self.labels_required = keep, labels_required
         self.examples = 0
-        self.units = Counter()  # texts, questions, entities, triples, events, ...
+        self.units: Counter[str] = Counter()  # texts, questions, entities, triples, events, ...
         self.spans_placed = 0
-        self.skipped, self.spans_lost, self.filtered = Counter(), Counter(), Counter()
-        self.repaired = Counter()  # release quirks read as the publisher means them
-        self.places = {}  # (kind, reason) -> first few places
-        self.absent = []  # optional files of the split that were not there
+        self.skipped: Counter[str] = Counter()
+        self.spans_lost: Counter[str] = Counter()
+        self.filtered: Counter[str] = Counter()
+        self.repaired: Counter[str] = Counter()  # release quirks read as the publisher means them
+        self.places: dict[tuple[str, str], list[str]] = {}  # (kind, reason) -> first few places
+        self.absent: list[str] = []  # optional files of the split that were not there
 
-    def absent_file(self, path):
+    def absent_file(self, path: str | os.PathLike) -> None:
         """An `optional` file of the split that is not there: the others are read."""
         self.absent.append(str(path))
 
@@ -56,39 +65,40 @@ class ReadReport:
         if len(places) < self.keep:
             places.append(place(file, line))
 
-    def skip(self, reason, file, line=None):
+    def skip(self, reason: str, file: str | os.PathLike, line: Line = None) -> None:
         """A whole record left out."""
         self.skipped[reason] += 1
         self._note("skipped", reason, file, line)
 
-    def lose_span(self, reason, file, line=None, count=1):
+    def lose_span(self, reason: str, file: str | os.PathLike, line: Line = None, count: int = 1) -> None:
         """An annotation that cannot be placed; its record is kept without it."""
         self.spans_lost[reason] += count
         self._note("spans_lost", reason, file, line)
 
-    def missing_label(self, file, line=None):
+    def missing_label(self, file: str | os.PathLike, line: Line = None) -> bool:
         """A record without a label: True (and skipped with its place) where labels
         are required; False where it may stay (counted as unlabelled by `add`)."""
         if self.labels_required:
             self.skip(NO_LABEL, file, line)
         return self.labels_required
 
-    def filter(self, reason, count=1, file=None, line=None):
+    def filter(self, reason: str, count: int = 1, file: str | os.PathLike | None = None,
+               line: Line = None) -> None:
         """Annotations removed on purpose by an option (e.g. weibo's keep_suffix), or
         not in the task's labels; `file`/`line`: the first few places are kept."""
         self.filtered[reason] += count
         if file is not None:
             self._note("filtered", reason, file, line)
 
-    def repair(self, reason, count=1):
+    def repair(self, reason: str, count: int = 1) -> None:
         """A documented quirk of the release read as its publisher means it (BosonNLP's
         nested marks, CAIL2018's bracketed charges): kept, and counted here."""
         self.repaired[reason] += count
 
-    def count(self, unit, n=1):
+    def count(self, unit: str, n: int = 1) -> None:
         self.units[unit] += n
 
-    def add(self, example):
+    def add(self, example: ex.Example) -> None:
         """Count one example that came out, by its kind."""
         self.examples += 1
         # "questions" are counted by the adapters as they meet them, kept or not.
@@ -117,19 +127,19 @@ class ReadReport:
             self.units["unlabelled"] += 1
 
     @property
-    def total_skipped(self):
+    def total_skipped(self) -> int:
         return sum(self.skipped.values())
 
     @property
-    def total_lost(self):
+    def total_lost(self) -> int:
         return sum(self.spans_lost.values())
 
     def _with_places(self, kind, counter):
         return {reason: {"count": n, "first": self.places.get((kind, reason), [])}
                 for reason, n in counter.most_common()}
 
-    def as_dict(self):
-        result = {"examples": self.examples}
+    def as_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"examples": self.examples}
         result.update(sorted(self.units.items()))
         result["skipped"] = self._with_places("skipped", self.skipped)
         result["skipped_total"] = self.total_skipped
@@ -146,7 +156,7 @@ class ReadReport:
             result["absent"] = list(self.absent)
         return result
 
-    def summary(self):
+    def summary(self) -> str:
         """One line for logs: `12000 examples, 49 skipped (label '-' in skip_labels: 49), ...`."""
         parts = [f"{self.examples} examples"]
         for name, counter in (("skipped", self.skipped), ("spans lost", self.spans_lost),

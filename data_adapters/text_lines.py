@@ -10,11 +10,21 @@ counted. Lines are streamed: nothing holds more than the line being read.
 Blank lines are skipped and counted with their file:line; surrounding white
 space is stripped.
 """
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
 from data_adapters.reading import codec
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
 
 
 @register_adapter("text_lines")
@@ -25,7 +35,8 @@ class TextLinesAdapter(Adapter):
     }
     task_types = ("mlm",)
 
-    def read(self, paths, options, fields, task_type, labels, report):
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
         for root in paths:
             for path in self.files(root, options["extension"], report):
                 with open(path, encoding=codec(options["encoding"]), errors="strict") as f:

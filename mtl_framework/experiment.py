@@ -96,7 +96,7 @@ class Experiment:
     backbone: dict = field(default_factory=dict)
     tasks: list = field(default_factory=list)  # [{name, rate?, loss_weight?}]
     doc: object = None  # Sources: where every key came from, for messages
-    folder: str = None  # relative paths start here; default: the file's folder
+    folder: str | None = None  # relative paths start here; default: the file's folder
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> Experiment:
@@ -226,7 +226,7 @@ def _extend(raw, path, sources, chain, doc):
 
 class _DictKeys:
     """The `doc` of a mapping given in Python: keys have no lines; messages name them."""
-    lines = {}
+    lines: dict = {}
 
     def __init__(self, label):
         self.path = label

@@ -83,18 +83,17 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
         raise UserError(f"--with-heads is for --format {' or '.join(holding)}; a {fmt} export "
                         "holds the backbone only")
     check_output(run_dir, output, force)
-    which = checkpoint
-    checkpoint = read_run(run_dir, log, which)
-    check_run_vocab(run_dir, checkpoint)  # every export holds it
-    backbone = checkpoint_backbone(checkpoint)
-    source = os.path.join(checkpoint.path, "trainer.json")
+    chosen = read_run(run_dir, log, checkpoint)
+    check_run_vocab(run_dir, chosen)  # every export holds it
+    backbone = checkpoint_backbone(chosen)
+    source = os.path.join(chosen.path, "trainer.json")
     if not formats.FORMATS[fmt].ours and backbone.config.get("rope_scaling"):
         raise UserError(f"{source}: backbone.rope_scaling "  # never dropped silently
                         f"{rope.describe(backbone.config['rope_scaling'])}: --format {fmt} has no "
                         f"way to hold it; export --format {formats.OURS}, or train without "
                         "rope_scaling")
     formats.module(fmt).check(backbone.config, source)  # refused before writing anything
-    heads = run_heads(checkpoint) if with_heads else None
+    heads = run_heads(chosen) if with_heads else None
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
     stem = os.path.basename(os.path.abspath(output)) + files.TEMPORARY
@@ -109,7 +108,7 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
         raise UserError(f"{output}: cannot write beside it in {parent} ({error.strerror}): give "
                         "--output a folder you can write") from None
     try:
-        write_export(run_dir, fmt, temporary, backbone, checkpoint, heads, log)
+        write_export(run_dir, fmt, temporary, backbone, chosen, heads, log)
         write_manifest(temporary)
         if os.path.isdir(output) and os.listdir(output):  # checked above: --force, an export
             check_output(run_dir, output, force)  # again: it may have changed meanwhile

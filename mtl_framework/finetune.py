@@ -133,8 +133,7 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
         run.train()
     results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
     line = evaluation.record(run.run_dir, run.step, eval_split, results)
-    if log:
-        log(evaluation.format_results(line))
+    log(evaluation.format_results(line))
     return run, {**line, "start": start}
 
 

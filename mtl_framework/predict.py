@@ -260,11 +260,16 @@ class PredictModel:
         from data_adapters.examples import NERExample, TextExample
 
         task = self.task(task_name)
+        examples: list[TextExample] | list[NERExample]
         if task.type in self.TEXT_TYPES:
             examples = [TextExample(*t) if isinstance(t, (tuple, list)) else TextExample(t)
                         for t in texts]
         elif task.type == "extraction_ner":
-            examples = [NERExample(t) for t in texts]
+            texts = list(texts)
+            pair = next((t for t in texts if not isinstance(t, str)), None)
+            if pair is not None:
+                raise UserError(f"task {task_name!r} (extraction_ner): one string per text, not {pair!r}")
+            examples = [NERExample(t) for t in texts if isinstance(t, str)]
         else:
             raise UserError(f"task {task_name!r} ({task.type}): raw strings are for "
                             f"{', '.join(self.TEXT_TYPES)} and extraction_ner tasks; write the "

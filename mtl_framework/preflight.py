@@ -46,7 +46,7 @@ BACKBONE_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exa
 @dataclass
 class Plan:
     """A checked training run: what `trainer.Run` builds."""
-    experiment: object  # experiment.Experiment
+    experiment: Experiment
     run_dir: str
     data_root: str
     registry: object

@@ -150,6 +150,12 @@ def checkpoint_step(name):
     return int(_STEP.match(os.path.basename(name)).group(1))
 
 
+def newest_checkpoint_step(run_dir):
+    """The step of the run's newest checkpoints/step-N folder (read or not), 0 without any."""
+    names = checkpoint_dirs(run_dir)
+    return checkpoint_step(names[-1]) if names else 0
+
+
 def write_checkpoint(run_dir, step, arrays, trainer, keep):
     """checkpoints/step-N (state.npz of `arrays` + trainer.json), written atomically;
     then only the newest `keep` are kept. A failed write (disk full) is removed and

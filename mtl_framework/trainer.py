@@ -18,7 +18,9 @@ logs in a temporary folder, removed at the end, and resume from the chief's chec
 
 Python: `Run(experiment, callbacks=[...]).train()`, `experiment` a path or an
 experiment.Experiment; the callbacks see per-task losses, rates and dev scores in
-Keras's `logs` (callbacks.py), a Keras epoch being `eval_every` updates.
+Keras's `logs` (callbacks.py), a Keras epoch being `eval_every` updates. `Run.close()`
+(or `with Run(...) as run:`) stops the run's micro-step threads when a process trains
+many runs one after another.
 """
 from __future__ import annotations
 
@@ -510,6 +512,19 @@ class Run:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+    def close(self) -> None:
+        """Let go of what the run holds besides memory: the run directory's lock and the
+        threads that run micro-steps side by side. `with Run(...) as run:` closes it on the
+        way out; a closed run can still train and evaluate (the threads start again)."""
+        self.release()
+        self.model.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def train(self, resume: bool = False) -> Run:
         try:

@@ -438,7 +438,13 @@ class MultiTaskModel(keras.Model):
         for a in self.accumulators:
             a.assign(tf.zeros_like(a))
 
-    def _apply_update(self):
+    def apply_update(self):
+        """One optimizer update from what micro_step has accumulated since the last one
+        (the balancing's before_apply first, as in run_update); the accumulators are zero
+        after it. run_update ends with this; it is public for code that drives micro_step
+        itself (bench/mtl_overhead.py times the optimizer update alone). A balancing that
+        learns from the update's losses (after_update) only sees them through run_update."""
+        self.balancing.before_apply(self)  # pcgrad: the tasks' gradients into the shared ones
         if self._apply_update_fn is None:
             def apply_local():  # per replica: Keras all-reduces (SUMs) the gradients itself
                 self.optimizer.apply([a.read_value() for a in self.accumulators], self.all_variables)
@@ -449,6 +455,26 @@ class MultiTaskModel(keras.Model):
                 self.backbone.update_residual_alpha(self.optimizer.iterations)
             self._apply_update_fn = tf.function(apply_update)
         self._apply_update_fn()
+
+    def tracing_counts(self):
+        """How often each traced function has been traced so far: {"micro_step": {key: n},
+        "forward": {key: n}, "apply_update": n}, a key being (trace group, batch structure).
+        One micro-step and one forward function per trace group (TaskHead.trace_key), each
+        traced once whatever the lengths and label counts: the number of tasks adds none
+        (tests/test_trace_groups.py, bench/mtl_overhead.py)."""
+        def counts(functions):
+            return {key: fn.experimental_get_tracing_count() for key, fn in functions.items()}
+
+        apply = self._apply_update_fn
+        return {"micro_step": counts(self._micro_steps), "forward": counts(self._forward_steps),
+                "apply_update": apply.experimental_get_tracing_count() if apply else 0}
+
+    def close(self):
+        """Stops the threads that run micro-steps side by side (lanes > 1); a later
+        run_update starts them again. trainer.Run.close calls it."""
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
 
     def run_update(self, micro_batches):
         """One optimizer update from [(task, batch), ...]; returns per-micro-batch logs.
@@ -480,11 +506,11 @@ class MultiTaskModel(keras.Model):
                 finish_oldest()
         finally:
             concurrent.futures.wait([future for _, future in pending])
-        self.balancing.before_apply(self)  # pcgrad: the tasks' gradients into the shared ones
         if any(log["finite"] for log in logs):
-            self._apply_update()
+            self.apply_update()
             self.balancing.after_update(logs, int(self.optimizer.iterations.numpy()))
         else:  # nothing finite to apply: drop the update rather than step on zeros
+            self.balancing.before_apply(self)  # as apply_update would have
             if self._reset_fn is None:
                 self._reset_fn = tf.function(lambda: self._on_replicas(self._zero_accumulators))
             self._reset_fn()

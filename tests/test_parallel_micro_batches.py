@@ -83,3 +83,29 @@ def test_lanes_default_and_errors():
     assert make_model(None, balancing="initial_loss").lanes == 1  # reads the previous one's state
     with pytest.raises(ValueError, match="set it to 1"):
         make_model(2, balancing="initial_loss")
+
+
+def test_micro_steps_then_apply_update_make_run_updates_update():
+    """The public pieces of run_update (micro_step per micro-batch, then apply_update) give
+    its update, and close() stops the lanes' threads without breaking a later update."""
+    whole, parts = make_model(1), make_model(1)
+    whole.run_update(micro_batches(0))
+    for task, batch in micro_batches(0):
+        parts.micro_step(task, {k: keras.ops.convert_to_tensor(v) for k, v in batch.items()})
+    parts.apply_update()
+    for a, b in zip(whole.state_variables, parts.state_variables):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=1e-7)
+    assert parts.tracing_counts()["apply_update"] == 1
+
+    def new_lane_threads():  # other tests' models may still hold theirs
+        return [t for t in set(threading.enumerate()) - before if t.name.startswith("micro_step")]
+
+    before = set(threading.enumerate())
+    model = make_model(2)
+    model.run_update(micro_batches(0))
+    model.run_update(micro_batches(1))  # traced: this one runs in the lanes' threads
+    assert new_lane_threads()
+    model.close()
+    assert not new_lane_threads()
+    model.run_update(micro_batches(2))
+    model.close()

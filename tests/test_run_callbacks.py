@@ -122,3 +122,21 @@ def test_set_overrides_and_resume(tmp_path, capsys):
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
     assert np.array_equal(sorted(p.name for p in (run_dir / "checkpoints").iterdir()),
                           ["step-00000001", "step-00000002", "step-00000003"])
+
+
+def test_a_run_as_a_context_manager_closes_its_threads(tmp_path):
+    """`with Run(...) as run:` stops the micro-step threads on the way out (a process that
+    trains many runs, as bench/runs.py does, would otherwise keep each run's)."""
+    import threading
+
+    def new_lane_threads():  # other tests' models may still hold theirs
+        return [t for t in set(threading.enumerate()) - before if t.name.startswith("micro_step")]
+
+    before = set(threading.enumerate())
+    experiment = Experiment.from_dict(config(tmp_path, steps=3, eval_every=0))
+    with Run(experiment, output=str(tmp_path / "run"), log=lambda *a: None) as run:
+        run.train()
+        # two lanes by default on a CPU with 2+ cores (MultiTaskModel._lanes)
+        assert bool(new_lane_threads()) == (run.model.lanes > 1)
+    assert not new_lane_threads()
+    assert run.evaluate("dev", max_examples=4)["tnews"]["examples"] == 4  # still usable

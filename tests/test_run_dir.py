@@ -105,9 +105,11 @@ def test_names_do_not_depend_on_what_else_the_process_built():
 def test_written_checkpoint_reads_back_by_name_and_rotates(tmp_path):
     arrays = {"backbone/a": np.arange(6.0).reshape(2, 3), "tnews/dense/kernel": np.ones(2),
               "micro_batches_seen": np.array(7)}
+    assert files.newest_checkpoint_step(tmp_path) == 0
     for step in (2, 4, 6):
         files.write_checkpoint(tmp_path, step, arrays, {"mixture": {}, "backbone": {}}, keep=2)
     assert files.checkpoint_dirs(tmp_path) == ["step-00000004", "step-00000006"]
+    assert files.newest_checkpoint_step(tmp_path) == 6
     checkpoint = files.latest_checkpoint(tmp_path, lambda n: n.startswith("backbone/"))
     assert checkpoint.step == 6 and checkpoint.names == list(arrays) and not checkpoint.damaged
     assert list(checkpoint.arrays) == ["backbone/a"]  # only what was wanted is read

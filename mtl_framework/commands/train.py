@@ -39,7 +39,6 @@ def register(subparsers):
     parser.set_defaults(func=run)
 
 
-
 def run(args):
     from mtl_framework.preflight import plan_run
 
@@ -48,7 +47,7 @@ def run(args):
         return 0
     plan = plan_run(args.experiment, args.output, args.data_root, resume=args.resume,
                     overrides=args.overrides)
-    started = newest_checkpoint_step(plan.run_dir) if args.resume else 0
+    started = files.newest_checkpoint_step(plan.run_dir) if args.resume else 0
     run = None
     try:
         from mtl_framework.trainer import Run  # imports TensorFlow: only once the plan holds
@@ -78,15 +77,10 @@ def print_config(args, out=None):
             out.write(f"#   {line}\n")
 
 
-def newest_checkpoint_step(run_dir):
-    names = files.checkpoint_dirs(run_dir)
-    return files.checkpoint_step(names[-1]) if names else 0
-
-
 def interrupted_line(args, run_dir, step):
     """Where Ctrl-C stopped and the command that continues (the newest checkpoint: a
     resume trains the updates after it again, bit-identical to an uninterrupted run)."""
-    resume_from = newest_checkpoint_step(run_dir)
+    resume_from = files.newest_checkpoint_step(run_dir)
     command = ["mtl", "train", args.experiment, "--output", run_dir]
     if args.data_root:
         command += ["--data-root", args.data_root]

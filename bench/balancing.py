@@ -46,9 +46,10 @@ import statistics
 import time
 from pathlib import Path
 
+from bench import REPO
 from bench.load import cpu_model, cpu_seconds, load_average
+from bench.runs import interval, train_and_evaluate
 
-REPO = Path(__file__).resolve().parents[1]
 # Tasks of ../shared/data with a labelled train and dev split, seven types (families).
 CANDIDATES = ["tnews", "chnsenticorp", "afqmc", "ocnli", "stsb_zh", "resume", "cluener",
               "weibo_nam", "duie_ent", "cmrc2018", "c3_m", "c3_d", "cluewsc"]
@@ -64,9 +65,6 @@ EVAL_EXAMPLES = 300
 HELD_OUT = 330  # examples of train held out for the pilot (>= EVAL_EXAMPLES after skipped rows)
 PILOT_SEEDS = 2
 MARGIN, FLOOR, N_TASKS, MIN_TYPES = 0.05, 0.10, 6, 4
-SKIP_UPDATES = 10  # first updates trace: left out of the seconds per update
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-       9: 2.262, 10: 2.228}
 
 
 def experiment(method, tasks, seed, data_root, work_dir, cache="cache"):
@@ -82,34 +80,13 @@ def experiment(method, tasks, seed, data_root, work_dir, cache="cache"):
 
 def run_arm(method, tasks, seed, args, log, data_root=None, stage="study"):
     """Train one run in this process; its dev scores and seconds per update."""
-    import keras
-
-    from mtl_framework.trainer import Run
-
     name = f"{stage}-{method}-{'+'.join(tasks) if method == 'single' else 'mix'}-seed{seed}"
-    run_dir = args.work_dir / "runs" / name
-    shutil.rmtree(run_dir, ignore_errors=True)  # a run stopped half-way starts again
-    path = args.work_dir / "experiments" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
     cache = "cache" if stage == "study" else f"{stage}_cache"
-    path.write_text(json.dumps(experiment(method, tasks, seed, data_root or args.data_root,
-                                          args.work_dir, cache)))
-    started = time.time()
-    run = Run(str(path), str(run_dir), log=log)
-    run.train()
-    trained = time.time() - started
-    results = run.evaluate("dev", max_examples=EVAL_EXAMPLES)
-    stamps = [json.loads(line)["time"] for line in open(run_dir / "metrics.jsonl")]
-    per_update = [b - a for a, b in zip(stamps[SKIP_UPDATES:], stamps[SKIP_UPDATES + 1:])]
-    if run.model._threads is not None:
-        run.model._threads.shutdown()
-    del run
-    keras.backend.clear_session()
-    return {"method": method, "tasks": tasks, "seed": seed, "train_seconds": round(trained, 1),
-            "seconds_per_update": statistics.median(per_update),
-            "wall_seconds": round(time.time() - started, 1),
-            "scores": {t: {k: results[t].get(k) for k in ("score", "baseline", "metric", "examples")}
-                       for t in tasks}}
+    result = train_and_evaluate(experiment(method, tasks, seed, data_root or args.data_root,
+                                           args.work_dir, cache), args.work_dir, name, EVAL_EXAMPLES, log)
+    return {"method": method, "tasks": tasks, "seed": seed,
+            **{k: result[k] for k in ("train_seconds", "seconds_per_update", "wall_seconds")},
+            "scores": {t: result["scores"][t] for t in tasks}}
 
 
 # ---------------------------------------------------------------- the pilot's data
@@ -257,16 +234,6 @@ def build_vocab(args, pilot_root, log):
     built = cached_vocab(vocab_sources(plan), plan.data_root, BACKBONE["vocab_size"],
                          str(args.work_dir / "pilot_cache"), log=log)
     shutil.copyfile(built, path)
-
-
-def interval(values):
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = T95.get(n - 1, 1.96) * sd / math.sqrt(n)
-    return mean, [mean - half, mean + half]
 
 
 def summarize(records, tasks):

@@ -204,7 +204,7 @@ def run_ours(args, config, name, info, seed, old=False):
 
 
 def run_bert4keras(args, name, info, seed, gold_from):
-    from mtl_framework.heads import _spans_from_scores
+    from mtl_framework.heads import spans_from_scores
 
     request = {"config": str(work_path(args, "bert_config.json")), "task": TASKS[name],
                "labels": info["labels"], "head_size": args.head_size,
@@ -227,7 +227,7 @@ def run_bert4keras(args, name, info, seed, gold_from):
             scores = np.full((info["labels"], batch_row, batch_row), -np.inf)
             for h, s, e, score in candidates:
                 scores[h, s, e] = score
-            decoded.append(_spans_from_scores(scores, batch_row, 0.0, gold_from["max_spans"]))
+            decoded.append(spans_from_scores(scores, batch_row, 0.0, gold_from["max_spans"]))
         result["predictions"] = decoded
     result["gold"] = gold_from["gold"]
     return result

@@ -13,6 +13,20 @@ def proc_cpu_seconds(pid):
         return 0.0
 
 
+def child_pids(pid=None):
+    """The live child processes of `pid` (default: this process), from /proc's children
+    lists of its threads (a worker pool's processes, without reaching into the pool)."""
+    pid = os.getpid() if pid is None else pid
+    found = set()
+    try:
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{thread}/children") as f:
+                found.update(int(p) for p in f.read().split())
+    except OSError:
+        pass
+    return sorted(found)
+
+
 def machine_busy_seconds():
     """CPU seconds all processes have used since boot (idle and iowait left out)."""
     try:

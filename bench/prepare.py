@@ -42,7 +42,7 @@ from unittest import mock
 import numpy as np
 
 from bench import REPO, child_env
-from bench.load import cpu_model, cpu_seconds, load_average, proc_cpu_seconds
+from bench.load import child_pids, cpu_model, cpu_seconds, load_average, proc_cpu_seconds
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -75,8 +75,7 @@ class PeakRSS:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _pids(self):
-        pool = self.workers.pool
-        return [os.getpid()] + (list(pool._processes) if pool is not None and pool._processes else [])
+        return [os.getpid()] + (child_pids() if self.workers.pool is not None else [])
 
     def _run(self):
         while not self._stop.is_set():
@@ -95,8 +94,7 @@ class PeakRSS:
 
 
 def worker_cpu(workers):
-    pool = workers.pool
-    return sum(proc_cpu_seconds(p) for p in (pool._processes or {})) if pool is not None else 0.0
+    return sum(proc_cpu_seconds(p) for p in child_pids()) if workers.pool is not None else 0.0
 
 
 def tokenizer_for(tasks, data_root, cache_dir):

@@ -88,7 +88,7 @@ def _real_lengths(batch):
     return rotary_lengths(batch["token_ids"])
 
 
-def _spans_from_scores(scores, length, threshold=0.0, max_spans=None):
+def spans_from_scores(scores, length, threshold=0.0, max_spans=None):
     """{(head, start, end)} with score > threshold; positions 0 ([CLS]) and
     length - 1 ([SEP]) excluded, as bert4keras's extraction examples. Only
     the max_spans best are kept: an untrained pointer scores half of all
@@ -381,7 +381,7 @@ class EntityHead(TaskHead):
     def decode(self, logits, batch, max_spans="default"):
         max_spans = self.max_spans if max_spans == "default" else max_spans
         lengths = (np.asarray(batch["token_ids"]) != 0).sum(-1)
-        return [_spans_from_scores(s, n, self.threshold, max_spans)
+        return [spans_from_scores(s, n, self.threshold, max_spans)
                 for s, n in zip(_np(logits), lengths)]
 
     def targets(self, batch):
@@ -450,7 +450,7 @@ class RelationHead(_GPLinkerHead):
         entity, head, tail = (_np(outputs[k]) for k in self.keys)
         out = []
         for i, n in enumerate(lengths):
-            spans = sorted(_spans_from_scores(entity[i], n, self.threshold, max_spans))
+            spans = sorted(spans_from_scores(entity[i], n, self.threshold, max_spans))
             subj = np.array([(s, e) for k, s, e in spans if k == 0], int).reshape(-1, 2)
             obj = np.array([(s, e) for k, s, e in spans if k == 1], int).reshape(-1, 2)
             # a predicate holds when both its head and tail links fire
@@ -540,7 +540,7 @@ class EventHead(_GPLinkerHead):
         max_spans = self.max_spans if max_spans == "default" else max_spans
         lengths = (np.asarray(batch["token_ids"]) != 0).sum(-1)
         argument, head, tail = (_np(outputs[k]) for k in self.keys)
-        return [self.events(_spans_from_scores(argument[i], n, self.threshold, max_spans),
+        return [self.events(spans_from_scores(argument[i], n, self.threshold, max_spans),
                             head[i, 0], tail[i, 0])
                 for i, n in enumerate(lengths)]
 

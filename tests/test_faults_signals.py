@@ -30,13 +30,20 @@ def env():
     return out
 
 
+def as_in_a_terminal():
+    """SIGINT at its default in the child, as in a terminal's foreground job: a test suite
+    started in the background by a shell without job control (`make test &`, nohup)
+    inherits SIGINT ignored, and so would `mtl`, which then never sees the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(argv, folder):
     """`mtl ARGV` as a process of its own session (SIGINT as a terminal's Ctrl-C sends it,
     to the whole group), stderr to a file."""
     err = open(folder / "stderr.txt", "w")
     process = subprocess.Popen([sys.executable, "-m", "mtl_framework", *map(str, argv)],
                                stdout=subprocess.DEVNULL, stderr=err, env=env(), cwd=folder,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=as_in_a_terminal)
     return process, folder / "stderr.txt"
 
 

@@ -144,7 +144,6 @@ class RunLogger(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
-        self.run.step = self.step
         model = self.run.model
         record = {"step": self.step, "time": time.time(), "loss": (logs or {}).get("loss"),
                   "alpha": float(model.backbone.residual_alpha.numpy()),
@@ -176,6 +175,8 @@ class RunLogger(keras.callbacks.Callback):
                 self.bad_since.setdefault(entry["task"], self.step)
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
+        # the update a Ctrl-C reports (commands/train.py) is the last one metrics.jsonl holds
+        self.run.step = self.step
         with self.writer.as_default(step=self.step):
             tf.summary.scalar("loss", record["loss"] or 0.0)
             for name, stats in record["tasks"].items():

@@ -143,17 +143,14 @@ UNIT_KINDS = {"jsonl": "records", "span_json": "records", "tagged_json": "record
               "c3": "list", "tagged_chars": "blocks"}
 
 
-def pilot_data(args, log):
+def pilot_data(args, registry, log):
     """WORK_DIR/pilot_data: the data root with each candidate's train file split (once)."""
-    from mtl_framework.registry import load_registry
-
     root = args.work_dir / "pilot_data"
     done = root / "held_out.json"
     if done.exists():
         return root, json.loads(done.read_text())
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    registry = load_registry()
     specs = {t: registry.tasks[t] for t in CANDIDATES}
     folders = {s.files["train"].split("/")[0] for s in specs.values()}
     for entry in sorted(args.data_root.iterdir()):
@@ -189,6 +186,18 @@ def pilot_data(args, log):
     return root, held_out
 
 
+def known(value):
+    return value is not None and not math.isnan(value)
+
+
+def margin_over_majority(score):
+    """score - majority (a baseline that is not a number, e.g. Spearman of a constant,
+    counts as 0); None when the score itself is missing."""
+    if not known(score["score"]):
+        return None
+    return score["score"] - (score["baseline"] if known(score["baseline"]) else 0.0)
+
+
 def choose_tasks(pilot_records, types):
     """The rule of the module docstring: (chosen tasks, per-task table)."""
     table = {}
@@ -197,9 +206,7 @@ def choose_tasks(pilot_records, types):
         if not seen:
             continue
         scores = [s["score"] for s in seen]
-        margins = [None if s["score"] is None or (isinstance(s["score"], float) and math.isnan(s["score"]))
-                   else s["score"] - (0.0 if s["baseline"] is None or math.isnan(s["baseline"])
-                                      else s["baseline"]) for s in seen]
+        margins = [margin_over_majority(s) for s in seen]
         margin = None if None in margins else min(margins)
         table[task] = {"type": types[task], "scores": scores, "baselines": [s["baseline"] for s in seen],
                        "margin": margin, "eligible": margin is not None and margin >= MARGIN
@@ -398,10 +405,11 @@ def main():
     log = lambda message: (log_file.write(str(message) + "\n"), log_file.flush())
     started, cpu0 = time.time(), cpu_seconds()
     from mtl_framework.registry import load_registry
-    types = {t: s.type for t, s in load_registry().tasks.items()}
+    registry = load_registry()
+    types = {t: s.type for t, s in registry.tasks.items()}
 
     pilot = {"records": [], "held_out": {}, "table": {}, "chosen": None}
-    pilot_root, pilot["held_out"] = pilot_data(args, log)
+    pilot_root, pilot["held_out"] = pilot_data(args, registry, log)
     build_vocab(args, pilot_root, log)
     if args.tasks:
         tasks = args.tasks

@@ -28,11 +28,25 @@ scorer name to its module. Every module follows one contract:
 publisher_entry() runs the three for mtl_framework.evaluation. NumPy-free, no
 TensorFlow: the spec loader imports SCORERS' names.
 """
-from mtl_framework.scorers import cmrc2018
+from mtl_framework.scorers import (
+    cjrc,
+    cmrc2017,
+    cmrc2018,
+    cmrc2019,
+    dureader_checklist,
+    dureader_robust,
+    webqa,
+)
 
 # name -> module, the names a spec's `scorer:` may give
 SCORERS = {
     "cmrc2018": cmrc2018,
+    "cjrc": cjrc,
+    "cmrc2017": cmrc2017,
+    "cmrc2019": cmrc2019,
+    "dureader_robust": dureader_robust,
+    "dureader_checklist": dureader_checklist,
+    "webqa": webqa,
 }
 
 

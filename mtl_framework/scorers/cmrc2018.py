@@ -13,7 +13,7 @@ from mtl_framework.scorers.release import answers_by_id, squad_gold
 from mtl_framework.scorers.treebank import word_tokenize
 
 SOURCE = {"repository": "ymcui/cmrc2018", "path": "squad-style-data/cmrc2018_evaluate.py",
-          "commit": "c0eb1b6ba219847457e6af3180da722bbeb656af"}
+          "commit": "5c81039ef856de178b5198391b3cd40f4e5e8514"}
 PRIMARY = "average"
 
 # The script's list; its "……" (two characters) never equals the one character it is

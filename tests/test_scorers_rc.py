@@ -20,6 +20,11 @@ DATASETS = {"cmrc2018": "cmrc2018", "drcd": "cmrc2018", "cail2019_rc": "cjrc",
             "cmrc2017": "cmrc2017", "cmrc2019": "cmrc2019", "dureader_robust": "dureader_robust",
             "dureader_checklist": "dureader_checklist", "sogouqa": "webqa", "webqa": "webqa"}
 TOLERANCE = 1e-3
+# The one kind of set where ours is not the official figure: an English text of two
+# sentences ("... Hello world. Good bye"), where word_tokenize's Punkt step (NLTK's English
+# model) makes "world" "." and our Punkt-free tokenizer "world." (docs/task_specs.md).
+RESIDUAL = {("cmrc2018", "en_two_sentences"): {"f1": 0.03357, "average": 0.016785},
+            ("drcd", "en_two_sentences"): {"f1": 0.047664, "average": 0.023832}}
 # Sets the official script stops on, and what we return (docs/task_specs.md says why).
 CRASHES = {
     # "<qid> |||" stripped is one field: the script looks up the id "<qid> |||" (KeyError);
@@ -105,7 +110,11 @@ def test_each_prediction_set_scores_as_the_official_script(name):
             expected = CRASHES[name, case["name"]]
             assert {k: ours[k] for k in expected} == pytest.approx(expected), case["name"]
             continue
+        residual = RESIDUAL.get((name, case["name"]), {})
         for key, value in compared(case["official"]).items():
+            if key in residual:
+                assert ours[key] - value == pytest.approx(residual[key], abs=1e-5), case["name"]
+                continue
             worst = max(worst, abs(ours[key] - value))
             assert ours[key] == pytest.approx(value, abs=TOLERANCE), (case["name"], key)
     assert worst <= TOLERANCE

@@ -1,12 +1,13 @@
 """nltk.word_tokenize as the CMRC 2018 script ran it (NLTK 3.4.5 on Python 2), without Punkt.
 
 word_tokenize = Punkt sentence splitting, then an "improved" TreebankWordTokenizer per
-sentence. Punkt's model is a download no package installs, so this is the tokenizer
+sentence. NLTK loads Punkt's model from nltk_data, a download, so this is the tokenizer
 alone on the whole text (word_tokenize(text, preserve_line=True)): it differs only where
-Punkt would end a sentence inside one non-Chinese run of an answer (then a period
-before the break becomes a token of its own); docs/task_specs.md gives the cases
-measured. The regular expressions are NLTK's (Apache 2.0), compiled as Python 2
-compiled them: `\\d`, `\\s`, `\\b` ASCII-only except where NLTK asked for Unicode.
+Punkt would end a sentence inside one non-Chinese run of an answer ("hello world. good
+bye": Punkt makes "world" "."; here "world."). Measured against the script with NLTK's
+English Punkt model in docs/task_specs.md. The regular expressions are NLTK's
+(Apache 2.0), compiled as Python 2 compiled them: `\\d`, `\\s`, `\\b` ASCII-only except
+where NLTK asked for Unicode.
 """
 import re
 

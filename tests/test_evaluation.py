@@ -289,3 +289,20 @@ steps: 1
     assert results["cmrc2018"]["scorer"] == "cmrc2018"
     with pytest.raises(UserError, match=r"no task\(s\) \['nope'\]"):
         run.evaluate("dev", ["nope"])
+
+
+def test_keep_best_the_model_card_and_old_lines_read_the_publishers_score():
+    from mtl_framework.callbacks import BestTracker
+    from mtl_framework.model_card import eval_results
+
+    new = {"metric": "em_f1", "score": 0.61, "metric_score": 0.70, "scorer": "cmrc2018",
+           "scorer_figure": "average", "scorer_result": {"average": 0.61}, "baseline": 0.0}
+    old = {"metric": "accuracy", "score": 0.5, "baseline": 0.1}
+    line = {"step": 3, "split": "dev", "tasks": {"cmrc2018": new, "tnews": old}, "aggregate": 0.555}
+    tracker = BestTracker(metric="cmrc2018")
+    assert tracker.update(3, line) and tracker.best == 0.61  # the publisher's figure
+    cards = {r.dataset_name: r for r in eval_results(line, {}, {})}
+    assert (cards["cmrc2018"].metric_type, cards["cmrc2018"].metric_value) == ("cmrc2018 average", 0.61)
+    assert (cards["tnews"].metric_type, cards["tnews"].metric_value) == ("accuracy", 0.5)
+    text = evaluation.format_results(line)  # a line written before scorers still prints
+    assert "tnews" in text and "accuracy" in text and "0.5000" in text

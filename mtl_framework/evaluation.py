@@ -45,6 +45,7 @@ from mtl_framework.metrics import compute_metric, majority_predictions, primary_
 from mtl_framework.mixture import iterate_batches
 from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
+from mtl_framework.scorers import scoring_task
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.trained_model import build_heads, check_run_vocab, checkpoint_backbone, read_run
 from mtl_framework.training import MultiTaskModel
@@ -228,20 +229,6 @@ class Scoring:
         result = scorers.publisher_entry(self.task, self.split, self.data_root, examples,
                                          self.decoded(predictions, features, rows), ids)
         return {**result, "predictions": len(predictions)}
-
-
-def scoring_task(task, split):
-    """The task as read for scoring: for a task with a publisher's scorer, the adapter's
-    scoring_options over its options on any split but train (nothing training leaves
-    out may leave the score)."""
-    import dataclasses
-
-    from data_adapters import get_adapter
-
-    extra = getattr(get_adapter(task.format), "scoring_options", {})
-    if split == "train" or not extra or not getattr(task, "scorer", None):
-        return task
-    return dataclasses.replace(task, options={**task.options, **extra})
 
 
 def ranking_entry(predictor, task, features, rows, batch_size, train_features=None):

@@ -98,6 +98,7 @@ def experiment_jobs(experiment, tasks, with_dev=None, with_mlm=None):
     run evaluates (eval_every > 0); each task's train text for mlm when it has mlm.
     max_length as the trainer takes it: the smaller of the task's and the experiment's."""
     from mtl_framework.preflight import MLM_TASK, mlm_corpus_task, mlm_settings
+    from mtl_framework.scorers import scoring_task
 
     names = {t["name"] for t in experiment.tasks}
     with_mlm = MLM_TASK in names if with_mlm is None else with_mlm
@@ -107,7 +108,7 @@ def experiment_jobs(experiment, tasks, with_dev=None, with_mlm=None):
         length = min(task.max_length, experiment.max_length)
         jobs.append(Job(task, "train", length))
         if with_dev and "dev" in (task.files or {}):
-            jobs.append(Job(task, "dev", length))
+            jobs.append(Job(scoring_task(task, "dev"), "dev", length))  # as evaluation reads it
     if with_mlm:
         entry = next((t for t in experiment.tasks if t["name"] == MLM_TASK), {})
         sources = [mlm_corpus_task(experiment, entry)] if entry.get("corpus") else tasks

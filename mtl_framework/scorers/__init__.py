@@ -28,6 +28,9 @@ scorer name to its module. Every module follows one contract:
 publisher_entry() runs the three for mtl_framework.evaluation. NumPy-free, no
 TensorFlow: the spec loader imports SCORERS' names.
 """
+import dataclasses
+
+from data_adapters import get_adapter
 from mtl_framework.scorers import (
     cjrc,
     cmrc2017,
@@ -74,3 +77,13 @@ def score_name(entry):
     if entry.get("scorer_figure"):
         return f"{entry['scorer']} {entry['scorer_figure']}"
     return entry.get("metric", "score")
+
+
+def scoring_task(task, split):
+    """The task as read for scoring: for a task with a publisher's scorer, the adapter's
+    scoring_options over its options on any split but train (nothing training leaves
+    out may leave the score)."""
+    extra = getattr(get_adapter(task.format), "scoring_options", {})
+    if split == "train" or not extra or not getattr(task, "scorer", None):
+        return task
+    return dataclasses.replace(task, options={**task.options, **extra})

@@ -1,0 +1,58 @@
+"""DuIE 2.0's re_official_evaluation.py figures on 29 prediction sets from the real dev set."""
+import json
+
+import pytest
+from official_fixtures import assert_figures, load, shared_file
+
+from mtl_framework.scorers import duie
+
+FIXTURE = load("duie")
+
+
+@pytest.fixture(scope="module")
+def gold():
+    path = shared_file("data", FIXTURE["gold_file"])
+    with open(path, encoding="utf-8") as f:
+        lines = [json.loads(line) for line in f]
+    return [lines[i] for i in FIXTURE["gold_rows"]]
+
+
+def test_fixture_names_the_script():
+    assert FIXTURE["source"] == duie.SOURCE
+    assert len(FIXTURE["sets"]) >= 20
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURE["sets"]))
+def test_equals_the_official_script(gold, name):
+    entry = FIXTURE["sets"][name]
+    predictions = entry["predictions"]
+    if predictions and isinstance(predictions[0], list):  # spo_lists, one per gold line
+        predictions = [{"text": g["text"], "spo_list": spo} for g, spo in zip(gold, predictions)]
+    assert_figures(duie.score(gold, predictions), entry["official"], name)
+
+
+def test_objects_without_their_slots_are_misses(gold):
+    """What a task without "<predicate>_<slot>" labels predicts, even when every
+    @value is right: the complex objects count against it (gold is not reduced)."""
+    value_only = [{"text": g["text"], "spo_list": [{**s, "object": {"@value": s["object"]["@value"]}}
+                                                   for s in g["spo_list"]]} for g in gold]
+    complex_ = sum(len(s["object"]) > 1 for g in gold for s in g["spo_list"])
+    total = sum(len({json.dumps(s["object"]) + s["subject"] + s["predicate"] for s in g["spo_list"]})
+                for g in gold)
+    figures = duie.score(gold, value_only)
+    assert complex_ > 0 and figures["recall"] < 1.0
+    assert figures["recall"] == pytest.approx((total - complex_) / total, abs=0.01)
+
+
+def test_slot_triples_join_into_complex_objects(gold):
+    """Our decoded triples, slots as "<predicate>_<slot>" triples of the same subject,
+    give back the release's complex objects."""
+    line = next(g for g in gold if any(len(s["object"]) > 1 for s in g["spo_list"]))
+    span = lambda text: {"text": text, "start": 0, "end": len(text)}
+    triples = []
+    for s in line["spo_list"]:
+        for slot, value in s["object"].items():
+            predicate = s["predicate"] if slot == "@value" else f"{s['predicate']}_{slot}"
+            triples.append({"subject": span(s["subject"]), "predicate": predicate,
+                            "object": span(value)})
+    assert duie.score([line], [duie.prediction_line(line["text"], triples)])["f1"] == 1.0

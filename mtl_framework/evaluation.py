@@ -127,6 +127,8 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     if task_family.windows:
         predictions, references = task_family.window_answers(features, windows)
         entry["windows"] = len(windows)
+    if task_family.text_answers is not None:
+        predictions, references = task_family.text_answers(features, rows, predictions)
     predictions, references, unlabelled = _labelled(features.family, predictions, references)
     if unlabelled:
         entry["unlabelled"] = unlabelled

@@ -52,6 +52,7 @@ from mtl_framework.finetune import DEFAULTS as FINETUNE_DEFAULTS
 from mtl_framework.formats import OURS
 from mtl_framework.outputs import check_folder
 from mtl_framework.run_dir import read_experiment
+from mtl_framework.scorers import score_name
 from mtl_framework.yaml_io import parse_yaml
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
@@ -463,7 +464,8 @@ def finetune_one(path, label, task, seed, settings, data_root, output, task_spec
         shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
     entry = line["tasks"][task]
     return {"export": label, "task": task, "seed": seed, "score": entry["score"],
-            "metric": entry.get("metric"), "baseline": entry.get("baseline"),
+            "metric": score_name(entry), "metric_score": entry.get("metric_score"),
+            "baseline": entry.get("baseline"),
             "examples": entry.get("examples"), "settings": settings, "start": line["start"],
             "wall_s": round(time.perf_counter() - started, 1)}
 

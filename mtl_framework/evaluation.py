@@ -14,9 +14,18 @@ What the features cannot show is put back so the score is not flattered:
 - unlabelled rows (label -1 / NaN) are left out and counted.
 Scores come with the task's majority baseline (train labels when given).
 
+A task whose spec names a publisher's scorer (`scorer:`, mtl_framework.scorers) is
+scored by it too, on the split's release gold: its primary figure is the entry's
+`score` (what keep_best, the benchmark and the model card read), the generic metric
+stays beside it as `metric_score` / `result`. Split files are read for scoring with
+the adapter's `scoring_options` (nothing training skips is left out of the score).
+
 RUN_DIR/evaluations.jsonl gets one line per evaluation:
     {"step", "split", "time", "tasks": {task: {"metric", "score", "result",
      "baseline", "examples", ...}}, "aggregate"}
+with, for a task with a scorer, "scorer", "scorer_figure", "scorer_result",
+"metric_score" and "metric_baseline" (older lines have none: there "score" is the
+generic metric's).
 """
 import os
 import time
@@ -26,12 +35,13 @@ import tensorflow as tf
 
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
+from mtl_framework import scorers
 from mtl_framework.cache import cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
 from mtl_framework.families import family
-from mtl_framework.metrics import compute_metric, majority_baseline, majority_predictions, primary_score
+from mtl_framework.metrics import compute_metric, majority_predictions, primary_score
 from mtl_framework.mixture import iterate_batches
 from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
@@ -113,8 +123,9 @@ def train_labels(features):
 
 
 def evaluate_features(model, task, features, predictor=None, batch_size=32, max_examples=None,
-                      train_features=None):
-    """One task's score on already-built features; see the module docstring."""
+                      train_features=None, scoring=None):
+    """One task's score on already-built features; see the module docstring.
+    scoring: a Scoring (the task's publisher's scorer on these features' examples)."""
     predictor = predictor or TaskPredictor(model)
     head = model.heads[task.name]
     rows = evaluation_rows(features, max_examples)
@@ -127,6 +138,7 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     if task_family.windows:
         predictions, references = task_family.window_answers(features, windows)
         entry["windows"] = len(windows)
+    publisher = scoring(predictions, features, rows) if scoring else None
     if task_family.text_answers is not None:
         predictions, references = task_family.text_answers(features, rows, predictions)
     predictions, references, unlabelled = _labelled(features.family, predictions, references)
@@ -156,11 +168,73 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     entry["score"] = primary_score(metric, result)
     baseline_train = train_labels(train_features)
     try:
-        baseline = majority_baseline(metric, references, baseline_train)
-        entry["baseline"] = primary_score(metric, baseline)
+        majority = majority_predictions(metric, references, baseline_train)
+        entry["baseline"] = primary_score(metric, compute_metric(metric, majority, references))
     except ValueError:
-        entry["baseline"] = None
+        majority, entry["baseline"] = None, None
+    if publisher is not None:
+        entry = with_publisher(entry, publisher, scoring, majority, features, rows)
     return entry
+
+
+def with_publisher(entry, publisher, scoring, majority, features, rows):
+    """The entry with the publisher's figure as its score, the generic one beside it;
+    the baseline is the publisher's scorer on the majority predictions."""
+    if "note" in publisher:
+        return {**entry, "scorer": scoring.name, "scorer_note": publisher["note"]}
+    baseline = None
+    if majority is not None:
+        constant = [majority[0]] * publisher["predictions"]
+        baseline = scoring(constant, features, rows)
+    return {**entry, "scorer": scoring.name, "scorer_figure": publisher["figure"],
+            "scorer_result": publisher["result"], "metric_score": entry["score"],
+            "metric_baseline": entry["baseline"], "score": publisher["score"],
+            "baseline": None if baseline is None or "note" in baseline else baseline["score"]}
+
+
+class Scoring:
+    """A task's publisher's scorer over one split: scoring(predictions, features, rows) ->
+    {"figure", "score", "result", "predictions"} or {"note"} where it cannot score.
+    predictions: per example (mrc_span: per question) in the family's decoded form."""
+
+    def __init__(self, task, split, data_root):
+        from data_adapters import ReadReport, read_task
+
+        self.task, self.split, self.data_root, self.name = task, split, data_root, task.scorer
+        self.examples = list(read_task(scoring_task(task, split), split, data_root, ReadReport()))
+        self.labels = task.resolve_labels(data_root)
+
+    def decoded(self, predictions, features, rows):
+        """mrc_span: {"text"} per question; other families: what `mtl predict` writes."""
+        task_family = family(features.family)
+        if task_family.windows:
+            return [{"text": text} for text in predictions]
+        return [task_family.output(p, e, self.labels, features, row)
+                for row, (p, e) in enumerate(zip(predictions, self.examples))]
+
+    def __call__(self, predictions, features, rows):
+        if len(predictions) > len(self.examples):
+            return {"note": f"{len(predictions)} predictions for {len(self.examples)} examples: "
+                            "features and examples do not pair up; not scored"}
+        examples = self.examples[:len(predictions)]
+        partial = len(examples) < len(self.examples)
+        ids = [e.id for e in examples] if partial else None
+        result = scorers.publisher_entry(self.task, self.split, self.data_root, examples,
+                                         self.decoded(predictions, features, rows), ids)
+        return {**result, "predictions": len(predictions)}
+
+
+def scoring_task(task, split):
+    """The task as read for scoring: the adapter's scoring_options over its options on
+    any split but train (nothing training skips may leave the score)."""
+    import dataclasses
+
+    from data_adapters import get_adapter
+
+    extra = getattr(get_adapter(task.format), "scoring_options", {})
+    if split == "train" or not extra:
+        return task
+    return dataclasses.replace(task, options={**task.options, **extra})
 
 
 def ranking_entry(predictor, task, features, rows, batch_size, train_features=None):
@@ -199,12 +273,13 @@ def evaluate_tasks(model, tasks, tokenizer, data_root, split="dev", batch_size=3
                                   "note": f"no {split!r} split in the task's spec"}
             continue
         length = min(task.max_length, max_length) if max_length else task.max_length
-        features = cached_features(task, split, tokenizer, data_root, cache_dir, max_length=length,
-                                   log=log)
+        features = cached_features(scoring_task(task, split), split, tokenizer, data_root,
+                                   cache_dir, max_length=length, log=log)
         started = time.time()
+        scoring = Scoring(task, split, data_root) if getattr(task, "scorer", None) else None
         results[task.name] = evaluate_features(
             model, task, features, predictor, batch_size, max_examples,
-            (train_features or {}).get(task.name))
+            (train_features or {}).get(task.name), scoring)
         results[task.name]["seconds"] = round(time.time() - started, 2)
     return results
 
@@ -226,15 +301,18 @@ def record(run_dir, step, split, results, settings=None):
 
 def format_results(line):
     """A table: task, metric, score, majority baseline, examples."""
-    rows = [("task", "metric", "score", "baseline", "examples")]
+    rows = [("task", "scored by", "score", "baseline", "metric", "examples")]
+    number = lambda value: "-" if value is None else f"{value:.4f}"
     for name, entry in line["tasks"].items():
-        score = "-" if entry.get("score") is None else f"{entry['score']:.4f}"
-        baseline = "-" if entry.get("baseline") is None else f"{entry['baseline']:.4f}"
-        rows.append((name, entry["metric"], score, baseline, str(entry.get("examples", "-"))))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    out = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-           for r in rows]
-    notes = [f"  {name}: {e['note']}" for name, e in line["tasks"].items() if e.get("note")]
+        scorer = entry.get("scorer_figure") and f"{entry['scorer']} {entry['scorer_figure']}"
+        generic = f"{entry['metric']} {number(entry.get('metric_score'))}" if scorer else ""
+        rows.append((name, scorer or entry["metric"], number(entry.get("score")),
+                     number(entry.get("baseline")), generic, str(entry.get("examples", "-"))))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    out = ["  ".join(c.ljust(w) if i in (0, 1, 4) else c.rjust(w)
+                     for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    notes = [f"  {name}: {e[key]}" for name, e in line["tasks"].items()
+             for key in ("note", "scorer_note") if e.get(key)]
     total = line.get("aggregate")
     out.append(f"aggregate (mean score over {sum(e.get('score') is not None for e in line['tasks'].values())}"
                f" tasks): {'-' if total is None else f'{total:.4f}'}  [step {line['step']}, "

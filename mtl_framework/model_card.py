@@ -20,6 +20,7 @@ from mtl_framework import formats
 from mtl_framework import run_dir as files
 from mtl_framework.errors import UserError
 from mtl_framework.provenance import describe, provenance
+from mtl_framework.scorers import score_name
 
 LICENSE = "apache-2.0"
 # Our task families as the Hub's task types (model-index `task.type`).
@@ -96,7 +97,7 @@ def eval_results(evaluation, heads, datasets):
         results.append(EvalResult(
             task_type=HUB_TASK_TYPE.get(family, family or "other"),
             dataset_type=datasets.get(task, task), dataset_name=task, dataset_split="dev",
-            metric_type=result.get("metric", "score"),
+            metric_type=score_name(result),
             metric_value=round(float(result["score"]), 4)))
     return results
 

@@ -78,6 +78,8 @@ class TaskSpec:
     max_length: int
     metric: str
     rate: float | None = None
+    # the publisher's scorer (mtl_framework.scorers), None where the task has none
+    scorer: str | None = None
     loss_weight: float = 1.0
     description: str = ""
     spec_path: str = ""
@@ -380,6 +382,10 @@ class _SpecLoader:
         if isinstance(metric, str) and metric not in schema.METRICS:
             spec.error(where + ("metric",), f"{label}: unknown metric {metric!r}"
                        f"{did_you_mean(metric, schema.METRICS)}; metrics: {', '.join(schema.METRICS)}")
+        scorer = entry.get("scorer")
+        if isinstance(scorer, str) and scorer not in schema.SCORERS:
+            spec.error(where + ("scorer",), f"{label}: unknown scorer {scorer!r}"
+                       f"{did_you_mean(scorer, schema.SCORERS)}; scorers: {', '.join(schema.SCORERS)}")
         self.check_labels(spec, where, given, entry, task_type, label)
 
         # A task reading another format keeps none of the dataset's options/fields.
@@ -416,7 +422,8 @@ class _SpecLoader:
             options=merged["options"], fields=merged["fields"],
             labels=entry.get("labels"), label_file=entry.get("label_file"),
             multi_label=entry.get("multi_label", False), max_length=entry["max_length"],
-            metric=entry["metric"], rate=entry.get("rate"), loss_weight=entry.get("loss_weight", 1.0),
+            metric=entry["metric"], scorer=entry.get("scorer"), rate=entry.get("rate"),
+            loss_weight=entry.get("loss_weight", 1.0),
             description=entry.get("description", data.get("description", "")),
             spec_path=str(spec.path), line=spec.lines[where])
 

@@ -6,6 +6,7 @@ a value is fine, else a message saying what is wrong and how to fix it.
 import re
 
 from mtl_framework import metrics as metric_functions
+from mtl_framework import scorers as scorer_modules
 from mtl_framework.families import FAMILIES
 
 # Task type (family) -> whether its tasks need `labels` / `label_file`.
@@ -16,6 +17,8 @@ MULTI_LABEL_TYPES = tuple(name for name, f in FAMILIES.items() if f.multi_label)
 
 # The metric names a spec may give: metrics.py's table (NumPy only, no TensorFlow).
 METRICS = tuple(metric_functions.METRICS)
+# The publishers' scorers a spec's `scorer:` may name (no TensorFlow either).
+SCORERS = tuple(scorer_modules.SCORERS)
 
 DATASET_ID = re.compile(r"^[a-z0-9_]+$")
 # Task names end up in cache and run-directory paths: no slashes or spaces.
@@ -172,6 +175,8 @@ TASK_KEYS = {
     "multi_label": (boolean, False),
     "max_length": (length_int, True),
     "metric": (text, True),
+    # the publisher's scorer (mtl_framework.scorers.SCORERS): the task's primary score
+    "scorer": (text, False),
     "rate": (non_negative_number, False),
     "loss_weight": (positive_number, False),
     # Per-task overrides of the dataset's keys (merged key by key). A task

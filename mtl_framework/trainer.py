@@ -335,16 +335,29 @@ class Run:
 
     def evaluate(self, split: str = "dev", tasks: Iterable[str] | None = None,
                  batch_size: int | None = None, max_examples: int | None = None) -> dict[str, dict]:
-        """{task: score entry} (see mtl_framework.evaluation) of the model as it is now."""
+        """{task: score entry} (see mtl_framework.evaluation) of the model as it is now;
+        `tasks`: task names (or TaskSpecs) of this run, all of them when None."""
         from mtl_framework.evaluation import evaluate_tasks
 
         exp = self.experiment
         train = {name: stream.features for name, stream in self.mixture.streams.items()
                  if hasattr(stream, "features")}
-        return evaluate_tasks(self.model, tasks or self.tasks, self.tokenizer, self.data_root,
+        return evaluate_tasks(self.model, self.scored_tasks(tasks), self.tokenizer, self.data_root,
                               split, batch_size or 2 * exp.batch_size, max_examples,
                               exp.resolve_path(exp.raw.get("cache_dir")), exp.max_length,
                               train, log=self.log)
+
+    def scored_tasks(self, tasks=None):
+        """The run's TaskSpecs named by `tasks` (names or specs; None: all), in run order."""
+        if tasks is None:
+            return self.tasks
+        names = [t if isinstance(t, str) else t.name for t in tasks]
+        known = [t.name for t in self.tasks]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UserError(f"evaluate: the run has no task(s) {unknown}; its tasks: "
+                            f"{', '.join(known)}")
+        return [t for t in self.tasks if t.name in names]
 
     def build(self, entries):
         exp = self.experiment

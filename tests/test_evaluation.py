@@ -219,3 +219,73 @@ def test_mrr_ranks_the_candidates_of_each_question(tmp_path):
     # Baseline: positions ranked by how often they were right in train (0 and 1 once each,
     # the earlier first): 北京在哪's right one (position 1) ranks 2nd, 上海呢's (0) 1st.
     assert entry["baseline"] == pytest.approx((1 / 2 + 1) / 2)
+
+
+def test_publisher_scorer_is_the_score_and_the_generic_metric_stays_beside_it(setup):
+    """cmrc2018 (scorer: cmrc2018): the entry's score is the official script's AVERAGE
+    over the release's questions, computed here again from the predicted texts."""
+    from data_adapters import read_task
+    from mtl_framework.families import mrc
+    from mtl_framework.scorers import cmrc2018
+
+    tasks, tokenizer, cache = setup
+    task = tasks["cmrc2018"]
+    assert task.scorer == "cmrc2018"
+    features = cached_features(task, "dev", tokenizer, str(DEMO_DATA), cache, max_length=96)
+    oracle = Oracle({"cmrc2018": build_head("mrc_span", None, 32)}, "mrc_span")
+    scoring = evaluation.Scoring(task, "dev", str(DEMO_DATA))
+    entry = evaluation.evaluate_features(oracle, task, features, oracle.predictor, batch_size=16,
+                                         scoring=scoring)
+    assert entry["scorer"] == "cmrc2018" and entry["scorer_figure"] == "average"
+    assert entry["score"] == entry["scorer_result"]["average"]
+    assert entry["metric_score"] == pytest.approx((entry["result"]["em"] + entry["result"]["f1"]) / 2)
+    # The same predicted texts, scored again against the release file read here.
+    rows = np.arange(len(features))
+    _, _, windows = evaluation.predict(oracle.predictor, task.name, oracle.heads[task.name],
+                                       features, rows, 16)
+    predictions, _ = mrc.answers(features, windows)
+    examples = list(read_task(task, "dev", str(DEMO_DATA)))
+    gold = json.loads((DEMO_DATA / "cmrc2018" / "dev.json").read_text(encoding="utf-8"))
+    expected = cmrc2018.score(gold, {e.id: p for e, p in zip(examples, predictions)})
+    assert entry["score"] == pytest.approx(expected["average"])
+    assert expected["total"] == len(examples)  # every demo dev question is an example
+    # The baseline is the scorer on empty answers: 0.
+    assert entry["baseline"] == 0.0 and entry["metric_baseline"] == 0.0
+    line = {"step": 1, "split": "dev", "tasks": {"cmrc2018": entry}, "aggregate": entry["score"]}
+    text = evaluation.format_results(line)
+    assert "cmrc2018 average" in text and f"em_f1 {entry['metric_score']:.4f}" in text
+
+
+def test_a_partial_evaluation_scores_only_the_questions_it_ran(setup):
+    tasks, tokenizer, cache = setup
+    task = tasks["cmrc2018"]
+    features = cached_features(task, "dev", tokenizer, str(DEMO_DATA), cache, max_length=96)
+    oracle = Oracle({"cmrc2018": build_head("mrc_span", None, 32)}, "mrc_span")
+    entry = evaluation.evaluate_features(oracle, task, features, oracle.predictor, batch_size=16,
+                                         max_examples=3,
+                                         scoring=evaluation.Scoring(task, "dev", str(DEMO_DATA)))
+    assert entry["examples"] == 3 and entry["scorer_result"]["total"] == 3
+    assert entry["scorer_result"]["skip"] == 0
+
+
+def test_run_evaluate_takes_task_names(tmp_path):
+    """Run.evaluate(split, tasks) with names (it used to want TaskSpecs: AttributeError)."""
+    from mtl_framework.errors import UserError
+    from mtl_framework.trainer import Run
+
+    experiment = tmp_path / "tiny.yaml"
+    experiment.write_text(f"""
+data_root: {DEMO_DATA}
+cache_dir: {tmp_path / 'cache'}
+backbone: {{num_layers: 1, hidden_size: 32, num_heads: 2, intermediate_size: 64, dropout: 0.0}}
+tasks: [tnews, cmrc2018]
+batch_size: 4
+max_length: 64
+steps: 1
+""", encoding="utf-8")
+    run = Run(str(experiment), str(tmp_path / "run"))
+    results = run.evaluate("dev", ["cmrc2018"], max_examples=4)
+    assert list(results) == ["cmrc2018"] and results["cmrc2018"]["examples"] == 4
+    assert results["cmrc2018"]["scorer"] == "cmrc2018"
+    with pytest.raises(UserError, match=r"no task\(s\) \['nope'\]"):
+        run.evaluate("dev", ["nope"])

@@ -276,3 +276,18 @@ def test_a_task_reading_another_format_keeps_only_the_dataset_files(tmp_path):
     # squad takes no options or fields: the dataset's delimited ones are not inherited.
     assert ((qa.format, qa.files, qa.options, qa.fields)
             == ("squad", {"train": "qa.json", "dev": "b.tsv"}, {}, {}))
+
+
+def test_an_unknown_scorer_is_one_line_naming_the_known_ones(tmp_path):
+    from mtl_framework.scorers import SCORERS
+
+    path = tmp_path / "bad_scorer.yaml"
+    path.write_text("dataset: bad_scorer\nformat: squad\nfiles:\n  dev: x/dev.json\ntasks:\n"
+                    "  - name: bad_scorer\n    type: mrc_span\n    max_length: 64\n"
+                    "    metric: em_f1\n    scorer: cmrc2108\n", encoding="utf-8")
+    assert errors_of(path) == [
+        f"{path}:10: task 'bad_scorer': unknown scorer 'cmrc2108' (did you mean 'cmrc2018'?); "
+        f"scorers: {', '.join(SCORERS)}"]
+    path.write_text(path.read_text(encoding="utf-8").replace("cmrc2108", "cmrc2018"), encoding="utf-8")
+    assert errors_of(path) == []
+    assert registry.load_paths([path]).tasks["bad_scorer"].scorer == "cmrc2018"

@@ -24,7 +24,7 @@ def test_fixture_names_the_script():
 def test_equals_the_judger(gold, name):
     entry = FIXTURE["sets"][name]
     ours = cail2018.score(gold, entry["predictions"])
-    assert set(ours) == {"accusation", "articles"}
+    assert set(ours) == {"accusation", "articles", "score"}
     assert_figures(ours, entry["official"], name)
 
 
@@ -34,7 +34,10 @@ def test_absent_labels_score_one_and_micro_half_is_pooled():
     assert cail2018.subtask_score([{1, 2}], [{1}], 3) == pytest.approx((2 / 3 + 2 / 3) / 2)
 
 
-def test_prediction_line_uses_the_label_files_order(gold):
-    line = cail2018.prediction_line([gold["accusations"][4]], [gold["articles"][0]],
-                                    gold["accusations"], gold["articles"])
-    assert line == {"accusation": [5], "articles": [1]}
+def test_label_names_count_as_their_ids(gold):
+    """predictions_from_decoded writes label names; they score as the judger's ids."""
+    names = [{"accusation": [gold["accusations"][i - 1] for i in p["accusation"]]}
+             for p in FIXTURE["sets"]["mixed_seed0"]["predictions"]]
+    charges = {**gold, "articles": None}
+    assert cail2018.score(charges, names)["score"] == pytest.approx(
+        FIXTURE["sets"]["mixed_seed0"]["official"]["accusation"])

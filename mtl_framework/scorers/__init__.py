@@ -29,10 +29,13 @@ publisher_entry() runs the three for mtl_framework.evaluation. NumPy-free, no
 TensorFlow: the spec loader imports SCORERS' names.
 """
 from mtl_framework.scorers import (
+    cail2018,
     cjrc,
+    cluener,
     cmrc2017,
     cmrc2018,
     cmrc2019,
+    duie,
     dureader_checklist,
     dureader_robust,
     webqa,
@@ -47,6 +50,9 @@ SCORERS = {
     "dureader_robust": dureader_robust,
     "dureader_checklist": dureader_checklist,
     "webqa": webqa,
+    "cluener": cluener,
+    "duie": duie,
+    "cail2018": cail2018,
 }
 
 

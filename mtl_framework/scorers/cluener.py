@@ -11,6 +11,10 @@ type absent from both gold and prediction scores 1.0 (nothing to find,
 nothing claimed), as this framework's set F1 does. On the full dev set every
 type has gold, so only the first rule can apply there.
 """
+import json
+
+from mtl_framework.scorers.release import release_paths
+
 SOURCE = {"repository": "CLUEbenchmark/CLUENER2020", "path": "score.py",
           "commit": "a3e03f619dbfd929c8e162f797a98f52c27893a1"}
 PRIMARY = "macro_f1"
@@ -40,6 +44,35 @@ def score(gold, predictions):
     figures = {f"f1_{t}": type_f1(predictions, gold, t) for t in TYPES}
     figures[PRIMARY] = sum(figures.values()) / len(TYPES)
     return figures
+
+
+def read_records(path):
+    """The JSON objects of a CLUENER file: one per line as released, or pretty-printed
+    over several lines (the shared copy)."""
+    decoder, out = json.JSONDecoder(), []
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    i = 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return out
+        record, i = decoder.raw_decode(text, i)
+        out.append(record)
+
+
+def gold_from_release(task, split, data_root, ids=None):
+    """The split's lines ({"text", "label"}) in file order; with `ids` (a partial
+    evaluation of the first examples), the first len(ids) of them."""
+    lines = [{"text": r.get("text", ""), "label": r.get("label") or {}}
+             for path in release_paths(task, split, data_root) for r in read_records(path)]
+    return lines if ids is None else lines[:len(ids)]
+
+
+def predictions_from_decoded(task, examples, decoded):
+    """One CLUENER line per example from what `mtl predict` writes for it."""
+    return [prediction_line(example.text, entities) for example, entities in zip(examples, decoded)]
 
 
 def prediction_line(text, entities):

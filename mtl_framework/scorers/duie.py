@@ -13,6 +13,10 @@ A task that does not list "<predicate>_<slot>" labels predicts objects with
 as wrong, which is the official score of such predictions (the gold is
 never reduced to match).
 """
+import json
+
+from mtl_framework.scorers.release import release_paths
+
 SOURCE = {"repository": "PaddlePaddle/PaddleNLP",
           "path": "examples/information_extraction/DuIE/re_official_evaluation.py",
           "commit": "0025c3d29c3f923720afcc24c012813b1d543dd9"}
@@ -75,3 +79,19 @@ def prediction_line(text, triples):
             objects = [{**o, slot: v} for o in objects for v in slot_values]
         spo_list += [{"subject": subject, "predicate": predicate, "object": o} for o in objects]
     return {"text": text, "spo_list": spo_list}
+
+
+def gold_from_release(task, split, data_root, ids=None):
+    """The split's DuIE lines, whole (slots kept); with `ids` (a partial evaluation of the
+    first examples), the first len(ids) lines."""
+    lines = []
+    for path in release_paths(task, split, data_root):
+        with open(path, encoding="utf-8") as handle:
+            lines += [json.loads(line) for line in handle if line.strip()]
+    lines = [{"text": line.get("text", ""), "spo_list": line.get("spo_list") or []} for line in lines]
+    return lines if ids is None else lines[:len(ids)]
+
+
+def predictions_from_decoded(task, examples, decoded):
+    """One DuIE line per example from what `mtl predict` writes for it (its triples)."""
+    return [prediction_line(example.text, triples) for example, triples in zip(examples, decoded)]

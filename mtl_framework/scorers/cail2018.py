@@ -80,7 +80,9 @@ def gold_from_release(task, split, data_root, ids=None):
     truth = []
     for path in release_paths(task, split, data_root):
         with open(path, encoding="utf-8") as handle:
-            truth += [json.loads(line)["meta"] for line in handle if line.strip()]
+            # an unlabelled file (no `meta`) reads as cases without charges or articles
+            truth += [json.loads(line).get("meta") or {"accusation": [], "relevant_articles": []}
+                      for line in handle if line.strip()]
     labels = task.resolve_labels(data_root)
     articles = articles_task(task)
     return {"accusations": None if articles else labels,

@@ -41,3 +41,33 @@ def test_label_names_count_as_their_ids(gold):
     charges = {**gold, "articles": None}
     assert cail2018.score(charges, names)["score"] == pytest.approx(
         FIXTURE["sets"]["mixed_seed0"]["official"]["accusation"])
+
+
+def test_publisher_entry_reads_the_release_layout(gold, tmp_path):
+    """`scorer: cail2018` on the spec's own paths: the gold labels as decoded names score
+    1.0, and a fixture set's names give the judger's figure."""
+    import json
+    import shutil
+
+    from data_adapters import read_task
+    from mtl_framework import scorers
+    from mtl_framework.registry import load_registry
+
+    folder = tmp_path / "cail2018"
+    (folder / "final_all_data" / "exercise_contest").mkdir(parents=True)
+    for name in ("accu.txt", "law.txt"):
+        shutil.copy(shared_file("real_formats", "cail2018", name), folder / name)
+    cases = [{"fact": f"案情{i}", "meta": meta} for i, meta in enumerate(FIXTURE["truth"])]
+    (folder / "final_all_data" / "exercise_contest" / "data_valid.json").write_text(
+        "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases), encoding="utf-8")
+    entry = FIXTURE["sets"]["mixed_seed3"]
+    for task in load_registry().select(["cail_charge", "cail_article"]):
+        assert task.scorer == "cail2018"
+        examples = list(read_task(task, "dev", tmp_path))
+        field = "articles" if task.name == "cail_article" else "accusation"
+        assert scorers.publisher_entry(task, "dev", tmp_path, examples,
+                                       [e.label for e in examples])["score"] == 1.0
+        names = gold["articles"] if field == "articles" else gold["accusations"]
+        decoded = [[str(names[i - 1]) for i in p[field]] for p in entry["predictions"]]
+        result = scorers.publisher_entry(task, "dev", tmp_path, examples, decoded)
+        assert result["score"] == pytest.approx(entry["official"][field], abs=1e-12)

@@ -27,11 +27,14 @@ class Span:
 
 @dataclass(frozen=True)
 class SpanQAExample:
-    """mrc_span: answers empty means unanswerable."""
+    """mrc_span: answers empty (and nothing unlocated) means unanswerable. `unlocated`:
+    gold answer texts no span of the context supports (a wrong answer_start, CJRC's
+    YES / NO): nothing to learn, but gold when scoring (mtl_framework.scorers)."""
     question: str
     context: str
     answers: list[Span] = field(default_factory=list)
     id: object = None
+    unlocated: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ class CorefExample:
 
 # The gold fields of each example type, emptied: what `mtl predict` featurizes (it never
 # reads gold, and test files have none). A new example type adds its row here.
-GOLD: dict[type, dict[str, Any]] = {TextExample: {"label": None}, SpanQAExample: {"answers": []},
+GOLD: dict[type, dict[str, Any]] = {
+        TextExample: {"label": None}, SpanQAExample: {"answers": [], "unlocated": ()},
         ChoiceExample: {"label": None}, NERExample: {"entities": []},
         RelationExample: {"triples": []}, EventExample: {"events": []},
         CorefExample: {"label": None}}

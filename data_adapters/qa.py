@@ -3,8 +3,12 @@
 `squad`: SQuAD v1/v2 JSON (CMRC2018, DRCD, DuReader-robust, CJRC). An answer
 is kept only if `context[answer_start:answer_start + len(text)] == text`; a
 wrong offset is a lost span, never a guess. A question whose every answer is
-lost is skipped (it is not "unanswerable"); v2 questions marked
-`is_impossible` come out with no answers. A question whose answers are all
+lost (or, for mrc_span, is YES / NO) has nothing to learn: training leaves it out,
+counted as filtered (not skipped: the row is fine); with `unlocated_questions:
+score` (the adapter's scoring_options and predict_options: what `mtl evaluate`
+and `mtl predict` read with) it comes out without a span, its gold texts in
+`unlocated`, so the publisher's scorer and the CLUE submission file still have
+it. v2 questions marked `is_impossible` come out with no answers. A question whose answers are all
 placeholders (CLUE's cmrc2018 test: `FAKE_ANSWER_n` at answer_start -1) is
 skipped with that reason, unless `placeholder_answers: no_gold` (what `mtl
 predict` reads with) reads it without gold, counted as filtered. CJRC's
@@ -38,6 +42,11 @@ if TYPE_CHECKING:
 
 YES_NO = ("YES", "NO")
 PLACEHOLDERS_SKIPPED = "placeholder answers (FAKE_ANSWER, a test file): no gold to learn or score"
+UNLOCATED = "no answer matches the context at its answer_start"
+YES_NO_ONLY = "YES/NO answer, not a span"
+NOT_LEARNT = "not learnt (training), still scored"
+UNLOCATED_QUESTION = f"question: {UNLOCATED}: {NOT_LEARNT}"
+YES_NO_QUESTION = f"question: {YES_NO_ONLY}: {NOT_LEARNT}"
 
 
 def impossible(qa):
@@ -72,8 +81,10 @@ def cjrc_kind(answers):
 @register_adapter("squad")
 class SquadAdapter(Adapter):
     task_types = ("mrc_span", "classification")
-    option_keys = {"placeholder_answers": (str, "skip"), "scorer": (str, "squad")}
-    predict_options = {"placeholder_answers": "no_gold"}
+    option_keys = {"placeholder_answers": (str, "skip"), "scorer": (str, "squad"),
+                   "unlocated_questions": (str, "skip")}
+    predict_options = {"placeholder_answers": "no_gold", "unlocated_questions": "score"}
+    scoring_options = {"unlocated_questions": "score"}
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -83,7 +94,11 @@ class SquadAdapter(Adapter):
         if options["scorer"] not in ("squad", "cjrc"):
             raise ValueError(f"options.scorer is {options['scorer']!r}: use squad (the default) "
                              "or cjrc (CJRC's evaluate.py: is_impossible ignored)")
+        if options["unlocated_questions"] not in ("skip", "score"):
+            raise ValueError(f"options.unlocated_questions is {options['unlocated_questions']!r}: "
+                             "use skip (the default: training) or score")
         cjrc = options["scorer"] == "cjrc"
+        keep = options["unlocated_questions"] == "score"
         for path in paths:
             data = json_document(path, report)
             if data is None:
@@ -99,7 +114,8 @@ class SquadAdapter(Adapter):
                         yield from self.answer_kinds(paragraph, rule, path, report, cjrc)
                     else:
                         yield from self.paragraph(paragraph, path, report,
-                                                  options["placeholder_answers"] == "no_gold", cjrc)
+                                                  options["placeholder_answers"] == "no_gold", cjrc,
+                                                  keep)
 
     @staticmethod
     def questions(paragraph, path, report):
@@ -117,7 +133,8 @@ class SquadAdapter(Adapter):
             yield qa, context, question
 
     @staticmethod
-    def paragraph(paragraph, path, report, placeholders_as_no_gold=False, cjrc=False):
+    def paragraph(paragraph, path, report, placeholders_as_no_gold=False, cjrc=False,
+                  keep_unlocated=False):
         for qa, context, question in SquadAdapter.questions(paragraph, path, report):
             id_ = qa.get("id")
             # v2 files may list plausible answers on impossible questions: not answers.
@@ -137,22 +154,25 @@ class SquadAdapter(Adapter):
                     continue
                 report.filter("placeholder answers (FAKE_ANSWER, test file): read without gold")
                 given = []
-            answers = []
+            answers, unplaced = [], []
             for answer in given:
                 span = SquadAdapter.place(answer, context)
                 if isinstance(span, Span):
                     answers.append(span)
-                elif answer_kind([answer]) in YES_NO:
+                    continue
+                if isinstance(answer, dict) and isinstance(answer.get("text"), str):
+                    unplaced.append(answer["text"])
+                if answer_kind([answer]) in YES_NO:
                     report.filter("YES/NO answer (not a span; a classification task reads it)")
                 else:
                     report.lose_span(span, path, f"id {id_}")
             if given and not answers:
-                if all(answer_kind([a]) in YES_NO for a in given):
-                    report.skip("YES/NO answer, not a span", path, f"id {id_}")
-                else:
-                    report.skip("no answer matches the context at its answer_start", path, f"id {id_}")
-                continue
-            yield SpanQAExample(question, context, answers, id_)
+                reason = YES_NO_ONLY if all(answer_kind([a]) in YES_NO for a in given) else UNLOCATED
+                if not keep_unlocated:
+                    report.filter(f"question: {reason}: {NOT_LEARNT}", 1, path, f"id {id_}")
+                    continue
+            yield SpanQAExample(question, context, answers, id_,
+                                tuple(unplaced) if keep_unlocated else ())
 
     @staticmethod
     def answer_kinds(paragraph, rule, path, report, cjrc=False):

@@ -104,7 +104,9 @@ class ReadReport:
         # "questions" are counted by the adapters as they meet them, kept or not.
         if isinstance(example, ex.SpanQAExample):
             self.spans_placed += len(example.answers)
-            if not example.answers:
+            if example.unlocated and not example.answers:
+                self.units["scored without a span"] += 1
+            elif not example.answers:
                 self.units["unanswerable"] += 1
         elif isinstance(example, ex.NERExample):
             self.units["texts"] += 1

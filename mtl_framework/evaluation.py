@@ -139,6 +139,9 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
         predictions, references = task_family.window_answers(features, windows)
         entry["windows"] = len(windows)
     publisher = scoring(predictions, features, rows) if scoring else None
+    if scoring and task_family.windows:
+        # the generic metric's gold too: answers no span supports are still answers
+        references = scoring.references(references)
     if task_family.text_answers is not None:
         predictions, references = task_family.text_answers(features, rows, predictions)
     predictions, references, unlabelled = _labelled(features.family, predictions, references)
@@ -212,6 +215,11 @@ class Scoring:
         return [task_family.output(p, e, self.labels, features, row)
                 for row, (p, e) in enumerate(zip(predictions, self.examples))]
 
+    def references(self, references):
+        """Each question's gold texts with the ones no span supports (SpanQAExample.unlocated)."""
+        return [list(gold) + [t for t in getattr(e, "unlocated", ()) if t not in gold]
+                for gold, e in zip(references, self.examples)]
+
     def __call__(self, predictions, features, rows):
         if len(predictions) > len(self.examples):
             return {"note": f"{len(predictions)} predictions for {len(self.examples)} examples: "
@@ -225,14 +233,15 @@ class Scoring:
 
 
 def scoring_task(task, split):
-    """The task as read for scoring: the adapter's scoring_options over its options on
-    any split but train (nothing training skips may leave the score)."""
+    """The task as read for scoring: for a task with a publisher's scorer, the adapter's
+    scoring_options over its options on any split but train (nothing training leaves
+    out may leave the score)."""
     import dataclasses
 
     from data_adapters import get_adapter
 
     extra = getattr(get_adapter(task.format), "scoring_options", {})
-    if split == "train" or not extra:
+    if split == "train" or not extra or not getattr(task, "scorer", None):
         return task
     return dataclasses.replace(task, options={**task.options, **extra})
 

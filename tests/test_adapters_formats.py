@@ -1,5 +1,6 @@
 """Every format family on small hand-written records in its official layout
 (tests/fixtures/adapters/), including what gets skipped, lost or filtered."""
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from data_adapters import (
     Triple,
     read_files,
 )
+from data_adapters.qa import UNLOCATED_QUESTION, YES_NO_QUESTION
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 
@@ -165,21 +167,37 @@ def test_squad_keeps_only_answers_that_round_trip():
     assert report.units["questions"] == 4
     # the FAKE_ANSWER placeholder is no lost span: its question is skipped for what it is
     assert report.spans_lost == {"answer_start does not point at the answer text": 2}
-    assert report.skipped == {"no answer matches the context at its answer_start": 1,
-                              "placeholder answers (FAKE_ANSWER, a test file): no gold to learn "
+    assert report.skipped == {"placeholder answers (FAKE_ANSWER, a test file): no gold to learn "
                               "or score": 1}
+    # the question whose answers all miss: left out of training, counted apart from skips
+    assert report.filtered == {UNLOCATED_QUESTION: 1}
     for example in examples:
         for answer in example.answers:
             assert example.context[answer.start:answer.end] == answer.text
 
 
+def test_squad_unlocated_questions_are_read_for_scoring():
+    """Point 3 of issue 31: what training cannot locate is still gold when scoring."""
+    examples, report = read("squad", "qa/squad_v1.json", {"unlocated_questions": "score"})
+    assert [e.id for e in examples] == ["TRAIN_1_QUERY_0", "TRAIN_1_QUERY_1", "TRAIN_1_QUERY_2"]
+    given = json.loads((FIXTURES / "qa/squad_v1.json").read_text(encoding="utf-8"))
+    qas = {q["id"]: q for a in given["data"] for p in a["paragraphs"] for q in p["qas"]}
+    for example in examples:
+        texts = [a["text"] for a in qas[example.id]["answers"]]
+        assert sorted([a.text for a in example.answers] + list(example.unlocated)) == sorted(texts)
+    assert examples[2].answers == [] and examples[2].unlocated
+    assert report.units["scored without a span"] == 1 and report.filtered == {}
+
+
 def test_squad_placeholder_answers_read_without_gold_for_prediction():
-    examples, report = read("squad", "qa/squad_v1.json", {"placeholder_answers": "no_gold"})
-    assert [e.id for e in examples] == ["TRAIN_1_QUERY_0", "TRAIN_1_QUERY_1", "TRAIN_1_QUERY_3"]
-    assert examples[2].answers == [] and examples[2].question == "测试集的问题"
+    examples, report = read("squad", "qa/squad_v1.json", {"placeholder_answers": "no_gold",
+                                                          "unlocated_questions": "score"})
+    assert [e.id for e in examples] == ["TRAIN_1_QUERY_0", "TRAIN_1_QUERY_1", "TRAIN_1_QUERY_2",
+                                        "TRAIN_1_QUERY_3"]
+    assert examples[3].answers == [] and examples[3].question == "测试集的问题"
     assert report.filtered == {"placeholder answers (FAKE_ANSWER, test file): read without gold": 1}
-    # the wrong-offset question is still skipped: only all-placeholder answers are no gold
-    assert report.skipped == {"no answer matches the context at its answer_start": 1}
+    # mtl predict reads the wrong-offset question too (predict_options): every row predicted
+    assert report.skipped == {} and report.units["scored without a span"] == 1
 
 
 def test_squad_v2_impossible_questions_have_no_answers():
@@ -191,7 +209,12 @@ def test_squad_v2_impossible_questions_have_no_answers():
 def test_squad_cjrc_yes_no_as_spans_and_as_classes():
     examples, report = read("squad", "qa/cjrc.json", task_type="mrc_span")
     assert [e.id for e in examples] == ["c1", "c4"]
-    assert report.skipped == {"YES/NO answer, not a span": 2} and report.total_lost == 0
+    assert report.filtered[YES_NO_QUESTION] == 2 and report.skipped == {}
+    assert report.total_lost == 0
+    examples, report = read("squad", "qa/cjrc.json", {"unlocated_questions": "score"},
+                            task_type="mrc_span")
+    assert [(e.id, e.unlocated) for e in examples] == [
+        ("c1", ()), ("c2", ("YES",)), ("c3", ("NO",)), ("c4", ())]
     examples, report = read("squad", "qa/cjrc.json", task_type="classification",
                             labels=["span", "YES", "NO", "unknown"])
     assert [(e.text, e.label) for e in examples] == [

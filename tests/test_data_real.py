@@ -21,6 +21,7 @@ from data_adapters import (
     qa,
     read_task,
 )
+from data_adapters.qa import UNLOCATED_QUESTION
 from mtl_framework.registry import load_registry
 
 # The catalog datasets with real files in ../shared/data (one spec file each).
@@ -62,14 +63,15 @@ EXPECTED = {
     ("cluewsc", "dev"): {"examples": 304, "skipped_total": 0, "spans_lost_total": 0},
     ("csl", "dev"): {"examples": 3000, "skipped_total": 0},
     # 21 train answers have an answer_start that does not point at their text, and
-    # they are those questions' only answers: 10,142 questions, 10,121 examples.
+    # they are those questions' only answers: 10,142 questions, 10,121 examples (the 21
+    # are left out of training, counted apart from skipped rows: scoring reads them).
     ("cmrc2018", "train"): {"questions": 10142, "examples": 10121, "spans": 10142,
-                            "skipped": {"no answer matches the context at its answer_start": 21},
+                            "skipped_total": 0, "filtered": {UNLOCATED_QUESTION: 21},
                             "spans_lost_total": 21},
     # dev has 3 answers per question; 200 of the 9,657 are misplaced (193 with
     # answer_start -1), and 3 questions lose all three.
     ("cmrc2018", "dev"): {"questions": 3219, "examples": 3216, "spans": 9657,
-                          "skipped": {"no answer matches the context at its answer_start": 3},
+                          "skipped_total": 0, "filtered": {UNLOCATED_QUESTION: 3},
                           "spans_lost_total": 200},
     ("c3_d", "train"): {"questions": 5856, "examples": 5856},
     ("c3_m", "train"): {"questions": 6013, "examples": 6013},

@@ -3,6 +3,7 @@ import argparse
 import json
 from pathlib import Path
 
+from data_adapters.qa import UNLOCATED_QUESTION
 from mtl_framework import data_stats
 from mtl_framework.commands import data as data_command
 
@@ -26,7 +27,7 @@ def test_stats_json_per_split(capsys):
     squad, pairs_train, pairs_dev = rows
     assert ((squad["task"], squad["split"], squad["examples"], squad["questions"])
             == ("fixture_squad", "train", 2, 4))
-    assert squad["skipped"]["no answer matches the context at its answer_start"]["count"] == 1
+    assert squad["filtered"][UNLOCATED_QUESTION] == 1
     assert squad["skipped"]["placeholder answers (FAKE_ANSWER, a test file): no gold to learn "
                             "or score"]["first"] == [
         f"{FIXTURES / 'qa/squad_v1.json'} (id TRAIN_1_QUERY_3)"]
@@ -43,9 +44,10 @@ def test_stats_table_lists_reasons_under_each_row(capsys):
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["task", "split", "examples", "skipped", "spans", "lost", "counts"]
-    assert lines[1].split()[:6] == ["fixture_squad", "train", "2", "2", "5", "2"]
+    assert lines[1].split()[:6] == ["fixture_squad", "train", "2", "1", "5", "2"]
     assert "questions 4" in lines[1]
-    assert any(line.strip().startswith("skipped 1: no answer matches the context") for line in lines)
+    assert any(line.strip().startswith("filtered 1: question: no answer matches the context")
+               for line in lines)
     assert any(line.strip().startswith("skipped 1: placeholder answers") for line in lines)
     assert any(line.strip().startswith("lost 2: answer_start does not point at the answer text")
                for line in lines)

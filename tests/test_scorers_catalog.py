@@ -14,7 +14,7 @@ CATALOG = ROOT.parent / "shared" / "CATALOG.md"
 
 def scorer_rows():
     text = (ROOT / "docs" / "task_specs.md").read_text(encoding="utf-8")
-    section = text.split("## Scorers: the publisher's number", 1)[1]
+    section = text.split("## Scorers: the publisher's number", 1)[1].split("\n## ", 1)[0]
     return {m.group(1): m.group(2) for m in re.finditer(r"^\| (\w+) \| (.+) \|$", section, re.M)}
 
 

@@ -38,13 +38,18 @@ def score(gold, predictions):
 
 def gold_from_release(task, split, data_root, ids=None):
     """The split's files' passages (CMRC 2019 dev reads trial and dev); with `ids`
-    (`<context_id>-<blank>` example ids), the passages those examples come from."""
+    (`<context_id>-<blank>` example ids, a partial evaluation's first examples), the
+    passages those examples come from, each up to its last blank among them."""
     data = []
     for path in release_paths(task, split, data_root):
         data += read_json(path)["data"]
     if ids is not None:
-        keep = {str(i).rsplit("-", 1)[0] for i in ids}
-        data = [p for p in data if str(p["context_id"]) in keep]
+        last = {}
+        for id_ in ids:
+            passage, number = str(id_).rsplit("-", 1)
+            last[passage] = max(last.get(passage, 0), int(number))
+        data = [{**p, "answers": p["answers"][:last[str(p["context_id"])]]}
+                for p in data if str(p["context_id"]) in last]
     return {"data": data}
 
 

@@ -110,6 +110,7 @@ def test_oracle_on_real_duee_scores_one_and_truncation_costs_recall(duee):
     assert result["argument_precision"] == pytest.approx(1.0, abs=1e-3) and result["trigger_f1"] == 1.0
     # what the featurizer could not place on tokens stays gold: recall misses exactly that
     lost = sum(report.spans_lost.values())
+    assert entry.get("gold_lost_in_features", 0) == lost
     assert result["argument_recall"] == pytest.approx(report.spans / (report.spans + lost), abs=2e-3)
     # At 24 tokens arguments past the cut are lost to the model but stay gold.
     short = cached_features(task, "dev", tokenizer, str(REAL), cache, max_length=24)

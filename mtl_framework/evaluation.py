@@ -143,6 +143,12 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
     if scoring and task_family.windows:
         # the generic metric's gold too: answers no span supports are still answers
         references = scoring.references(references)
+    if task_family.text_answers is not None:
+        # gold as read: what the featurizer lost is in it (counted, not added again)
+        predictions, references = task_family.text_answers(features, rows, predictions)
+        lost = lost_gold(features, len(rows))
+        if lost:
+            entry["gold_lost_in_features"] = lost
     predictions, references, unlabelled = _labelled(features.family, predictions, references)
     if unlabelled:
         entry["unlabelled"] = unlabelled

@@ -176,11 +176,71 @@ def _hashable(item):
     return tuple(_hashable(v) for v in item) if isinstance(item, (list, tuple)) else item
 
 
+def char_f1(prediction, mention):
+    """Character-level matching F1 of two mentions, case-insensitive (bag of characters)."""
+    common = sum((Counter(prediction.lower()) & Counter(mention.lower())).values())
+    return 2 * common / (len(prediction) + len(mention)) if common else 0.0
+
+
+def _mentions(mention):
+    """A gold argument's mention and its alternatives (DuEE's `alias`), as a tuple."""
+    return (mention,) if isinstance(mention, str) else tuple(mention)
+
+
+def _event_parts(events):
+    """(arguments, triggers, whole events) of one text's events: arguments
+    {(type, role, mentions)} de-duplicated case-insensitively, triggers
+    {(type, trigger)}, events {(type, trigger, frozenset((role, mention)))}."""
+    arguments, triggers, whole = {}, set(), set()
+    for event in events:
+        type_, trigger = event["event_type"], event.get("trigger")
+        if trigger is not None:
+            triggers.add((type_, trigger.lower()))
+        parts = []
+        for role, mention in event.get("arguments", ()):
+            mentions = _mentions(mention)
+            arguments.setdefault((type_, role, mentions[0].lower()), (type_, role, mentions))
+            parts.append((role, mentions[0].lower()))
+        whole.add((type_, None if trigger is None else trigger.lower(), frozenset(parts)))
+    return list(arguments.values()), triggers, whole
+
+
 def event_f1(predictions, references):
-    """Argument-level F1 over (event_type, role, argument) tuples (DuEE);
-    tuples whose role is "trigger" are left out: triggers are not arguments."""
-    drop = lambda rows: [[t for t in row if t[1] != "trigger"] for row in rows]
-    return set_f1(drop(predictions), drop(references))
+    """DuEE's argument-level score (its task description; no official script is public):
+    each predicted argument scores the best character-level matching F1 (case-insensitive)
+    against the gold arguments of the same event type and role in its text, over each gold
+    argument's alternative mentions; precision = sum of scores / predicted arguments,
+    recall = sum / gold arguments. Beside it, F1 over (event type, trigger) and over whole
+    events (type, trigger and every argument exact, case-insensitive).
+
+    predictions, references: per text a list of events {"event_type", "trigger" (text or
+    None), "arguments": [(role, mention)]}; a gold mention may be a list of alternatives.
+    "f1" is the argument F1, or the trigger F1 when no text has a gold argument (a trigger
+    task)."""
+    _check(predictions, references)
+    matched = n_predicted = n_gold = 0.0
+    triggers, events = [0, 0, 0], [0, 0, 0]
+    any_argument = False
+    for predicted, gold in zip(predictions, references):
+        p_args, p_triggers, p_events = _event_parts(predicted)
+        g_args, g_triggers, g_events = _event_parts(gold)
+        any_argument = any_argument or bool(g_args)
+        n_predicted, n_gold = n_predicted + len(p_args), n_gold + len(g_args)
+        for type_, role, mentions in p_args:
+            matched += max((char_f1(mentions[0], m) for t, r, ms in g_args
+                            if (t, r) == (type_, role) for m in ms), default=0.0)
+        for counts, p, g in ((triggers, p_triggers, g_triggers), (events, p_events, g_events)):
+            counts[0] += len(p & g)
+            counts[1] += len(p)
+            counts[2] += len(g)
+    precision = matched / n_predicted if n_predicted else float(n_gold == 0)
+    recall = matched / n_gold if n_gold else float(n_predicted == 0)
+    argument = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    trigger = _prf(*triggers)
+    return {"f1": argument if any_argument else trigger[0], "argument_f1": argument,
+            "argument_precision": precision, "argument_recall": recall,
+            "trigger_f1": trigger[0], "trigger_precision": trigger[1], "trigger_recall": trigger[2],
+            "event_f1": _prf(*events)[0]}
 
 
 # -------------------------------------------------------------- regression
@@ -254,7 +314,7 @@ METRICS = {
     "em_f1": _named(("em", "f1"), em_f1),
     "span_f1": _named(("f1", "precision", "recall"), set_f1),
     "triple_f1": _named(("f1", "precision", "recall"), set_f1),
-    "event_f1": _named(("f1", "precision", "recall"), event_f1),
+    "event_f1": event_f1,
     "spearman": _named(("spearman",), spearman),
     "pearson": _named(("pearson",), pearson),
     "mrr": _named(("mrr",), mrr),

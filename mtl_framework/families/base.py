@@ -77,6 +77,9 @@ class Family:
     scored: bool = True  # has task outputs to evaluate and predict (mlm has none)
     unlabelled: Optional[Callable] = None  # reference -> unlabelled?; None: no label to learn
     counts_lost_gold: bool = False  # gold spans lost in featurizing count as missed
+    # (features, rows, predictions) -> (predictions, references) in characters, the gold
+    # read from the data (nothing lost), for metrics that match text
+    text_answers: Optional[Callable] = None
     example_rows: Callable = rows_per_example  # (features, max_examples) -> rows
     window_answers: Optional[Callable] = None  # (features, windows) -> (predictions, references)
     window_outputs: Optional[Callable] = None  # (features, windows) -> per example output

@@ -113,6 +113,28 @@ class EventFeaturizer(SpanFeaturizer):
             index = self.label_index.get(event_type)
         return index
 
+    def ragged_fields(self):
+        # the text and its gold in characters, for scoring: gold the tokens lost is still gold
+        return super().ragged_fields() + [("text", np.uint8, None), ("gold_arguments", np.int32, 4)]
+
+    def encode_chunk(self, chunk, writer, report):
+        super().encode_chunk(chunk, writer, report)
+        writer.add_bytes("text", [example.text.encode("utf-8") for example in chunk])
+        writer.add_ragged("gold_arguments", [self.gold_of(example) for example in chunk], np.int32, 4)
+
+    def gold_of(self, example):
+        """(event number, role, char start, char end) of every part of an event the task's
+        labels keep, placed on tokens or not."""
+        row = []
+        for number, event in enumerate(example.events):
+            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
+            parts += [(argument.type, argument) for argument in event.arguments]
+            for role_name, entity in parts:
+                role = self.role(event.type, role_name)
+                if role is not None:
+                    row.append((number, role, entity.start, entity.end))
+        return row
+
     def spans_of(self, example, locator, report):
         row = []
         for number, event in enumerate(example.events):
@@ -223,6 +245,37 @@ def events_output(prediction, example, labels, features, row):
     return out
 
 
+def scored_events(parts, labels, text):
+    """Events for metrics.event_f1 from (event key, role, char start, char end) parts: one
+    event per key and event type, one per trigger of that type (or one without a trigger),
+    with the type's arguments."""
+    grouped = {}
+    for key, role, start, end in parts:
+        type_, name = event_role(labels[role])
+        grouped.setdefault((key, type_), []).append((name, text[start:end]))
+    out = []
+    for (_, type_), spans in grouped.items():
+        arguments = [(name, mention) for name, mention in spans if name != "trigger"]
+        for trigger in [m for name, m in spans if name == "trigger"] or [None]:
+            out.append({"event_type": type_, "trigger": trigger, "arguments": arguments})
+    return out
+
+
+def event_answers(features, rows, predictions):
+    """(predictions, references) in characters for metrics.event_f1: the decoded events'
+    token spans as text, and the gold events as read (spans the featurizer lost included)."""
+    labels = features.meta["labels"]
+    predicted, gold = [], []
+    for row, events in zip(rows, predictions):
+        text = bytes(features.ragged("text", row)).decode("utf-8")
+        offsets = features.ragged("offsets", row)
+        parts = [(number, role, int(offsets[first][0]), int(offsets[last][1]))
+                 for number, event in enumerate(events) for role, first, last in event]
+        predicted.append(scored_events(parts, labels, text))
+        gold.append(scored_events(features.ragged("gold_arguments", row).tolist(), labels, text))
+    return predicted, gold
+
+
 def event_head_settings(task, labels):
     """Arguments join into events only within one event type."""
     return {"role_groups": event_role_groups(labels)}
@@ -240,5 +293,5 @@ FAMILIES = (
     Family("extraction_event", EventFeaturizer, collate_event,
            {"argument_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
            needs_labels=True, min_labels=1, head_settings=event_head_settings,
-           counts_lost_gold=True, output=events_output),
+           text_answers=event_answers, output=events_output),
 )

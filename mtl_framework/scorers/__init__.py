@@ -32,10 +32,13 @@ import dataclasses
 
 from data_adapters import get_adapter
 from mtl_framework.scorers import (
+    cail2018,
     cjrc,
+    cluener,
     cmrc2017,
     cmrc2018,
     cmrc2019,
+    duie,
     dureader_checklist,
     dureader_robust,
     webqa,
@@ -50,6 +53,9 @@ SCORERS = {
     "dureader_robust": dureader_robust,
     "dureader_checklist": dureader_checklist,
     "webqa": webqa,
+    "cluener": cluener,
+    "duie": duie,
+    "cail2018": cail2018,
 }
 
 

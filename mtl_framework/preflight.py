@@ -20,9 +20,9 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from mtl_framework import architectures
 from mtl_framework.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
 from mtl_framework.families import MLM
-from mtl_framework.presets import PRESETS
 from mtl_framework.registry import UnknownTaskError, load_registry
 from mtl_framework.run_dir import checkpoint_dirs
 
@@ -315,13 +315,13 @@ def _vocab(experiment):
     backbone = experiment.backbone
     init, checkpoint = backbone.get("init"), backbone.get("checkpoint")
     if init or checkpoint:
-        from mtl_framework import formats
+        from mtl_framework import architectures
 
         key = "init" if init else "checkpoint"
         folder = experiment.resolve_path(init or checkpoint)
-        kind = formats.layout(folder, experiment.where("backbone", key))
-        config = formats.read_config(folder, kind)
-        config_path = formats.config_path(folder, kind)
+        kind = architectures.layout(folder, experiment.where("backbone", key))
+        config = architectures.read_config(folder, kind)
+        config_path = architectures.config_path(folder, kind)
         _check_dims(experiment, key, config, config_path)
     named = ("backbone", "vocab") if backbone.get("vocab") else ("vocab",) \
         if experiment.raw.get("vocab") else None
@@ -352,7 +352,9 @@ def _check_dims(experiment, key, config, config_path):
     change a trained model); init exports are checked the same way when built."""
     asked = {k: v for k, v in experiment.backbone.items() if k not in BACKBONE_OVERRIDES}
     if experiment.backbone.get("size"):
-        asked = {**PRESETS[experiment.backbone["size"]], **asked}
+        architecture = experiment.backbone.get("architecture") or architectures.DEFAULT
+        asked = {**architectures.presets(architecture).PRESETS[experiment.backbone["size"]], **asked}
+    config = {**config, "architecture": architectures.architecture_of(config)}
     for dim, value in asked.items():
         if config.get(dim) != value:
             raise ExperimentError(

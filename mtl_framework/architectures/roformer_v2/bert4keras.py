@@ -199,6 +199,9 @@ def detect(directory):
     has = lambda name: os.path.exists(os.path.join(directory, name))  # noqa: E731
     if not has(CONFIG_FILE):
         return None
+    config = read_json(os.path.join(directory, CONFIG_FILE))
+    if not isinstance(config, dict) or config.get("hidden_act", "relu") != "relu":
+        return None  # BERT's bert_config.json (architectures/bert/checkpoint.py)
     if not has(CHECKPOINT + ".index"):
         return (f"{CONFIG_FILE} without {CHECKPOINT}.index; copy the whole released "
                 "checkpoint folder")

@@ -9,8 +9,9 @@
     python bert_torch_worker.py encode DIR INPUTS.npz OUT.npy
         last_hidden_state of AutoModel.from_pretrained(DIR) on INPUTS' token_ids /
         segment_ids with attention_mask = token_ids != 0
-    python bert_torch_worker.py tokenize VOCAB TEXTS.json OUT.json lower|cased
-        BertTokenizerFast(VOCAB) ids of each text (or [a, b] pair)
+    python bert_torch_worker.py tokenize VOCAB TEXTS.json OUT.json
+        {"lower": ids, "cased": ids}: BertTokenizerFast(VOCAB, do_lower_case=True / False)
+        ids of each text (or [a, b] pair)
 """
 import json
 import sys
@@ -51,14 +52,16 @@ def encode(directory, inputs_path, out_path):
     np.save(out_path, out.numpy())
 
 
-def tokenize(vocab, texts_path, out_path, case):
+def tokenize(vocab, texts_path, out_path):
     from transformers import BertTokenizerFast
 
-    tokenizer = BertTokenizerFast(vocab_file=vocab, do_lower_case=case == "lower")
     with open(texts_path, encoding="utf-8") as f:
         items = json.load(f)
-    ids = [tokenizer(*item)["input_ids"] if isinstance(item, list) else
-           tokenizer(item)["input_ids"] for item in items]
+    ids = {}
+    for case in ("lower", "cased"):
+        tokenizer = BertTokenizerFast(vocab_file=vocab, do_lower_case=case == "lower")
+        ids[case] = [tokenizer(*item)["input_ids"] if isinstance(item, list) else
+                     tokenizer(item)["input_ids"] for item in items]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(ids, f)
 

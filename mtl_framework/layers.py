@@ -1,9 +1,46 @@
 """Building blocks every architecture may share, one idea per function or layer:
 rotary tables (RoFormerV2's attention and the pointer heads), the bias-free matmul,
-the attention softmax (exact under padding) and the pointer heads' span scores.
+the attention softmax (exact under padding), the initializer RoFormerV2 and the task
+heads draw from, and the pointer heads' span scores.
 An architecture's own blocks are in architectures/<name>/layers.py."""
+import math
+import random
+
 import keras
 from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="mtl_framework")
+class RoFormerV2Initializer(keras.initializers.Initializer):
+    """bert4keras 0.11.5's `RoFormerV2.initializer`, a fresh draw on every call.
+
+    Truncated normal (cut at 2 std) with std = 1.13684723 / sqrt(fan) * L^(-1/2),
+    fan = shape[0] unless shape[0] > 10000 or < 10 (then shape[1]): each weight's
+    scale comes from its own shape (a token embedding [V, H] uses V unless
+    V > 10000). 1.13684723 undoes the variance lost to the truncation, so the
+    effective std is 1/sqrt(fan); L^(-1/2) keeps deep post-norm stacks stable.
+
+    One instance serves every weight: each call draws its own seed, from Python's
+    `random` (seeded by `keras.utils.set_random_seed`) or, given `seed`, from a
+    stream of its own. A Keras initializer fixes its seed once, so sharing one gives
+    every weight the same numbers (two layers started identical).
+    """
+
+    def __init__(self, num_layers, seed=None):
+        self.num_layers = num_layers
+        self.seed = seed
+        self._seeds = random.Random(seed) if seed is not None else random
+
+    def stddev(self, shape):
+        fan = shape[0] if len(shape) == 1 or 10 <= shape[0] <= 10000 else shape[1]
+        return 1.13684723 / math.sqrt(fan) * self.num_layers ** -0.5
+
+    def __call__(self, shape, dtype=None):
+        return keras.random.truncated_normal(shape, stddev=self.stddev(shape), dtype=dtype,
+                                             seed=self._seeds.randint(1, 10**9))
+
+    def get_config(self):
+        return {"num_layers": self.num_layers, "seed": self.seed}
 
 
 def resolve_exact_padding(option, compute_dtype):

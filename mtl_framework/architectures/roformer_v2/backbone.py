@@ -14,14 +14,15 @@ from keras import ops
 
 from mtl_framework import rope_scaling as rope
 from mtl_framework.architectures.roformer_v2 import bert4keras, roformer_pytorch
-from mtl_framework.architectures.roformer_v2.layers import (
-    RMSNorm,
-    RoFormerV2Initializer,
-    TransformerLayer,
-)
+from mtl_framework.architectures.roformer_v2.layers import RMSNorm, TransformerLayer
 from mtl_framework.architectures.roformer_v2.presets import backbone_config
 from mtl_framework.formats import keras as preset
-from mtl_framework.layers import resolve_exact_padding, rotary_lengths, rotary_tables
+from mtl_framework.layers import (
+    RoFormerV2Initializer,
+    resolve_exact_padding,
+    rotary_lengths,
+    rotary_tables,
+)
 
 if TYPE_CHECKING:
     import os

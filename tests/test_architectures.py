@@ -208,3 +208,52 @@ def test_albert_without_projection_gets_the_identity(tmp_path):
     write(weights)
     loaded = architectures.load_backbone(str(tmp_path), architectures.layout(str(tmp_path)))
     np.testing.assert_array_equal(np.asarray(loaded.embedding_projection.kernel), np.eye(32))
+
+
+# --- a run on BERT: from scratch, and from a transformers folder (`init:`) --------------
+
+def write_transformers_folder(backbone, directory, vocab):
+    """config.json (model_type bert) + model.safetensors in BertModel's names, written
+    with bert/weights.py's table (the mapping the readers use; parity is tested above)."""
+    from safetensors.numpy import save_file
+
+    from mtl_framework.architectures.bert.config import json_from_config
+    from mtl_framework.architectures.bert.weights import arrays, transformers_names
+
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(
+        {"model_type": backbone.config["architecture"], **json_from_config(backbone.config)}))
+    save_file(arrays(backbone, transformers_names(backbone)), str(directory / "model.safetensors"))
+    (directory / "vocab.txt").write_bytes(vocab.read_bytes())
+
+
+@pytest.mark.slow  # two `mtl train` runs and an export: ~2 min on a busy 2-core box
+def test_a_run_trains_bert_and_starts_from_a_transformers_folder(tmp_path):
+    from mtl_framework.cli import main as mtl
+    from mtl_framework.trained_model import load_run_backbone
+
+    from conftest import write_tiny_experiment
+
+    bert = {"architecture": "bert", "num_layers": 1, "hidden_size": 32, "num_heads": 2,
+            "intermediate_size": 64, "dropout": 0.0, "max_positions": 64}
+    experiment = write_tiny_experiment(tmp_path / "bert.yaml", backbone=bert)
+    assert mtl(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
+    trained, _ = load_run_backbone(str(tmp_path / "run"))
+    assert type(trained).__name__ == "BertBackbone" and trained.config["max_positions"] == 64
+    assert mtl(["export", str(tmp_path / "run"), "--format", "keras", "--output",
+                str(tmp_path / "keras")]) == 0
+    assert json.loads((tmp_path / "keras/config.json").read_text())["format"] == \
+        "mtl_framework.BertBackbone"
+    # a format BERT has no writer for yet: refused in one line, nothing written
+    assert mtl(["export", str(tmp_path / "run"), "--format", "roformer-pytorch", "--output",
+                str(tmp_path / "torch")]) == 2
+    assert not (tmp_path / "torch").exists()
+
+    write_transformers_folder(trained, tmp_path / "hf", tmp_path / "run/vocab.txt")
+    found = architectures.layout(str(tmp_path / "hf"))
+    assert (found, found.architecture) == ("transformers", "bert")
+    started = write_tiny_experiment(tmp_path / "init.yaml", backbone={"init": str(tmp_path / "hf")},
+                                    steps=1)
+    assert mtl(["train", str(started), "--output", str(tmp_path / "from_hf")]) == 0
+    again, _ = load_run_backbone(str(tmp_path / "from_hf"))
+    assert again.config == trained.config

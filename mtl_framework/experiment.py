@@ -331,7 +331,7 @@ def _checked(raw, sources, path, folder):
         if isinstance(raw.get(key), list) and not all(isinstance(p, str) for p in raw[key]):
             error(key, f"{key} must be a list of folder paths")
     backbone = raw.get("backbone") if isinstance(raw.get("backbone"), dict) else {}
-    _check_backbone(backbone, error)
+    _check_backbone(backbone, error, raw.get("max_length", DEFAULTS["max_length"]))
     _check_sampling(raw.get("sampling", DEFAULTS["sampling"]), error)
     if isinstance(raw.get("optimizer"), dict):
         _check_optimizer(raw["optimizer"], error)
@@ -374,7 +374,7 @@ def keep_best_settings(experiment):
     return {**KEEP_BEST_KEYS, **(raw.get("keep_best") or {})}
 
 
-def _check_backbone(backbone, error):
+def _check_backbone(backbone, error, max_length):
     architecture = backbone.get("architecture") or architectures.DEFAULT
     if architecture not in architectures.ARCHITECTURES:
         error(("backbone", "architecture"), f"backbone.architecture must be one of "
@@ -426,11 +426,16 @@ def _check_backbone(backbone, error):
         return  # already reported
     other = {k: backbone[k] for k in ("activation", "rope_scaling") if backbone.get(k) is not None}
     try:
-        architectures.backbone_config(architecture, backbone.get("size"), **dims, **other)
+        config = architectures.backbone_config(architecture, backbone.get("size"), **dims, **other)
     except ValueError as problem:
         key = next((k for k in ("activation", "rope_scaling", "alpha_warmup_steps", "num_heads",
                                 "head_size", "hidden_size") if k in backbone), None)
         error(("backbone", key) if key else ("backbone",), f"backbone: {problem}")
+        return
+    if _is_int(max_length) and max_length > config.get("max_positions", max_length):
+        error(("backbone", "max_positions") if "max_positions" in backbone else ("max_length",),
+              f"max_length {max_length} > backbone.max_positions {config['max_positions']} "
+              f"(the {architecture} position table): raise max_positions or lower max_length")
 
 
 def _check_balancing(raw, error):

@@ -355,6 +355,11 @@ def _check_dims(experiment, key, config, config_path):
         architecture = experiment.backbone.get("architecture") or architectures.DEFAULT
         asked = {**architectures.presets(architecture).PRESETS[experiment.backbone["size"]], **asked}
     config = {**config, "architecture": architectures.architecture_of(config)}
+    if experiment.max_length > config.get("max_positions", experiment.max_length):
+        raise ExperimentError(
+            f"{experiment.where('max_length')}: max_length {experiment.max_length} > "
+            f"max_position_embeddings {config['max_positions']} of {config_path} (its "
+            "position table): lower max_length")
     for dim, value in asked.items():
         if config.get(dim) != value:
             raise ExperimentError(

@@ -257,3 +257,25 @@ def test_a_run_trains_bert_and_starts_from_a_transformers_folder(tmp_path):
     assert mtl(["train", str(started), "--output", str(tmp_path / "from_hf")]) == 0
     again, _ = load_run_backbone(str(tmp_path / "from_hf"))
     assert again.config == trained.config
+
+
+def test_experiment_checks_the_architecture(tmp_path):
+    from mtl_framework.experiment import ExperimentError, load_experiment
+
+    from conftest import write_tiny_experiment
+
+    def problem(**backbone):
+        path = write_tiny_experiment(tmp_path / "e.yaml", max_length=600, backbone=backbone)
+        with pytest.raises(ExperimentError) as error:
+            load_experiment(str(path))
+        return str(error.value)
+
+    assert "max_length 600 > backbone.max_positions 512" in problem(architecture="bert",
+                                                                     size="small")
+    assert "backbone.architecture must be one of roformer_v2, bert, albert, got 'gpt2'" in \
+        problem(architecture="gpt2", size="small")
+    assert "alpha_warmup_steps is RoFormerV2's; bert has none" in problem(
+        architecture="bert", size="small", max_positions=1024, alpha_warmup_steps=100)
+    path = write_tiny_experiment(tmp_path / "ok.yaml", max_length=600, backbone={
+        "architecture": "albert", "size": "small", "max_positions": 1024})
+    assert load_experiment(str(path)).backbone["architecture"] == "albert"

@@ -279,3 +279,28 @@ def test_experiment_checks_the_architecture(tmp_path):
     path = write_tiny_experiment(tmp_path / "ok.yaml", max_length=600, backbone={
         "architecture": "albert", "size": "small", "max_positions": 1024})
     assert load_experiment(str(path)).backbone["architecture"] == "albert"
+
+
+def test_transformers_reader_refusals(tmp_path):
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(
+        {"model_type": "albert", "num_hidden_groups": 2, **tiny_config("albert", 60)}))
+    (folder / "pytorch_model.bin").write_bytes(b"not read")
+    found = architectures.layout(str(folder))
+    assert (found, found.architecture) == ("transformers", "albert")
+    with pytest.raises(UserError, match=r"hf/config.json: num_hidden_groups is 2; "
+                                        r"mtl_framework's albert supports 1 only"):
+        architectures.read_config(str(folder), found)
+    (folder / "config.json").write_text(json.dumps({"model_type": "albert",
+                                                    **tiny_config("albert", 60)}))
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        with pytest.raises(UserError, match=r"hf/pytorch_model.bin: reading a PyTorch pickle "
+                                            r"needs torch"):
+            architectures.load_backbone(str(folder), found)
+    (folder / "pytorch_model.bin").unlink()
+    with pytest.raises(UserError, match=r"config.json \(model_type albert\) without "
+                                        r"model.safetensors or pytorch_model.bin"):
+        architectures.layout(str(folder))

@@ -145,6 +145,9 @@ def load_backbone(directory, found, **overrides):
     folder's values, never its dims. A damaged weight file is a UserError."""
     try:
         backbone = build_backbone({**read_config(directory, found), **overrides})
+    except ValueError as error:  # an override this architecture has not (rope_scaling on BERT)
+        raise UserError(f"{directory}: {error}") from None
+    try:
         backbone.build()
         found.module.load_weights(backbone, directory)
     except unreadable_weights() as error:  # truncated or damaged weight files

@@ -22,9 +22,7 @@ class AlbertBackbone(BertBackbone):
             self.config["hidden_size"], kernel_initializer=initializer(),
             name="embedding_projection")
 
-    @staticmethod
-    def make_config(embedding_size=None, **dims):
-        return backbone_config(embedding_size=embedding_size, **dims)
+    make_config = staticmethod(backbone_config)
 
     def distinct_layers(self):
         return 1

@@ -8,7 +8,7 @@ PRESETS = bert.PRESETS
 def backbone_config(size=None, **overrides):
     """BERT's config plus embedding_size (128 unless given), ALBERT's LayerNorm epsilon
     (1e-12) and no dropout by default (ALBERT v2 and albert_zh train without it)."""
-    overrides.setdefault("embedding_size", 128)
-    overrides.setdefault("dropout", 0.0)
-    overrides.setdefault("attention_dropout", 0.0)
+    for key, default in (("embedding_size", 128), ("dropout", 0.0), ("attention_dropout", 0.0)):
+        if overrides.get(key) is None:
+            overrides[key] = default
     return bert.backbone_config(size, architecture="albert", **overrides)

@@ -55,15 +55,7 @@ class BertBackbone(keras.Model):
 
     # --- what ALBERT changes ---------------------------------------------------------
 
-    @staticmethod
-    def make_config(embedding_size=None, **dims):
-        """BERT's full config; its embedding is hidden_size wide (no factorisation)."""
-        config = backbone_config(**dims)
-        if embedding_size not in (None, config["hidden_size"]):
-            raise ValueError(f"embedding_size {embedding_size} != hidden_size "
-                             f"{config['hidden_size']}: BERT's embedding is hidden_size wide "
-                             "(a factorised embedding is ALBERT's: architecture: albert)")
-        return config
+    make_config = staticmethod(backbone_config)  # its presets' full config
 
     def distinct_layers(self):
         """BERT: a block of its own per layer."""

@@ -36,6 +36,12 @@ def backbone_config(size=None, architecture="bert", **overrides):
     if config["activation"] not in ACTIVATIONS:
         raise ValueError(f"activation {config['activation']!r}: {architecture} has "
                          f"{', '.join(ACTIVATIONS)}")
+    if architecture == "bert":
+        embedding = config.pop("embedding_size", None)
+        if embedding not in (None, config["hidden_size"]):
+            raise ValueError(f"embedding_size {embedding} != hidden_size {config['hidden_size']}: "
+                             "BERT's embedding is hidden_size wide (a factorised embedding is "
+                             "ALBERT's: architecture: albert)")
     config.setdefault("intermediate_size", 4 * config["hidden_size"])
     config.setdefault("head_size", config["hidden_size"] // config["num_heads"])
     return config

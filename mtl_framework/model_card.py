@@ -140,7 +140,8 @@ def model_card(run_dir, state, fmt, record, heads=None, use=None):
     data = card_data(run_dir, state, fmt)
     lines = [
         f"# {data.model_name}", "",
-        f"RoFormerV2 backbone from mtl_framework, run `{record['run']}`, checkpoint "
+        f"{architectures.package(architecture_of(config)).TITLE} backbone from mtl_framework, "
+        f"run `{record['run']}`, checkpoint "
         f"`{record['checkpoint']}` ({state['step']} optimizer updates)"
         + (f", started from `{data.base_model}`" if data.base_model else "") + ".", "",
         f"Backbone: {config['num_layers']} layers, hidden {config['hidden_size']}, "

@@ -1,7 +1,8 @@
 """Architectures: one package each, as keras-hub keeps one folder per model.
 
     architectures/<name>/
-        __init__.py   BACKBONE (its class name), CONVERTERS ({format: converter module})
+        __init__.py   BACKBONE (its class name), TITLE (its name in prose), CONVERTERS
+                      ({format: converter module})
         presets.py    PRESETS (sizes) and backbone_config(size, **dims); no Keras
         backbone.py   its keras.Model: inputs {"token_ids", "segment_ids"} (token id 0 is
                       padding), output [batch, length, hidden]; `.config` (its keyword

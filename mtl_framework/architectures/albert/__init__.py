@@ -2,6 +2,7 @@
 a projection E -> H) and one block's weights shared across the depth. albert_zh's
 Chinese ALBERTs and transformers' AlbertModel; one group, one inner layer."""
 BACKBONE = "AlbertBackbone"
+TITLE = "ALBERT"
 CONVERTERS = {
     "bert4keras": "mtl_framework.architectures.albert.checkpoint",  # Google's TF release
     "keras-hub": "mtl_framework.architectures.albert.keras_hub",

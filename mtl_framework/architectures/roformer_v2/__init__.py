@@ -2,6 +2,7 @@
 self-attention, RMS norm without weights, no biases, ReLU FFN, residual scale `a`.
 The default architecture (a config without "architecture" is this one)."""
 BACKBONE = "RoFormerV2Backbone"
+TITLE = "RoFormerV2"  # as prose names it (model cards)
 # {format: converter module}: how each folder format holds this architecture.
 CONVERTERS = {
     "bert4keras": "mtl_framework.architectures.roformer_v2.bert4keras",

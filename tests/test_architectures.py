@@ -72,10 +72,9 @@ def test_equals_bert4keras(architecture, real_batch, tmp_path):
     config = tmp_path / f"{architecture}_config.json"
     config.write_text(json.dumps(tiny_config(architecture, vocab_size, hidden_act="gelu")))
     checkpoint = tmp_path / f"{architecture}_model.ckpt"
-    run_bert4keras("build", config, checkpoint, 5, architecture)
     np.savez(tmp_path / "inputs.npz", token_ids=token_ids, segment_ids=segment_ids)
-    run_bert4keras("encode", config, checkpoint, tmp_path / "inputs.npz", tmp_path / "out.npy",
-                   architecture)
+    run_bert4keras("build", config, checkpoint, 5, architecture, tmp_path / "inputs.npz",
+                   tmp_path / "out.npy")
     ours = encode(load(tmp_path, architecture, "bert4keras"), token_ids, segment_ids)
     assert_equal_at_real_tokens(ours, np.load(tmp_path / "out.npy"), token_ids)
 

@@ -5,7 +5,8 @@ bert4keras needs TF_KERAS=1 and TF_USE_LEGACY_KERAS=1 set before TensorFlow is
 imported, which cannot coexist with Keras 3 in one process; `run_bert4keras`
 (mtl_framework.interop.legacy_bert4keras) starts this script with them.
 
-    python bert4keras_worker.py build  CONFIG OUT_CKPT [SEED [MODEL]]   # random init, saved
+    python bert4keras_worker.py build  CONFIG OUT_CKPT [SEED [MODEL [INPUTS.npz OUT.npy]]]
+        random init, saved; given INPUTS, then `encode` of the saved checkpoint
     python bert4keras_worker.py encode CONFIG CKPT INPUTS.npz OUT.npy [MODEL]
 
 MODEL: roformer_v2 (default), bert or albert. `build` moves every 1-D weight (BERT's
@@ -48,6 +49,15 @@ def save_checkpoint(model_builder, checkpoint_path, seed=0):
     return values
 
 
+def encode(config_path, checkpoint_path, inputs_path, out_path, model="roformer_v2"):
+    """The model loaded from the checkpoint, on INPUTS' token_ids / segment_ids."""
+    import numpy as np
+
+    built = build_model(config_path, checkpoint_path, model)
+    inputs = np.load(inputs_path)
+    np.save(out_path, built.predict([inputs["token_ids"], inputs["segment_ids"]], verbose=0))
+
+
 def main(argv):
     command = argv[0]
     if command == "build":
@@ -60,13 +70,10 @@ def main(argv):
         builder = build_transformer_model(argv[1], model=argv[4] if len(argv) > 4 else "roformer_v2",
                                           return_keras_model=False)
         save_checkpoint(builder, argv[2], seed)
+        if len(argv) > 6:  # one process: TensorFlow is slow to start
+            encode(argv[1], argv[2], argv[5], argv[6], argv[4])
     elif command == "encode":
-        import numpy as np
-
-        model = build_model(argv[1], argv[2], argv[5] if len(argv) > 5 else "roformer_v2")
-        inputs = np.load(argv[3])
-        outputs = model.predict([inputs["token_ids"], inputs["segment_ids"]], verbose=0)
-        np.save(argv[4], outputs)
+        encode(*argv[1:5], argv[5] if len(argv) > 5 else "roformer_v2")
     elif command == "tokenize":
         from bert4keras.tokenizers import Tokenizer
 

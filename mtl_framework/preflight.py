@@ -80,12 +80,35 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
                               "path is relative to the experiment file)")
     _check_task_files(experiment, tasks, root)
     vocab = _vocab(experiment)
+    if MLM_TASK in entries:
+        _check_mlm_tie(experiment)
     plan = Plan(experiment, run_dir, root, registry, tasks, entries, vocab,
                 checkpoints=checkpoint_dirs(run_dir),
                 resolved=resolved_experiment(experiment, root))
     if resume is not None:
         check_run_dir(plan, resume)
     return plan
+
+
+def _check_mlm_tie(experiment):
+    """The mlm head scores against the token embedding: it must be hidden_size wide
+    (ALBERT's factorised embedding is not)."""
+    backbone = experiment.backbone
+    folder = backbone.get("init") or backbone.get("checkpoint")
+    if folder:
+        folder = experiment.resolve_path(folder)
+        config = architectures.read_config(folder, architectures.layout(folder))
+    else:
+        dims = {k: v for k, v in backbone.items() if k not in BACKBONE_OVERRIDES
+                and k not in ("architecture", "activation", "max_positions")}
+        config = architectures.backbone_config(backbone.get("architecture"), backbone.get("size"),
+                                               **dims)
+    width = config.get("embedding_size") or config["hidden_size"]
+    if width != config["hidden_size"]:
+        raise ExperimentError(
+            f"{experiment.where('tasks')}: the {MLM_TASK!r} head ties to the token embedding, "
+            f"{width} wide, but hidden_size is {config['hidden_size']}: drop {MLM_TASK!r}, or "
+            "use embedding_size = hidden_size")
 
 
 MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer

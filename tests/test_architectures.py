@@ -303,3 +303,17 @@ def test_transformers_reader_refusals(tmp_path):
     with pytest.raises(UserError, match=r"config.json \(model_type albert\) without "
                                         r"model.safetensors or pytorch_model.bin"):
         architectures.layout(str(folder))
+
+
+def test_mlm_on_a_factorised_embedding_is_refused(tmp_path, capsys):
+    from mtl_framework.cli import main as mtl
+
+    from conftest import write_tiny_experiment
+
+    experiment = write_tiny_experiment(tmp_path / "e.yaml", tasks=["tnews", "mlm"], backbone={
+        "architecture": "albert", "num_layers": 1, "hidden_size": 32, "num_heads": 2,
+        "embedding_size": 16})
+    assert mtl(["train", str(experiment), "--output", str(tmp_path / "run")]) == 2
+    assert "the 'mlm' head ties to the token embedding, 16 wide, but hidden_size is 32" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "run").exists()

@@ -21,7 +21,7 @@ import importlib
 import os
 
 from mtl_framework.errors import UserError
-from mtl_framework.formats import FORMATS, expected, loadable, unreadable_weights
+from mtl_framework.formats import FORMATS, OURS, expected, loadable, unreadable_weights
 
 ARCHITECTURES = ("roformer_v2", "bert", "albert")
 DEFAULT = "roformer_v2"
@@ -160,6 +160,5 @@ def load_backbone(directory, found, **overrides):
 
 def load_preset(directory, **overrides):
     """The backbone of our keras preset folder, of whichever architecture it holds."""
-    name = next(name for name, row in FORMATS.items() if row.ours)
-    found = Found(name, architecture_of(converter(name).read_config(directory)))
+    found = Found(OURS, architecture_of(converter(OURS).read_config(directory)))
     return load_backbone(directory, found, **overrides)

@@ -1,4 +1,4 @@
-"""Backbone folder formats: `FORMATS`, the one table, and what reads a folder.
+"""Backbone folder formats: `FORMATS`, the one table (no reading: architectures/__init__.py).
 
 A format is a folder layout (what files, which library loads it). How a format holds
 an architecture is that architecture's converter, architectures/<name>/<format>.py

@@ -682,7 +682,7 @@ def main(argv=None):
              **{f"segment_ids_{s}": b[1] for s, b in batches.items()})
     if "bert4keras" in systems:
         from mtl_framework import backbone_config
-        from mtl_framework.formats import bert4keras
+        from mtl_framework.architectures.roformer_v2 import bert4keras
 
         worker = Bert4kerasWorker(workdir)
         for name in args.configs:

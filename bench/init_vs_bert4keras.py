@@ -83,10 +83,10 @@ def load_batches(path, prefix):
 def prepare(args, work):
     """Vocab, features, bert_config.json and the batch files both sides read."""
     from data_adapters import read_task
+    from mtl_framework.architectures.roformer_v2.bert4keras import bert_config_from_config
+    from mtl_framework.architectures.roformer_v2.presets import backbone_config
     from mtl_framework.cache import cached_features
-    from mtl_framework.formats.bert4keras import bert_config_from_config
     from mtl_framework.mixture import TaskStream, iterate_batches
-    from mtl_framework.presets import backbone_config
     from mtl_framework.registry import load_registry
     from mtl_framework.tokenizer import Tokenizer
     from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab

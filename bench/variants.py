@@ -13,7 +13,8 @@ import types
 from keras import ops
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.layers import RMSNorm, SelfAttention, apply_rotary, dense, scaled, softmax_with_exact_sum
+from mtl_framework.architectures.roformer_v2.layers import RMSNorm, SelfAttention, scaled
+from mtl_framework.layers import apply_rotary, dense, softmax_with_exact_sum
 
 
 def softmax_f64_autodiff(scores):

@@ -1,4 +1,5 @@
-"""mtl_framework: supervised multi-task pretraining of Chinese RoFormerV2 encoders."""
+"""mtl_framework: supervised multi-task pretraining of Chinese text encoders (RoFormerV2,
+BERT, ALBERT)."""
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -11,6 +12,9 @@ def __getattr__(name: str) -> object:
     if name in ("RoFormerV2Backbone", "backbone_config", "PRESETS"):
         from mtl_framework import backbone
         return getattr(backbone, name)
+    if name in ("BertBackbone", "AlbertBackbone"):
+        from mtl_framework import architectures
+        return architectures.backbone_class(name[:-len("Backbone")].lower())
     if name == "Tokenizer":
         from mtl_framework.tokenizer import Tokenizer
         return Tokenizer

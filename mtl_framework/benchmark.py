@@ -275,14 +275,14 @@ def export_fingerprint(path):
 
 
 def check_exports(paths):
-    """Each path a backbone folder `mtl finetune` starts from (`formats.layout`), none
-    given twice."""
-    from mtl_framework import formats
+    """Each path a backbone folder `mtl finetune` starts from (`architectures.layout`),
+    none given twice."""
+    from mtl_framework import architectures
 
     errors = []
     for path in paths:
         try:
-            formats.layout(path)
+            architectures.layout(path)
         except UserError as error:
             errors.append(str(error))
     slugs = [export_slug(export_label(p)) for p in paths]
@@ -378,7 +378,8 @@ def initial_export(run_dir, output, log=print):
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(experiment, f, allow_unicode=True, sort_keys=False)
     run = Run(path, output=initial_run, log=log)
-    run.backbone.residual_alpha.assign(1.0)
+    if hasattr(run.backbone, "residual_alpha"):  # RoFormerV2's residual scale
+        run.backbone.residual_alpha.assign(1.0)
     run.write_run_files()  # experiment.yaml and vocab.txt: `train` would write them
     run.save_checkpoint(0, 1)
     keras.backend.clear_session()

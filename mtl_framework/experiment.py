@@ -25,9 +25,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mtl_framework import balancing, mixture, rope_scaling
+from mtl_framework import architectures, balancing, mixture, rope_scaling
 from mtl_framework.errors import UserError
-from mtl_framework.presets import PRESETS, backbone_config
 from mtl_framework.yaml_io import load_yaml, parse_yaml
 
 if TYPE_CHECKING:
@@ -57,11 +56,11 @@ PATH_VALUES = (("data_root",), ("cache_dir",), ("vocab",), ("output_dir",), ("ta
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
                  "alpha_warmup_steps", "exact_padding", "checkpoint", "vocab", "init",
-                 "rope_scaling"}
+                 "rope_scaling", "architecture", "max_positions", "activation"}
 # backbone integers and their smallest values (a vocab needs room beside its 5 special tokens).
 BACKBONE_MINIMUM = {"vocab_size": 6, "num_layers": 1, "hidden_size": 1, "num_heads": 1,
                     "intermediate_size": 1, "head_size": 2, "embedding_size": 1,
-                    "alpha_warmup_steps": 0}
+                    "alpha_warmup_steps": 0, "max_positions": 1}
 BACKBONE_PATHS = ("checkpoint", "init", "vocab")
 SAMPLING = mixture.METHODS + (mixture.ANNEAL,)
 SAMPLING_KEYS = ("method",) + mixture.OPTIONS + mixture.ANNEAL_KEYS
@@ -332,7 +331,7 @@ def _checked(raw, sources, path, folder):
         if isinstance(raw.get(key), list) and not all(isinstance(p, str) for p in raw[key]):
             error(key, f"{key} must be a list of folder paths")
     backbone = raw.get("backbone") if isinstance(raw.get("backbone"), dict) else {}
-    _check_backbone(backbone, error)
+    _check_backbone(backbone, error, raw.get("max_length", DEFAULTS["max_length"]))
     _check_sampling(raw.get("sampling", DEFAULTS["sampling"]), error)
     if isinstance(raw.get("optimizer"), dict):
         _check_optimizer(raw["optimizer"], error)
@@ -375,7 +374,13 @@ def keep_best_settings(experiment):
     return {**KEEP_BEST_KEYS, **(raw.get("keep_best") or {})}
 
 
-def _check_backbone(backbone, error):
+def _check_backbone(backbone, error, max_length):
+    architecture = backbone.get("architecture") or architectures.DEFAULT
+    if architecture not in architectures.ARCHITECTURES:
+        error(("backbone", "architecture"), f"backbone.architecture must be one of "
+              f"{', '.join(architectures.ARCHITECTURES)}, got {architecture!r}")
+        return
+    presets = architectures.presets(architecture).PRESETS
     for key, value in backbone.items():
         where = ("backbone", key)
         if key not in BACKBONE_KEYS:
@@ -404,26 +409,33 @@ def _check_backbone(backbone, error):
                 rope_scaling.normalise(value, DEFAULTS["max_length"], "backbone.rope_scaling")
             except ValueError as problem:
                 error(where, str(problem))
-        elif key in BACKBONE_PATHS or key == "size":
+        elif key in BACKBONE_PATHS or key in ("size", "activation"):
             if not isinstance(value, str) or not value:
                 error(where, f"backbone.{key} must be a " + ("size name" if key == "size" else "path")
                       + f", got {value!r}")
-        if key == "size" and isinstance(value, str) and value not in PRESETS:
-            error(where, f"backbone.size must be one of {', '.join(PRESETS)} (or give num_layers, "
-                         f"hidden_size and num_heads), got {value!r}")
+        if key == "size" and isinstance(value, str) and value not in presets:
+            error(where, f"backbone.size of {architecture} must be one of {', '.join(presets)} "
+                         f"(or give num_layers, hidden_size and num_heads), got {value!r}")
     if backbone.get("checkpoint") and backbone.get("init"):
         error(("backbone", "init"), "backbone has both checkpoint and init: keep one")
     if backbone.get("checkpoint") or backbone.get("init"):
         return  # the dims come from the checkpoint's config (compared in preflight)
     dims = {k: v for k, v in backbone.items() if k in BACKBONE_MINIMUM}
     if any(not _is_int(v) or v < BACKBONE_MINIMUM[k] for k, v in dims.items()) or \
-            backbone.get("size") not in (None, *PRESETS) or set(backbone) - BACKBONE_KEYS:
+            backbone.get("size") not in (None, *presets) or set(backbone) - BACKBONE_KEYS:
         return  # already reported
+    other = {k: backbone[k] for k in ("activation", "rope_scaling") if backbone.get(k) is not None}
     try:
-        backbone_config(backbone.get("size"), **dims)
+        config = architectures.backbone_config(architecture, backbone.get("size"), **dims, **other)
     except ValueError as problem:
-        key = next((k for k in ("num_heads", "head_size", "hidden_size") if k in backbone), None)
+        key = next((k for k in ("activation", "rope_scaling", "alpha_warmup_steps", "num_heads",
+                                "head_size", "hidden_size") if k in backbone), None)
         error(("backbone", key) if key else ("backbone",), f"backbone: {problem}")
+        return
+    if _is_int(max_length) and max_length > config.get("max_positions", max_length):
+        error(("backbone", "max_positions") if "max_positions" in backbone else ("max_length",),
+              f"max_length {max_length} > backbone.max_positions {config['max_positions']} "
+              f"(the {architecture} position table): raise max_positions or lower max_length")
 
 
 def _check_balancing(raw, error):

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mtl_framework import formats
+from mtl_framework import architectures, formats
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
+from mtl_framework.architectures import architecture_of
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import DEFAULTS
 from mtl_framework.model_card import relative_checkpoint, write_card
@@ -54,6 +55,8 @@ MANIFEST = "export-manifest.json"
 def fold_residual_alpha(backbone):
     """Fold the residual scale `a` into the output kernels (in place) and set a = 1.
     norm(x + a*F(x)) with F ending in a bias-free kernel W equals norm(x + F_{aW}(x))."""
+    if not hasattr(backbone, "residual_alpha"):  # RoFormerV2's alone
+        return 1.0
     alpha = float(backbone.residual_alpha.numpy())
     if alpha != 1.0:
         for layer in backbone.transformer_layers:
@@ -92,7 +95,8 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
                         f"{rope.describe(backbone.config['rope_scaling'])}: --format {fmt} has no "
                         f"way to hold it; export --format {formats.OURS}, or train without "
                         "rope_scaling")
-    formats.module(fmt).check(backbone.config, source)  # refused before writing anything
+    # refused before writing anything
+    architectures.converter(fmt, architecture_of(backbone.config)).check(backbone.config, source)
     heads = run_heads(chosen) if with_heads else None
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
@@ -196,7 +200,7 @@ def trained_length(run_dir):
 def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
     state = {**checkpoint.trainer, "checkpoint": checkpoint.path}
     vocab = os.path.join(run_dir, files.VOCAB)
-    writer = formats.module(fmt)
+    writer = architectures.converter(fmt, architecture_of(backbone.config))
     if formats.FORMATS[fmt].ours:  # our preset: the run and its heads beside the backbone
         if heads:
             save_heads(output, *heads)

@@ -2,7 +2,7 @@
 
     run, line = finetune("runs/demo/export/keras", "chnsenticorp", data_root="../shared/data")
 
-EXPORTED_DIR is any folder `formats.layout` knows: our keras export, a bert4keras
+EXPORTED_DIR is any folder `architectures.layout` knows: our keras export, a bert4keras
 checkpoint folder (as released or exported), a PyTorch `roformer` folder.
 Nothing here trains or scores by itself: it writes a one-task experiment
 (`backbone: {init: EXPORTED_DIR}`, balancing `none`, one micro-batch per
@@ -95,15 +95,15 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
              task_specs: Iterable[str] = (), cache_dir: str | None = None, eval_split: str = "dev",
              eval_max_examples: int | None = None, eval_batch_size: int = 64,
              log: Callable[[str], Any] = print, **settings: Any) -> tuple[Run, dict[str, Any]]:
-    """Train `task` from the backbone folder `export_dir` (a format `formats.layout`
+    """Train `task` from the backbone folder `export_dir` (a format `architectures.layout`
     knows: `formats.loadable()`), score it on `eval_split`.
     Returns (run, the evaluation line as recorded in RUN_DIR/evaluations.jsonl plus
     "start": `start_digests` of the run before its first update)."""
-    from mtl_framework import evaluation, formats
+    from mtl_framework import architectures, evaluation, formats
     from mtl_framework.registry import load_registry
     from mtl_framework.trainer import Run
 
-    formats.layout(export_dir)  # refuse a folder it cannot start from before writing
+    architectures.layout(export_dir)  # refuse a folder it cannot start from before writing
     if formats.vocab_path(export_dir) is None:
         raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found; fine-tuning uses "
                         "the vocab the weights were trained with: copy it into that folder")

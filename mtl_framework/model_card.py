@@ -16,8 +16,9 @@ import os
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from mtl_framework import formats
+from mtl_framework import architectures, formats
 from mtl_framework import run_dir as files
+from mtl_framework.architectures import architecture_of
 from mtl_framework.errors import UserError
 from mtl_framework.provenance import describe, provenance
 from mtl_framework.scorers import score_name
@@ -140,7 +141,8 @@ def model_card(run_dir, state, fmt, record, heads=None, use=None):
     data = card_data(run_dir, state, fmt)
     lines = [
         f"# {data.model_name}", "",
-        f"RoFormerV2 backbone from mtl_framework, run `{record['run']}`, checkpoint "
+        f"{architectures.package(architecture_of(config)).TITLE} backbone from mtl_framework, "
+        f"run `{record['run']}`, checkpoint "
         f"`{record['checkpoint']}` ({state['step']} optimizer updates)"
         + (f", started from `{data.base_model}`" if data.base_model else "") + ".", "",
         f"Backbone: {config['num_layers']} layers, hidden {config['hidden_size']}, "
@@ -149,7 +151,7 @@ def model_card(run_dir, state, fmt, record, heads=None, use=None):
         f"Trained by supervised multi-task pretraining on {len(tasks)} tasks: "
         f"{', '.join(tasks)}.", "",
         "## Dev scores", "", *dev_table(run_dir, state["step"]),
-        "", "## Use", "", *(use or formats.module(fmt).CARD_USE)]
+        "", "## Use", "", *(use or architectures.converter(fmt, architecture_of(config)).CARD_USE)]
     if heads:
         lines += ["", f"Task heads included (heads.weights.npz): {', '.join(heads)}; an "
                       "experiment with `backbone: {init: DIR}` starts the heads of tasks with "

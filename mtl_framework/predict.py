@@ -74,7 +74,7 @@ def load_model(path: str, data_root: str | None = None, specs: Iterable[str] = (
             raise UserError(f"{path}: no {trained_model.HEADS_CONFIG}: this export holds the backbone "
                             "only; export with `mtl export RUN_DIR --format keras --with-heads`, "
                             "or predict from the run directory")
-        from mtl_framework.backbone import RoFormerV2Backbone
+        from mtl_framework.architectures import load_preset
 
         overrides = {}
         if rope_scaling is not None:
@@ -85,7 +85,7 @@ def load_model(path: str, data_root: str | None = None, specs: Iterable[str] = (
                                                                preset.trained_length(path))
             except ValueError as error:
                 raise UserError(f"{path}: {error}") from None
-        backbone = RoFormerV2Backbone.from_preset(path, **overrides)
+        backbone = load_preset(path, **overrides)
         root = data_root or default_data_root()
         return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
                             list(specs), root, max_length, log)

@@ -20,9 +20,9 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from mtl_framework import architectures
 from mtl_framework.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
 from mtl_framework.families import MLM
-from mtl_framework.presets import PRESETS
 from mtl_framework.registry import UnknownTaskError, load_registry
 from mtl_framework.run_dir import checkpoint_dirs
 
@@ -80,12 +80,35 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
                               "path is relative to the experiment file)")
     _check_task_files(experiment, tasks, root)
     vocab = _vocab(experiment)
+    if MLM_TASK in entries:
+        _check_mlm_tie(experiment)
     plan = Plan(experiment, run_dir, root, registry, tasks, entries, vocab,
                 checkpoints=checkpoint_dirs(run_dir),
                 resolved=resolved_experiment(experiment, root))
     if resume is not None:
         check_run_dir(plan, resume)
     return plan
+
+
+def _check_mlm_tie(experiment):
+    """The mlm head scores against the token embedding: it must be hidden_size wide
+    (ALBERT's factorised embedding is not)."""
+    backbone = experiment.backbone
+    folder = backbone.get("init") or backbone.get("checkpoint")
+    if folder:
+        folder = experiment.resolve_path(folder)
+        config = architectures.read_config(folder, architectures.layout(folder))
+    else:
+        dims = {k: v for k, v in backbone.items() if k not in BACKBONE_OVERRIDES
+                and k not in ("architecture", "activation", "max_positions")}
+        config = architectures.backbone_config(backbone.get("architecture"), backbone.get("size"),
+                                               **dims)
+    width = config.get("embedding_size") or config["hidden_size"]
+    if width != config["hidden_size"]:
+        raise ExperimentError(
+            f"{experiment.where('tasks')}: the {MLM_TASK!r} head ties to the token embedding, "
+            f"{width} wide, but hidden_size is {config['hidden_size']}: drop {MLM_TASK!r}, or "
+            "use embedding_size = hidden_size")
 
 
 MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer
@@ -315,13 +338,13 @@ def _vocab(experiment):
     backbone = experiment.backbone
     init, checkpoint = backbone.get("init"), backbone.get("checkpoint")
     if init or checkpoint:
-        from mtl_framework import formats
+        from mtl_framework import architectures
 
         key = "init" if init else "checkpoint"
         folder = experiment.resolve_path(init or checkpoint)
-        kind = formats.layout(folder, experiment.where("backbone", key))
-        config = formats.read_config(folder, kind)
-        config_path = formats.config_path(folder, kind)
+        kind = architectures.layout(folder, experiment.where("backbone", key))
+        config = architectures.read_config(folder, kind)
+        config_path = architectures.config_path(folder, kind)
         _check_dims(experiment, key, config, config_path)
     named = ("backbone", "vocab") if backbone.get("vocab") else ("vocab",) \
         if experiment.raw.get("vocab") else None
@@ -352,7 +375,14 @@ def _check_dims(experiment, key, config, config_path):
     change a trained model); init exports are checked the same way when built."""
     asked = {k: v for k, v in experiment.backbone.items() if k not in BACKBONE_OVERRIDES}
     if experiment.backbone.get("size"):
-        asked = {**PRESETS[experiment.backbone["size"]], **asked}
+        architecture = experiment.backbone.get("architecture") or architectures.DEFAULT
+        asked = {**architectures.presets(architecture).PRESETS[experiment.backbone["size"]], **asked}
+    config = {**config, "architecture": architectures.architecture_of(config)}
+    if experiment.max_length > config.get("max_positions", experiment.max_length):
+        raise ExperimentError(
+            f"{experiment.where('max_length')}: max_length {experiment.max_length} > "
+            f"max_position_embeddings {config['max_positions']} of {config_path} (its "
+            "position table): lower max_length")
     for dim, value in asked.items():
         if config.get(dim) != value:
             raise ExperimentError(

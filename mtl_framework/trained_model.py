@@ -13,10 +13,9 @@ import zipfile
 
 import numpy as np
 
-from mtl_framework import formats
+from mtl_framework import architectures
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
-from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import ExperimentError
 
@@ -29,7 +28,7 @@ HEADS_WEIGHTS = "heads.weights.npz"
 def checkpoint_backbone(checkpoint, **overrides):
     """The backbone of a run_dir.Checkpoint, built from its config (`overrides`
     replace keys that are not shapes: rope_scaling), weights by name."""
-    backbone = RoFormerV2Backbone(**{**checkpoint.trainer["backbone"], **overrides})
+    backbone = architectures.build_backbone({**checkpoint.trainer["backbone"], **overrides})
     backbone.build()
     named = files.layer_variable_names(backbone, "backbone")
     for name, value in checkpoint.backbone_arrays(list(named)).items():
@@ -206,18 +205,18 @@ SHAPE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size", "he
 
 
 def init_backbone(directory, spec, source="experiment"):
-    """The backbone of a folder `formats.layout` knows (`formats.loadable()`) for a new run:
+    """The backbone of a folder `architectures.layout` knows (`formats.loadable()`) for a new run:
     dims and weights from the folder; dropout and
     attention_dropout from `spec` (the experiment's backbone mapping) where it gives them;
     alpha_warmup_steps 0 unless given (the export's residual scale is kept, not warmed up
     again). preflight.plan_run has checked the experiment's dims and vocab against it."""
     overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
     overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    kind = formats.layout(directory, source)
+    kind = architectures.layout(directory, source)
     if "rope_scaling" in overrides:  # stretched from the length the folder was trained at
         overrides["rope_scaling"] = checked_rope_scaling(
-            overrides["rope_scaling"], formats.trained_length(directory, kind), source)
-    return formats.load_backbone(directory, kind, **overrides)
+            overrides["rope_scaling"], architectures.trained_length(directory, kind), source)
+    return architectures.load_backbone(directory, kind, **overrides)
 
 
 def checked_rope_scaling(value, trained_length, source):

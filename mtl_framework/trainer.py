@@ -38,8 +38,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mtl_framework import architectures
 from mtl_framework import run_dir as files
-from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.balancing import Balancing, BalancingError
 from mtl_framework.balancing import describe as describe_balancing
 from mtl_framework.cache import cached_features
@@ -67,7 +67,6 @@ from mtl_framework.preflight import (
     plan_run,
     vocab_sources,
 )
-from mtl_framework.presets import backbone_config
 from mtl_framework.tokenizer import Tokenizer
 from mtl_framework.training import MultiTaskModel, NonFiniteLossError
 
@@ -117,7 +116,8 @@ def build_backbone(experiment, tokenizer):
 
         spec["rope_scaling"] = checked_rope_scaling(spec["rope_scaling"], experiment.max_length,
                                                     experiment.where("backbone", "rope_scaling"))
-    return RoFormerV2Backbone(**backbone_config(size, **spec))
+    return architectures.build_backbone(
+        architectures.backbone_config(spec.pop("architecture", None), size, **spec))
 
 
 def no_rows_message(task, features):
@@ -146,7 +146,7 @@ class RunLogger(keras.callbacks.Callback):
         self.step += 1
         model = self.run.model
         record = {"step": self.step, "time": time.time(), "loss": (logs or {}).get("loss"),
-                  "alpha": float(model.backbone.residual_alpha.numpy()),
+                  "alpha": float(getattr(model.backbone, "residual_alpha", 1.0)),  # RoFormerV2's
                   "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
                   "tasks": {}}
         # annealed sampling moves the rates: those of this update's first draw

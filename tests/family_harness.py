@@ -109,3 +109,34 @@ def one_hot_logits(labels, n):
 def tied_embedding(vocab_size):
     """A stand-in for the backbone's token embedding matrix (what an mlm head is tied to)."""
     return keras.Variable(np.random.default_rng(1).normal(size=(vocab_size, HIDDEN)).astype("float32"))
+
+
+def run_on_backbone(case, backbone):
+    """The case's head on a real backbone's output (`backbone` built, hidden_size HIDDEN;
+    any architecture), as training computes it (training.py `_outputs`: the choice axis
+    folded into the batch): a finite loss with training True and False, and finite
+    gradients that reach every backbone weight a token's path uses."""
+    from mtl_framework.heads import backbone_inputs
+
+    batch = {k: tf.constant(v) for k, v in case.batch.items()}
+    tied = {"embeddings": backbone.token_embedding} if case.tied else {}
+    head = build_head(case.name, case.num_labels, HIDDEN, **case.head_kwargs(case.num_labels),
+                      **tied)
+    for training in (True, False):
+        with tf.GradientTape() as tape:
+            hidden = backbone(backbone_inputs(batch), training=training)
+            if family(case.name).choice_axis:
+                shape = tf.shape(batch["token_ids"])
+                hidden = tf.reshape(hidden, tf.concat([shape, tf.shape(hidden)[-1:]], 0))
+            loss = head.compute_task_loss(head(hidden, batch, training=training), batch)
+        assert np.isfinite(float(loss)), (case.name, training, float(loss))
+        weights = backbone.trainable_variables
+        gradients = tape.gradient(loss, weights)
+        reached = [w.path for w, g in zip(weights, gradients) if g is not None
+                   and np.abs(np.asarray(tf.convert_to_tensor(g))).max() > 0]
+        assert all(np.isfinite(np.asarray(tf.convert_to_tensor(g))).all()
+                   for g in gradients if g is not None), case.name
+        # every block weight learns (embedding rows of unused tokens need not)
+        blocks = [w.path for w in weights if "transformer_layer" in w.path]
+        assert set(blocks) <= set(reached), (case.name, sorted(set(blocks) - set(reached))[:3])
+    return head

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from mtl_framework import RoFormerV2Backbone
+from mtl_framework.architectures.roformer_v2.keras_hub import keras_hub_available
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
-from mtl_framework.formats.keras_hub import keras_hub_available
 from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
 from conftest import write_tiny_experiment
@@ -201,8 +201,8 @@ def test_keras_hub_tokenizer_points_at_our_vocab(run_dir, exported):
 
 def test_residual_scale_is_folded_for_bert4keras(tmp_path):
     """Exported before its warm-up ended (a = 0.4): a moves into the output kernels."""
+    from mtl_framework.architectures.roformer_v2 import bert4keras
     from mtl_framework.export import fold_residual_alpha
-    from mtl_framework.formats import bert4keras
 
     backbone = RoFormerV2Backbone(vocab_size=300, num_layers=2, hidden_size=32, num_heads=2,
                                   intermediate_size=64, dropout=0.0, alpha_warmup_steps=10)

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from mtl_framework import RoFormerV2Backbone
+from mtl_framework.architectures.roformer_v2.layers import SelfAttention
 from mtl_framework.families import FAMILIES
 from mtl_framework.heads import build_head
-from mtl_framework.layers import RoFormerV2Initializer, SelfAttention
+from mtl_framework.layers import RoFormerV2Initializer
 
 LAYERS = 4
 # vocab > 10000 and 2 segments (< 10) take the fan from shape[1]; embedding_size != hidden

@@ -213,7 +213,7 @@ def test_from_roformer_pytorch_reads_the_export(exported, trained, batch):
 def test_round_trip_with_embedding_mapping_and_unprefixed_names(tmp_path):
     from safetensors.numpy import save_file
 
-    from mtl_framework.formats.roformer_pytorch import save_roformer_pytorch
+    from mtl_framework.architectures.roformer_v2.roformer_pytorch import save_roformer_pytorch
 
     backbone = tiny_backbone(embedding_size=32, segment_vocab_size=3)
     save_roformer_pytorch(backbone, tmp_path / "a")
@@ -233,7 +233,7 @@ def test_round_trip_with_embedding_mapping_and_unprefixed_names(tmp_path):
 def test_reader_errors_name_the_file_and_what_is_wrong(tmp_path):
     from safetensors.numpy import save_file
 
-    from mtl_framework.formats.roformer_pytorch import save_roformer_pytorch
+    from mtl_framework.architectures.roformer_v2.roformer_pytorch import save_roformer_pytorch
 
     good = tmp_path / "good"
     save_roformer_pytorch(tiny_backbone(embedding_size=32), good)
@@ -276,21 +276,21 @@ def test_reader_errors_name_the_file_and_what_is_wrong(tmp_path):
 # --- every backbone folder: layout, init/checkpoint, finetune ----------------------------
 
 def test_layout_tells_the_folders_apart(exported, tmp_path):
-    from mtl_framework import formats
+    from mtl_framework import architectures
 
     for kind, directory in exported.items():
-        assert formats.layout(str(directory)) == kind
+        assert architectures.layout(str(directory)) == kind
     with pytest.raises(UserError, match="nowhere: no such folder"):
-        formats.layout(str(tmp_path / "nowhere"))
+        architectures.layout(str(tmp_path / "nowhere"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="empty: not a backbone folder; expected config.json"):
-        formats.layout(str(tmp_path / "empty"))
+        architectures.layout(str(tmp_path / "empty"))
     hub = tmp_path / "hub"
     hub.mkdir()
     (hub / "config.json").write_text(json.dumps(
         {"registered_name": "keras_hub>RoformerV2Backbone", "config": {}}))
     with pytest.raises(UserError, match="hub: a keras-hub preset"):
-        formats.layout(str(hub))
+        architectures.layout(str(hub))
 
 
 @pytest.mark.parametrize("kind,key", [("keras", "init"), ("bert4keras", "init"),

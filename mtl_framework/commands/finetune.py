@@ -13,8 +13,8 @@ from mtl_framework.formats import loadable
 def register(subparsers):
     parser = subparsers.add_parser(
         "finetune", help="fine-tune one task from an exported backbone and score it on dev")
-    parser.add_argument("export_dir", help=f"a backbone folder: `mtl export` {', '.join(loadable())}, "
-                             "or a released bert4keras / PyTorch roformer checkpoint")
+    parser.add_argument("export_dir", help=f"a backbone folder ({', '.join(loadable())}): "
+                             "an `mtl export`, or a released RoFormerV2, BERT or ALBERT checkpoint")
     parser.add_argument("task", help="task name (see `mtl tasks list`)")
     parser.add_argument("--data-root", default=None,
                         help="dataset root (default: $MTL_DATA_ROOT or ./data)")

@@ -1,6 +1,9 @@
-"""Our keras preset: config.json ({"format": KERAS_FORMAT, "backbone": config, ...}) +
-model.weights.h5 (+ vocab.txt), what `RoFormerV2Backbone.from_preset` loads; `mtl export
---with-heads` adds the task heads beside it (export.py)."""
+"""Our keras preset, for every architecture: config.json ({"format":
+"mtl_framework.<backbone class>", "backbone": config, ...}) + model.weights.h5
+(+ vocab.txt), what `<backbone class>.from_preset` and `load_preset` load; the
+config's "architecture" names the architecture (absent: RoFormerV2, as every export
+made before there were others). `mtl export --with-heads` adds the task heads beside
+it (export.py)."""
 import json
 import os
 import shutil
@@ -9,7 +12,10 @@ from mtl_framework.formats.json_file import read_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS = "model.weights.h5"
-KERAS_FORMAT = "mtl_framework.RoFormerV2Backbone"
+KERAS_FORMAT = "mtl_framework.RoFormerV2Backbone"  # RoFormerV2's tag (every older export)
+TAG_PREFIX = "mtl_framework."  # + the backbone's class name
+
+
 CARD_USE = [
     "```python", "from mtl_framework import RoFormerV2Backbone",
     "backbone = RoFormerV2Backbone.from_preset(DIR)  # vocab: DIR/vocab.txt", "```", "",
@@ -25,7 +31,7 @@ def detect(directory):
     if not os.path.exists(os.path.join(directory, CONFIG_FILE)):
         return None
     config = _config(directory)
-    if not (isinstance(config, dict) and config.get("format") == KERAS_FORMAT):
+    if not (isinstance(config, dict) and str(config.get("format")).startswith(TAG_PREFIX)):
         return None
     if not os.path.exists(os.path.join(directory, WEIGHTS)):
         return (f"{CONFIG_FILE} without {WEIGHTS}; export the run again with "
@@ -61,8 +67,8 @@ def save(backbone, directory, vocab_path=None, trained_length=None, extra=None):
     run, with the length it was trained at)."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
-        json.dump({"format": KERAS_FORMAT, "backbone": backbone.config, **(extra or {})}, f,
-                  indent=2, ensure_ascii=False)
+        json.dump({"format": TAG_PREFIX + type(backbone).__name__, "backbone": backbone.config,
+                   **(extra or {})}, f, indent=2, ensure_ascii=False)
     backbone.save_weights(os.path.join(directory, WEIGHTS))
     if vocab_path is not None:
         shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))

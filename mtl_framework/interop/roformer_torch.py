@@ -9,6 +9,7 @@ import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKER = os.path.join(os.path.dirname(__file__), "roformer_torch_worker.py")
+BERT_WORKER = os.path.join(os.path.dirname(__file__), "bert_torch_worker.py")  # BERT, ALBERT
 
 
 def torch_python():
@@ -27,11 +28,11 @@ def torch_unavailable_reason():
     return None
 
 
-def run_torch(*args, timeout=600):
-    """Run the worker with the torch interpreter; raise with its stderr on failure."""
+def run_torch(*args, timeout=600, worker=WORKER):
+    """Run `worker` with the torch interpreter; raise with its stderr on failure."""
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRANSFORMERS_OFFLINE="1",
                HF_HUB_OFFLINE="1", PYTHONPATH="")
-    result = subprocess.run([torch_python(), WORKER, *map(str, args)], env=env,
+    result = subprocess.run([torch_python(), worker, *map(str, args)], env=env,
                             capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"torch worker {args[0]} failed:\n{result.stderr[-4000:]}")

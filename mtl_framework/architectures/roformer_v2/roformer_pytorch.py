@@ -23,13 +23,12 @@ import shutil
 
 import numpy as np
 
+from mtl_framework.architectures.roformer_v2 import bert4keras as checkpoint_names
 from mtl_framework.errors import UserError
-from mtl_framework.formats import bert4keras as checkpoint_names
+from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, read_tensors
 from mtl_framework.outputs import usual_mode
 
 CONFIG_FILE = CONFIG = "config.json"
-SAFETENSORS = "model.safetensors"
-TORCH_BIN = "pytorch_model.bin"
 PREFIX = "roformer."  # RoFormerForMaskedLM's names; a bare RoFormerModel saves without it
 POSITIONS = "roformer.encoder.embed_positions.weight"
 MAPPING_BIAS = "roformer.embeddings_project.bias"  # torch's Linear has one; ours is 0
@@ -192,7 +191,7 @@ def save(backbone, directory, vocab_path=None, trained_length=None):
 
 
 def load_weights(backbone, directory):
-    tensors, source = read_tensors(directory)
+    tensors, source = read_tensors(directory, "a roformer (PyTorch)")
     weights = from_torch_weights(tensors, backbone.config, source)
     checkpoint_names.assign_weights(backbone, weights, source=directory)
 
@@ -247,30 +246,6 @@ def read_config(directory):
             return config_from_hf(json.load(f), source=path)
     except ValueError as error:
         raise UserError(f"{path}: not valid JSON ({error})") from None
-
-
-def read_tensors(directory):
-    """{torch name: array} from model.safetensors (numpy, no torch) or pytorch_model.bin
-    (torch.load, when torch is importable)."""
-    path = os.path.join(directory, SAFETENSORS)
-    if os.path.exists(path):
-        from safetensors.numpy import load_file
-
-        try:
-            return load_file(path), path
-        except Exception as error:  # safetensors raises its own types for corrupt files
-            raise UserError(f"{path}: not a readable safetensors file ({error})") from None
-    path = os.path.join(directory, TORCH_BIN)
-    if not os.path.exists(path):
-        raise UserError(f"{directory}: neither {SAFETENSORS} nor {TORCH_BIN}; a roformer "
-                        "(PyTorch) folder has one of them")
-    try:
-        import torch
-    except ImportError:
-        raise UserError(f"{path}: reading a PyTorch pickle needs torch (pip install torch), "
-                        f"or convert it once to {SAFETENSORS} where torch is installed") from None
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return {name: value.float().numpy() for name, value in state.items()}, path
 
 
 def from_torch_weights(tensors, config, source):

@@ -103,6 +103,11 @@ def read_checkpoint(config_path, checkpoint_path):
 def assign_weights(backbone, weights, source="checkpoint"):
     """Copy checkpoint arrays into the backbone; shape or name mismatches say which variable."""
 
+    if "bert/embeddings/LayerNorm/gamma" in weights:
+        raise UserError(f"{source}: has bert/embeddings/LayerNorm/gamma, which RoFormerV2 has "
+                        "not: a BERT checkpoint whose bert_config.json says hidden_act relu; "
+                        "set its hidden_act (BERT's is gelu) to read it as BERT")
+
     def take(name, expected_shape):
         if name not in weights:
             raise KeyError(f"{source}: variable {name} not found (is this a RoFormerV2 checkpoint "
@@ -194,6 +199,9 @@ def detect(directory):
     has = lambda name: os.path.exists(os.path.join(directory, name))  # noqa: E731
     if not has(CONFIG_FILE):
         return None
+    config = read_json(os.path.join(directory, CONFIG_FILE))
+    if not isinstance(config, dict) or config.get("hidden_act", "relu") != "relu":
+        return None  # BERT's bert_config.json (architectures/bert/checkpoint.py)
     if not has(CHECKPOINT + ".index"):
         return (f"{CONFIG_FILE} without {CHECKPOINT}.index; copy the whole released "
                 "checkpoint folder")

@@ -68,7 +68,7 @@ def detect(directory):
     if not os.path.exists(path):
         return None
     config = read_json(path)
-    if isinstance(config, dict) and "keras_hub" in str(config.get("registered_name", "")):
+    if isinstance(config, dict) and config.get("registered_name") == "keras_hub>RoformerV2Backbone":
         return REFUSAL
     return None
 

@@ -1,0 +1,111 @@
+"""BERT in Google's TF checkpoint release layout, what bert4keras loads with
+model="bert": bert_config.json + bert_model.ckpt.* (or model.ckpt-N.*) + vocab.txt,
+as Google's Chinese BERT and HFL's RoBERTa-wwm-ext / MacBERT are published.
+Variable names: bert/weights.py's BERT_CHECKPOINT (kernels [in, out])."""
+import glob
+import os
+import re
+
+from mtl_framework.architectures.bert.config import config_from_json
+from mtl_framework.architectures.bert.weights import BERT_CHECKPOINT, assign
+from mtl_framework.errors import UserError
+from mtl_framework.formats.json_file import read_json
+
+CONFIG_FILE = "bert_config.json"
+CARD_USE = ["bert4keras: `build_transformer_model(\"DIR/bert_config.json\", "
+            "\"DIR/bert_model.ckpt\", model=\"bert\")`; vocab: DIR/vocab.txt."]
+
+
+class CheckpointFolder:
+    """A TF checkpoint folder of `architecture`: its config file(s) and name table."""
+
+    def __init__(self, architecture, config_files, names, fill=None):
+        self.architecture, self.config_files, self.names = architecture, config_files, names
+        self.fill = fill  # backbone -> {name: array} for names a release may lack
+
+    def config_file(self, directory):
+        for pattern in self.config_files:
+            found = sorted(glob.glob(os.path.join(glob.escape(directory), pattern)))
+            if found:
+                return found[0]
+        return None
+
+    def detect(self, directory):
+        path = self.config_file(directory)
+        if path is None:
+            return None
+        raw = read_json(path)
+        if not isinstance(raw, dict) or raw.get("hidden_act", "gelu") == "relu" \
+                and self.architecture == "bert":
+            return None  # a RoFormerV2 bert_config.json (roformer_v2/bert4keras.py)
+        if checkpoint_prefixes(directory) == []:
+            return (f"{os.path.basename(path)} without a TF checkpoint (*.ckpt*.index); copy "
+                    "the whole released folder")
+        return ""
+
+    def read_config(self, directory):
+        path = self.config_file(directory)
+        if path is None:
+            raise UserError(f"{directory}: no {' or '.join(self.config_files)}")
+        return config_from_json(read_json(path), path, self.architecture)
+
+    def load_weights(self, backbone, directory):
+        import tensorflow as tf
+
+        prefix = checkpoint_prefix(directory)
+        reader = tf.train.load_checkpoint(prefix)
+        stored = CheckpointArrays(reader)
+        assign(backbone, self.names, stored, prefix, os.path.basename(self.config_file(directory)),
+               fill=self.fill(backbone) if self.fill else None)
+
+
+class CheckpointArrays:
+    """{name: array} read from a TF checkpoint on demand (optimizer slots stay unread)."""
+
+    def __init__(self, reader):
+        self.reader, self.shapes = reader, reader.get_variable_to_shape_map()
+
+    def get(self, name):
+        return self.reader.get_tensor(name) if name in self.shapes else None
+
+    def __getitem__(self, name):
+        return self.reader.get_tensor(name)
+
+
+def checkpoint_prefixes(directory):
+    return sorted(path[:-len(".index")] for path in glob.glob(
+        os.path.join(glob.escape(directory), "*.ckpt*.index")))
+
+
+def checkpoint_prefix(directory):
+    """The folder's checkpoint: the only one, or the one its `checkpoint` file names."""
+    prefixes = checkpoint_prefixes(directory)
+    state = os.path.join(directory, "checkpoint")
+    if len(prefixes) > 1 and os.path.exists(state):
+        with open(state, encoding="utf-8") as f:
+            named = re.search(r'^model_checkpoint_path:\s*"(.*)"', f.read(), re.M)
+        if named and os.path.join(directory, os.path.basename(named.group(1))) in prefixes:
+            return os.path.join(directory, os.path.basename(named.group(1)))
+    if len(prefixes) != 1:
+        raise UserError(f"{directory}: {len(prefixes)} TF checkpoints "
+                        f"({', '.join(os.path.basename(p) for p in prefixes) or 'none'}); "
+                        "keep one (or a `checkpoint` file naming it)")
+    return prefixes[0]
+
+
+def trained_length(directory):
+    """Not recorded (max_position_embeddings is the table's size)."""
+    return None
+
+
+def check(config, source):
+    raise UserError(f"{source}: writing BERT in this format is not done yet; export "
+                    "--format keras")
+
+
+def save(backbone, directory, vocab_path=None, trained_length=None):
+    check(backbone.config, directory)
+
+
+FOLDER = CheckpointFolder("bert", (CONFIG_FILE,), BERT_CHECKPOINT)
+detect, read_config, load_weights = FOLDER.detect, FOLDER.read_config, FOLDER.load_weights

@@ -117,8 +117,9 @@ def load_suite(path, registry=None):
             error(("defaults", key), problem)
     seeds = raw.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        error(("seeds",), f"seeds must be a non-empty list of integers >= 0, got {seeds!r}")
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds):
+        error(("seeds",), f"seeds must be a non-empty list of integers from 0 to 2^32 - 1, "
+                          f"got {seeds!r}")
     elif len(set(seeds)) != len(seeds):
         error(("seeds",), f"seeds repeat a value: {seeds}")
     entries = raw.get("tasks")

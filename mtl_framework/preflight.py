@@ -139,7 +139,15 @@ def check_run_dir(plan, resume):
     run_dir, experiment = plan.run_dir, plan.experiment
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise ExperimentError(f"{run_dir}: is a file, not a run directory: --output a folder")
+    check_writable(run_dir)
     stored_path = os.path.join(run_dir, "experiment.yaml")
+    if not os.path.exists(stored_path) and not plan.checkpoints:
+        foreign = not_a_run(run_dir)
+        if foreign:
+            raise ExperimentError(
+                f"{run_dir}: holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''} "
+                "but no run (no experiment.yaml): a run would replace or append to such "
+                "files; --output a new or empty folder")
     if not resume:
         if plan.checkpoints:
             raise ExperimentError(
@@ -169,6 +177,35 @@ def check_run_dir(plan, resume):
         raise ExperimentError(
             f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
             f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
+
+
+# What a run directory holds before its experiment.yaml is written: the lock, a
+# fine-tune's record of its settings, and killed writes' temporaries.
+BEFORE_EXPERIMENT = ("train.lock", "finetune.yaml")
+
+
+def not_a_run(run_dir):
+    """The entries of an existing folder that no run wrote there yet ([] when none)."""
+    if not os.path.isdir(run_dir):
+        return []
+    return sorted(name for name in os.listdir(run_dir)
+                  if name not in BEFORE_EXPERIMENT and ".tmp-" not in name)
+
+
+def check_writable(run_dir):
+    """The run directory can be created and written (checked before any work: an hour of
+    feature building never ends in "permission denied")."""
+    from mtl_framework.outputs import check_folder
+
+    check_folder(run_dir, "--output")
+    if os.path.isdir(run_dir) and not os.access(run_dir, os.W_OK | os.X_OK):
+        raise ExperimentError(f"--output {run_dir}: not writable (read-only folder or another "
+                              "user's): make it writable, or --output another folder")
+    for name in ("checkpoints", "logs"):
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+            raise ExperimentError(f"--output {run_dir}: {path} is not writable: make it "
+                                  "writable, or --output another folder")
 
 
 def _checkpoint_vocab_size(run_dir, plan):

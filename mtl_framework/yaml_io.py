@@ -47,8 +47,12 @@ def parse_yaml(text, path):
     try:
         node = loader.get_single_node()
         if node is not None:
-            _index(node, (), doc)
-            doc.data = loader.construct_document(node)
+            _index(node, (), doc, set())
+            problem = _alias_problem(node)
+            if problem:
+                doc.problems.append(problem)
+            else:
+                doc.data = loader.construct_document(node)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark else 1
@@ -67,6 +71,10 @@ def parse_yaml(text, path):
         doc.data = None
     except yaml.YAMLError as error:
         doc.problems.append((1, f"YAML error: {' '.join(str(error).split())}"))
+        doc.data = None
+    except RecursionError:
+        doc.problems.append((1, "YAML nested too deep to read (thousands of levels): "
+                                "flatten it"))
         doc.data = None
     finally:
         loader.dispose()
@@ -95,8 +103,52 @@ def load_yaml(path):
     return doc
 
 
-def _index(node, where, doc):
+# The most values a document may expand to through its aliases (`*name` repeats the node
+# it names): real experiments and specs hold a few thousand; nested aliases (`[*a, *a,
+# ...]` of `[*b, *b, ...]`) can reach billions from a kilobyte and hang whatever walks them.
+MAX_VALUES = 1_000_000
+
+
+class _Cycle(Exception):
+    """A node reached again inside itself; args[0] is that node."""
+
+
+def _alias_problem(root):
+    """(line, message) for a node that contains itself (a recursive alias) or a document
+    whose aliases expand past MAX_VALUES; None otherwise. Each node is visited once."""
+    sizes, on_path = {}, set()
+
+    def size(node):
+        key = id(node)
+        if key in on_path:
+            raise _Cycle(node)
+        if key not in sizes:
+            on_path.add(key)
+            children = node.value if isinstance(node, yaml.SequenceNode) else \
+                [child for pair in node.value for child in pair] \
+                if isinstance(node, yaml.MappingNode) else []
+            sizes[key] = 1 + sum(size(child) for child in children)
+            on_path.discard(key)
+        return sizes[key]
+
+    try:
+        total = size(root)
+    except _Cycle as cycle:
+        return (cycle.args[0].start_mark.line + 1, "YAML alias refers to a node that contains "
+                "it (a recursive alias): write the value out instead")
+    if total > MAX_VALUES:
+        return (1, f"YAML aliases expand this document to {total:,} values (more than "
+                   f"{MAX_VALUES:,}: an alias bomb?): write the values out instead")
+    return None
+
+
+def _index(node, where, doc, seen):
+    """Lines of every key path; a node reached again through an alias is not walked
+    again (its keys keep the lines of where it was written)."""
     doc.lines.setdefault(where, node.start_mark.line + 1)
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         first_seen = {}
         for key_node, value_node in node.value:
@@ -107,7 +159,7 @@ def _index(node, where, doc):
                                            f"{first_seen[key]}); keep one"))
             first_seen.setdefault(key, line)
             doc.lines.setdefault(where + (key,), line)
-            _index(value_node, where + (key,), doc)
+            _index(value_node, where + (key,), doc, seen)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _index(item, where + (index,), doc)
+            _index(item, where + (index,), doc, seen)

@@ -405,8 +405,9 @@ def test_unwritable_outputs_of_other_commands(trained, tmp_path, capsys):
 
 
 def test_folders_where_the_run_keeps_files(trained, tmp_path, capsys):
-    """A folder named train.lock or metrics.jsonl in the run: one line, nothing written."""
-    for name in ("train.lock", "metrics.jsonl"):
+    """A folder named metrics.jsonl in the run: one line, nothing written (the run's lock
+    is the directory itself: no train.lock file is made)."""
+    for name in ("metrics.jsonl",):
         run = tmp_path / name.replace(".", "_")
         shutil.copytree(trained["run"], run)
         (run / name).unlink()

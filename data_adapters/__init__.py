@@ -144,6 +144,8 @@ def split_paths(task: TaskSource, split: str, data_root: str | os.PathLike) -> t
             absent.append(path)
         else:
             also = f" (or {' / '.join(aliases[rel])})" if aliases.get(rel) else ""
+            if "\\" in str(path):  # C:\data, lf\train.tsv: written on Windows
+                also += " (a backslash in the path: on Linux and macOS a folder is /, not \\)"
             raise MissingDataFile(
                 f"{where}: {split} file of task {task.name!r} not found: {path.resolve()}{also}",
                 rel)

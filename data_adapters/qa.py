@@ -134,8 +134,7 @@ class SquadAdapter(Adapter):
                     yield SpanQAExample(question, context, [], id_)
                     continue
                 if kind in YES_NO:
-                    report.skip("YES/NO question (most answers YES or NO): not a span; a "
-                                "classification task reads it", path, f"id {id_}")
+                    report.skip("YES/NO answer, not a span", path, f"id {id_}")  # by most
                     continue
                 empty = [a for a in given if isinstance(a, dict) and not a.get("text")]
                 if empty:

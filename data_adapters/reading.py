@@ -7,6 +7,7 @@ instead of the whole file.
 """
 import json
 import re
+import unicodedata
 
 _decoder = json.JSONDecoder()
 
@@ -29,6 +30,11 @@ def text_lines(path, report, encoding="utf-8"):
         block = f.read(BLOCK)
         if plain == "utf-8" and block.startswith(BOM):
             block = block[len(BOM):]
+        if plain == "utf-8" and block.startswith((b"\xff\xfe", b"\xfe\xff")):
+            # Windows "Unicode" (UTF-16) files: every line would be skipped one by one
+            report.skip("the file is UTF-16 (it starts with a UTF-16 byte-order mark): set "
+                        "options.encoding: utf-16, or save it as UTF-8", path, 1)
+            return
         while block:
             block += f.readline()  # end the block at a line end: no character is cut
             try:
@@ -323,5 +329,18 @@ class LabelRule:
             except ValueError:
                 return None, f"label {label!r} is not a number (regression)"
         if self.labels is not None and label not in self.labels:
+            twin = self.normalised().get(unicodedata.normalize("NFKC", label).strip())
+            if twin is not None:  # ａ for a, a full-width digit, a stray space: say so
+                return None, (f"label {label!r} is not in the task's labels, but equals "
+                              f"{twin!r} after Unicode NFKC normalisation (full-width or "
+                              "compatibility forms, spaces): write that label in the spec, or "
+                              "map it with options.label_map")
             return None, f"label {label!r} is not in the task's labels"
         return label, None
+
+    def normalised(self):
+        """{NFKC form of a task label: the label}, built on the first label that misses."""
+        if not hasattr(self, "_normalised"):
+            self._normalised = {unicodedata.normalize("NFKC", str(label)).strip(): label
+                                for label in self.labels or ()}
+        return self._normalised

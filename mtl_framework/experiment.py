@@ -47,8 +47,10 @@ MINIMUM = {"tasks_per_update": 1, "batch_size": 1, "max_length": 4, "steps": 1, 
            "checkpoint_every": 0, "keep_checkpoints": 1, "eval_every": 0, "eval_batches": 1,
            "patience": 1}
 # Largest value of an integer key: numpy's seeds are 32-bit (a larger one failed only
-# after earlier seeds of a suite had run).
-MAXIMUM = {"seed": 2**32 - 1}
+# after earlier seeds of a suite had run); past the others' values are typos that fail
+# only deep in the work (an int64 overflow, memory for one batch).
+MAXIMUM = {"seed": 2**32 - 1, "steps": 10**9, "batch_size": 65536, "max_length": 65536,
+           "tasks_per_update": 1024}
 # The longest `extends` chain read (a longer one is a generated mistake, not a design).
 MAX_EXTENDS = 64
 # keep_best: which dev score picks the best checkpoint (also the one `patience` watches).
@@ -347,7 +349,8 @@ def _checked(raw, sources, path, folder):
         elif key in MINIMUM and value < MINIMUM[key]:
             error(key, f"{key} must be >= {MINIMUM[key]}, got {value}")
         elif key in MAXIMUM and value > MAXIMUM[key]:
-            error(key, f"{key} must be <= {MAXIMUM[key]} (2^32 - 1), got {value}")
+            error(key, f"{key} must be <= {MAXIMUM[key]}"
+                       f"{' (2^32 - 1)' if key == 'seed' else ''}, got {value}")
     if not raw.get("tasks"):
         error("tasks", "tasks: list the task names to train (see `mtl tasks list`)")
     _check_balancing(raw, error)

@@ -17,6 +17,9 @@ import yaml
 
 from mtl_framework.errors import UserError
 
+# The longest YAML file read (the largest built-in spec is ~10 KB): /dev/zero named as
+# a file would otherwise be read until memory runs out.
+MAX_CHARACTERS = 16 * 1024 * 1024
 # libyaml is ~10x faster and keeps the same line marks.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -85,13 +88,19 @@ def read_yaml(path):
     """parse_yaml of a file; a missing or non-UTF-8 file raises UserError (nothing to index)."""
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_CHARACTERS + 1)  # /dev/zero or a huge file: not read whole
     except FileNotFoundError:
         raise UserError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a folder, not a YAML file") from None
     except UnicodeDecodeError as error:
         raise UserError(f"{path}:1: not UTF-8 text ({error.reason}); save it as UTF-8") from None
+    except (OSError, ValueError) as error:  # permission, a name too long, a NUL in the name
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise UserError(f"{path!r}: cannot be read ({reason})") from None
+    if len(text) > MAX_CHARACTERS:
+        raise UserError(f"{path}: more than {MAX_CHARACTERS:,} characters: not an experiment, "
+                        "spec or suite file")
     return parse_yaml(text, path)
 
 

@@ -382,3 +382,62 @@ def test_sigterm_in_train_is_ctrl_c(trained, tmp_path):
     assert "Traceback" not in text
     assert text.splitlines()[-1].startswith("interrupted at update ")
     assert list(run.rglob("*.tmp-*")) == [] and not (run / "train.lock").exists()
+
+
+# --- own probes (docs/errors.md, issue 35's own cases) ----------------------------------------
+
+def test_paths_and_values_that_used_to_end_in_a_traceback(tmp_path, capsys):
+    assert refused(capsys, ["train", "a\0b.yaml"]) == \
+        "'a\\x00b.yaml': cannot be read (embedded null byte)"
+    assert refused(capsys, ["train", "/tmp/" + "a" * 5000 + ".yaml"]).endswith(
+        "cannot be read (File name too long)")
+    assert refused(capsys, ["train", "/dev/zero"]) == \
+        "/dev/zero: more than 16,777,216 characters: not an experiment, spec or suite file"
+    path = experiment(tmp_path)
+    for override, expected in (("steps=1000000000000000000000000000000", "steps must be <= "
+                                "1000000000"), ("batch_size=1000000000000",
+                                                "batch_size must be <= 65536")):
+        assert expected in refused(capsys, ["train", path, "--set", override])
+    gbk = tmp_path / "gbk.txt"
+    gbk.write_bytes("中文\n".encode("gbk"))
+    assert refused(capsys, ["vocab", "build", "--text", gbk, "--output", tmp_path / "v.txt"]) \
+        .startswith(f"{gbk}:1: not UTF-8 text")
+    fifo = tmp_path / "out.txt"
+    os.mkfifo(fifo)  # never a device: a regression must not replace /dev/full
+    text = write(tmp_path / "t.txt", "中文\n")
+    assert "is not a regular file (a device, FIFO or socket)" in refused(
+        capsys, ["vocab", "build", "--text", text, "--output", fifo, "--force"])
+    assert fifo.exists() and not fifo.is_file()
+
+
+def test_windows_made_files_and_near_miss_labels_are_named(tmp_path, capsys):
+    specs, data = tmp_path / "specs", tmp_path / "data"
+    write(specs / "lf.yaml", {
+        "dataset": "lf", "format": "delimited", "fields": {"text": 0, "label": 1},
+        "files": {"train": "lf\\train.tsv"}, "tasks": [{
+            "name": "lf", "type": "classification", "labels": ["ａ", "b"], "max_length": 32,
+            "metric": "accuracy"}]})
+    (data / "lf").mkdir(parents=True)
+    (data / "lf" / "train.tsv").write_bytes("好\ta\r\n坏\tb\r\n".encode())
+    capsys.readouterr()
+    assert cli.main(["data", "stats", "lf", "--specs", str(specs), "--data-root", str(data)]) == 1
+    assert "(a backslash in the path: on Linux and macOS a folder is /, not \\)" in \
+        capsys.readouterr().out
+    spec = (specs / "lf.yaml").read_text(encoding="utf-8").replace("lf\\\\train.tsv",
+                                                                    "lf/train.tsv")
+    (specs / "lf.yaml").write_text(spec.replace("lf\\train.tsv", "lf/train.tsv"),
+                                   encoding="utf-8")
+    assert cli.main(["data", "stats", "lf", "--specs", str(specs), "--data-root", str(data)]) == 0
+    out = capsys.readouterr().out
+    assert "skipped 1: label 'a' is not in the task's labels, but equals 'ａ' after Unicode " \
+           "NFKC normalisation" in out  # the CRLF row 坏/b is read whole
+    assert cli.main(["data", "stats", "lf", "--specs", str(specs), "--data-root", str(data),
+                     "--split", "dev"]) == 2
+    assert "--split dev: none of the tasks has it; their splits: train" in capsys.readouterr().err
+    (data / "lf" / "train.tsv").write_bytes("好\tb\n".encode("utf-16"))
+    report = ReadReport()
+    task = load_registry([str(specs)]).select(["lf"])[0]
+    assert list(read_files(task.format, [str(data / "lf" / "train.tsv")], task.options,
+                           task.fields, task.type, task.labels, report)) == []
+    assert list(report.skipped) == ["the file is UTF-16 (it starts with a UTF-16 byte-order "
+                                    "mark): set options.encoding: utf-16, or save it as UTF-8"]

@@ -172,6 +172,11 @@ class RunLogger(keras.callbacks.Callback):
             if entry["finite"]:
                 self.bad_since.pop(entry["task"], None)
             else:
+                if entry["task"] not in self.bad_since and self.run.is_chief:  # said once a run
+                    files.warn(f"update {self.step}: a micro-batch of {entry['task']} had a "
+                               "non-finite loss or gradient and was skipped "
+                               f"({model.skipped.get(entry['task'], 0)} skipped so far; "
+                               "metrics.jsonl counts them)")
                 self.bad_since.setdefault(entry["task"], self.step)
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()

@@ -138,6 +138,10 @@ def split_paths(task: TaskSource, split: str, data_root: str | os.PathLike) -> t
                      if p.exists()), path)
         if path.is_dir() and (path / path.name).is_file():
             path = path / path.name  # DuEE-Fin's zips unpack each file into a folder of its name
+        if path.is_dir() and task.format not in FOLDER_FORMATS:
+            raise FolderNotFile(f"{where}: {split} file of task {task.name!r} is a folder: "
+                                f"{path.resolve()}; name the file in it (format "
+                                f"{task.format!r} reads files)", rel)
         if path.exists():
             present.append(path)
         elif rel in optional:
@@ -170,6 +174,20 @@ class MissingDataFile(FileNotFoundError):
     def __str__(self) -> str:
         return (f"{self.where}; pass --data-root DIR (or set MTL_DATA_ROOT) to the folder "
                 f"that holds {self.relative}")
+
+
+# Formats whose split may be a folder (read file by file); every other reads files.
+FOLDER_FORMATS = ("text_lines", "doc_folder")
+
+
+class FolderNotFile(MissingDataFile):
+    """A split's file that is a folder: `str()` is the message, which names the fix."""
+
+    def with_fix(self, fix: str) -> str:
+        return self.where
+
+    def __str__(self) -> str:
+        return self.where
 
 
 def _counted(examples, report, paths):

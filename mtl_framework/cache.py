@@ -29,6 +29,7 @@ tokenized and memory holds only the rows a batch touches.
 """
 import contextlib
 import dis
+import errno
 import fcntl
 import hashlib
 import importlib
@@ -384,6 +385,15 @@ def build_features(task, split, featurizer, data_root, final, inputs=None, log=N
         if log:
             log(f"{task.name} {split}: {read_report.summary()}; features: "
                 f"{load_features(final).report.summary()} -> {final}")
+    except OSError as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        from mtl_framework.errors import UserError
+
+        raise UserError(f"{final}: no space left on the device while writing {task.name} "
+                        f"{split}'s features; the partial folder was removed: free space, or "
+                        f"set {CACHE_ENV} (or cache_dir) to a disk with room") from None
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise

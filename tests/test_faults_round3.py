@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from test_faults import DEMO_DATA, REPO, experiment, refused, snapshot, write
+from test_faults_commands import refused_late
 
 from data_adapters import ReadReport, get_adapter, read_files
 from mtl_framework import cache, cli, model_card
@@ -441,3 +442,26 @@ def test_windows_made_files_and_near_miss_labels_are_named(tmp_path, capsys):
                            task.fields, task.type, task.labels, report)) == []
     assert list(report.skipped) == ["the file is UTF-16 (it starts with a UTF-16 byte-order "
                                     "mark): set options.encoding: utf-16, or save it as UTF-8"]
+
+
+def test_a_full_disk_while_preparing_features_is_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache, "save_meta", full)
+    path = experiment(tmp_path, cache_dir=str(tmp_path / "cache"))
+    message = refused_late(capsys, ["data", "prepare", path, "--workers", "1"])
+    assert "no space left on the device while writing tnews train's features" in message
+    assert list((tmp_path / "cache").rglob("*.tmp-*")) == []
+
+
+def test_a_train_file_that_is_a_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "data" / "tnews" / "train.json").mkdir(parents=True)
+    path = experiment(tmp_path, data_root=str(tmp_path / "data"))
+    message = refused(capsys, ["train", path, "--output", tmp_path / "run"])
+    assert message.endswith(f"train file of task 'tnews' is a folder: "
+                            f"{tmp_path / 'data' / 'tnews' / 'train.json'}; name the file in it "
+                            "(format 'jsonl' reads files)")
+    assert not (tmp_path / "run").exists()

@@ -22,9 +22,9 @@ from test_faults_commands import refused_late
 
 from data_adapters import ReadReport, get_adapter, read_files
 from mtl_framework import cache, cli, model_card
+from mtl_framework import run_dir as files
 from mtl_framework.benchmark import load_suite
 from mtl_framework.errors import UserError
-from mtl_framework import run_dir as files
 from mtl_framework.registry import LabelFileError, load_registry, read_label_file
 
 

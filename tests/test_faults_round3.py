@@ -465,3 +465,16 @@ def test_a_train_file_that_is_a_folder_is_one_line(tmp_path, capsys):
                             f"{tmp_path / 'data' / 'tnews' / 'train.json'}; name the file in it "
                             "(format 'jsonl' reads files)")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_spec_path_leaving_the_data_root_is_refused(tmp_path, capsys):
+    write(tmp_path / "specs" / "up.yaml", {
+        "dataset": "up", "format": "delimited", "fields": {"text": 0, "label": 1},
+        "files": {"train": "../../etc/passwd"}, "tasks": [{
+            "name": "up", "type": "classification", "labels": ["a"], "max_length": 32,
+            "metric": "accuracy"}]})
+    capsys.readouterr()
+    assert cli.main(["tasks", "validate", str(tmp_path / "specs")]) == 2
+    err = capsys.readouterr().err
+    assert "split 'train': '../../etc/passwd' leads out of the data root (`..`): give an " \
+           "absolute path for a file kept elsewhere" in err and "Traceback" not in err

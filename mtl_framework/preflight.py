@@ -78,7 +78,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
         raise ExperimentError(f"{experiment.where('tasks')}: mlm corpus "
                               f"{experiment.resolve_path(corpus)}: no such file or folder (the "
                               "path is relative to the experiment file)")
-    _check_task_files(experiment, tasks, root)
+    _check_task_files(experiment, tasks, root, training=resume is not None)
     vocab = _vocab(experiment)
     plan = Plan(experiment, run_dir, root, registry, tasks, entries, vocab,
                 checkpoints=checkpoint_dirs(run_dir),
@@ -312,9 +312,12 @@ def _select(experiment, registry, names):
     return registry.select(names)
 
 
-def _check_task_files(experiment, tasks, data_root):
-    problems = missing_files(tasks, data_root, "train",
-                             f"set data_root in {experiment.path} or pass --data-root DIR")
+def _check_task_files(experiment, tasks, data_root, training=False):
+    fix = f"set data_root in {experiment.path} or pass --data-root DIR"
+    problems = missing_files(tasks, data_root, "train", fix)
+    if training and experiment.raw.get("eval_every"):  # scored as it trains: dev files too
+        problems += missing_files([t for t in tasks if "dev" in (t.files or {})], data_root,
+                                  "dev", f"{fix}, or set eval_every: 0")
     if problems:
         raise ExperimentError("\n".join(problems))
 

@@ -478,3 +478,12 @@ def test_a_spec_path_leaving_the_data_root_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "split 'train': '../../etc/passwd' leads out of the data root (`..`): give an " \
            "absolute path for a file kept elsewhere" in err and "Traceback" not in err
+
+
+def test_eval_every_with_a_missing_dev_file_is_refused_before_any_work(tmp_path, capsys):
+    shutil.copytree(DEMO_DATA / "tnews", tmp_path / "data" / "tnews")
+    (tmp_path / "data" / "tnews" / "dev.json").unlink()
+    path = experiment(tmp_path, data_root=str(tmp_path / "data"), eval_every=1)
+    message = refused(capsys, ["train", path, "--output", tmp_path / "run"])
+    assert "dev file of task 'tnews' not found" in message and "or set eval_every: 0" in message
+    assert not (tmp_path / "run").exists()

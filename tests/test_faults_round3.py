@@ -487,3 +487,14 @@ def test_eval_every_with_a_missing_dev_file_is_refused_before_any_work(tmp_path,
     message = refused(capsys, ["train", path, "--output", tmp_path / "run"])
     assert "dev file of task 'tnews' not found" in message and "or set eval_every: 0" in message
     assert not (tmp_path / "run").exists()
+
+
+def test_predict_writes_null_for_a_row_with_a_lone_surrogate(trained, tmp_path):
+    rows = write(tmp_path / "in.json", "".join(
+        f'{{"sentence": "{text}", "keywords": ""}}\n' for text in ("好", "半个\\ud83d", "整个")))
+    out = tmp_path / "out.jsonl"
+    assert cli.main(["predict", str(trained["run"]), "--task", "tnews", "--input", str(rows),
+                     "--output", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [line["prediction"] is None for line in lines] == [False, True, False]
+    assert "lone UTF-16 surrogate" in lines[1]["error"] and ":2" in lines[1]["error"]

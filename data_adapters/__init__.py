@@ -142,6 +142,9 @@ def split_paths(task: TaskSource, split: str, data_root: str | os.PathLike) -> t
             raise FolderNotFile(f"{where}: {split} file of task {task.name!r} is a folder: "
                                 f"{path.resolve()}; name the file in it (format "
                                 f"{task.format!r} reads files)", rel)
+        if path.is_file() and not os.access(path, os.R_OK):
+            raise FolderNotFile(f"{where}: {split} file of task {task.name!r} is not readable "
+                                f"(permissions): {path.resolve()}; `chmod +r` it", rel)
         if path.exists():
             present.append(path)
         elif rel in optional:

@@ -410,6 +410,9 @@ def _vocab_size(path, where):
         raise ExperimentError(f"{path}: not UTF-8 text ({error.reason}); named at {where}") from None
     except ValueError as error:
         raise ExperimentError(f"{error} (named at {where})") from None
+    except OSError as error:  # unreadable (chmod 000), a FIFO that fails
+        raise ExperimentError(f"{path}: cannot be read ({error.strerror or error}); named at "
+                              f"{where}") from None
 
 
 def _read_bytes(path):

@@ -498,3 +498,15 @@ def test_predict_writes_null_for_a_row_with_a_lone_surrogate(trained, tmp_path):
     lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [line["prediction"] is None for line in lines] == [False, True, False]
     assert "lone UTF-16 surrogate" in lines[1]["error"] and ":2" in lines[1]["error"]
+
+
+@pytest.mark.skipif(not (REPO.parent / "shared" / "real_formats" / "boson_ner").is_dir(),
+                    reason="../shared/real_formats absent")
+def test_data_stats_names_the_alias_it_read(capsys):
+    capsys.readouterr()
+    assert cli.main(["data", "stats", "boson", "--data-root",
+                     str(REPO.parent / "shared" / "real_formats"), "--split", "train",
+                     "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["files"] == ["boson_ner/origindata.txt"]
+    assert row["spec_files"] == ["boson_ner/BosonNLP_NER_6C.txt"]

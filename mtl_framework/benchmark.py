@@ -285,9 +285,17 @@ def check_exports(paths):
             formats.layout(path)
         except UserError as error:
             errors.append(str(error))
-    slugs = [export_slug(export_label(p)) for p in paths]
-    if len(set(slugs)) != len(slugs):
-        errors.append(f"exports {', '.join(paths)}: the same export is given twice")
+    seen = {}
+    for path in paths:
+        slug = export_slug(export_label(path))
+        if slug not in seen:
+            seen[slug] = path
+        elif os.path.realpath(seen[slug]) == os.path.realpath(path):
+            errors.append(f"exports {seen[slug]} and {path}: the same export is given twice")
+        else:
+            errors.append(f"exports {seen[slug]} and {path}: different folders whose names "
+                          f"both become {slug!r} in --output's runs/ and results: rename one "
+                          "of them (or link it under another name)")
     if errors:
         raise UserError("\n".join(errors))
 

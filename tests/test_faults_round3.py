@@ -510,3 +510,15 @@ def test_data_stats_names_the_alias_it_read(capsys):
     (row,) = json.loads(capsys.readouterr().out)
     assert row["files"] == ["boson_ner/origindata.txt"]
     assert row["spec_files"] == ["boson_ner/BosonNLP_NER_6C.txt"]
+
+
+def test_two_exports_whose_names_slug_alike_are_named_as_such(tmp_path):
+    from mtl_framework.benchmark import check_exports
+
+    first, second = tmp_path / "my export", tmp_path / "my_export"
+    with pytest.raises(UserError) as refusal:
+        check_exports([str(first), str(second)])
+    assert (f"exports {first} and {second}: different folders whose names both become "
+            f"{str(second).strip('/').replace('/', '_')!r}") in str(refusal.value)
+    with pytest.raises(UserError, match="the same export is given twice"):
+        check_exports([str(first), str(first) + "/"])

@@ -522,3 +522,15 @@ def test_two_exports_whose_names_slug_alike_are_named_as_such(tmp_path):
             f"{str(second).strip('/').replace('/', '_')!r}") in str(refusal.value)
     with pytest.raises(UserError, match="the same export is given twice"):
         check_exports([str(first), str(first) + "/"])
+
+
+def test_patience_without_any_score_says_why():
+    from mtl_framework.callbacks import BestTracker
+
+    tracker = BestTracker(patience=2)
+    for step in (1, 2):
+        tracker.update(step, {"aggregate": None, "tasks": {}})  # every dev row unreadable
+    assert tracker.exhausted()
+    assert tracker.stop_reason().endswith(
+        "(patience 2; no evaluation gave a dev aggregate at all: is the dev split readable? "
+        "`mtl data stats TASK --split dev` counts its rows)")

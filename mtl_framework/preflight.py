@@ -179,9 +179,10 @@ def check_run_dir(plan, resume):
             f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
 
 
-# What a run directory holds before its experiment.yaml is written: the lock, a
-# fine-tune's record of its settings, and killed writes' temporaries.
-BEFORE_EXPERIMENT = ("train.lock", "finetune.yaml")
+# What a run directory holds before its experiment.yaml is written: an older version's
+# lock, a fine-tune's record of its settings and `mtl benchmark`'s log of it, and killed
+# writes' temporaries.
+BEFORE_EXPERIMENT = ("train.lock", "finetune.yaml", "finetune.log")
 
 
 def not_a_run(run_dir):

@@ -451,7 +451,10 @@ def test_a_full_disk_while_preparing_features_is_one_line(tmp_path, monkeypatch,
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(cache, "save_meta", full)
-    path = experiment(tmp_path, cache_dir=str(tmp_path / "cache"))
+    rows = (DEMO_DATA / "tnews" / "train.json").read_text(encoding="utf-8").splitlines()[:40]
+    write(tmp_path / "data" / "tnews" / "train.json", "\n".join(rows) + "\n")
+    path = experiment(tmp_path, cache_dir=str(tmp_path / "cache"),
+                      data_root=str(tmp_path / "data"))
     message = refused_late(capsys, ["data", "prepare", path, "--workers", "1"])
     assert "no space left on the device while writing tnews train's features" in message
     assert list((tmp_path / "cache").rglob("*.tmp-*")) == []

@@ -537,3 +537,13 @@ def test_patience_without_any_score_says_why():
     assert tracker.stop_reason().endswith(
         "(patience 2; no evaluation gave a dev aggregate at all: is the dev split readable? "
         "`mtl data stats TASK --split dev` counts its rows)")
+
+
+def test_a_refused_finetune_names_its_settings_not_a_deleted_yaml(trained, tmp_path, capsys):
+    export = tmp_path / "export"
+    assert cli.main(["export", str(trained["run"]), "--format", "keras", "--output",
+                     str(export)]) == 0
+    message = refused(capsys, ["finetune", export, "tnews", "--data-root", trained["data"],
+                               "--dropout", "5", "--output", tmp_path / "ft"])
+    assert message.startswith("the fine-tune's settings (finetune.yaml, not written):")
+    assert "mtl-finetune-" not in message and not (tmp_path / "ft").exists()

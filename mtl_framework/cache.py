@@ -253,15 +253,24 @@ def featurizer_version(featurizer):
     return code_version(type(featurizer))
 
 
+_DIGESTS = {}  # (device, inode, size, mtime_ns, ctime_ns) -> digest, for this process
+
+
 def file_digest(path):
     """SHA-256 of a file's content, read in 1 MiB blocks (memory stays flat). The key is
     the content, not the modification time: `cp -p`, `rsync -t` and `tar -x` restore an
-    old mtime on new content (bench/cache_key.py measures the cost)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+    old mtime on new content (bench/cache_key.py measures the cost). Hashed once per
+    process while the file's status is unchanged (its ctime moves on any write and no
+    tool can set it back)."""
+    stat = os.stat(path)
+    seen = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if seen not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        _DIGESTS[seen] = digest.hexdigest()
+    return _DIGESTS[seen]
 
 
 def data_files(task, split, data_root):

@@ -15,12 +15,13 @@ surrounding white space is stripped.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
-from data_adapters.reading import text_lines
+from data_adapters.reading import codec
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     from data_adapters.base import Fields, Labels, Options
     from data_adapters.examples import Example
     from data_adapters.report import ReadReport
+
+
+UNDECODED = re.compile("[\udc80-\udcff]")  # bytes surrogateescape could not decode
 
 
 @register_adapter("text_lines")
@@ -43,15 +47,30 @@ class TextLinesAdapter(Adapter):
         for root in paths:
             for path in self.files(root, options["extension"], report):
                 try:
-                    for number, line in text_lines(path, report, options["encoding"]):
-                        text = line.strip()
-                        if not text:
-                            report.skip("blank line", path, number)
-                            continue
-                        report.count("documents")
-                        yield TextExample(text)
+                    yield from self.documents(path, options["encoding"], report)
                 except OSError as error:  # chmod 000, a file gone or turned into a loop
                     report.skip(f"file cannot be read ({error.strerror or error})", path)
+
+    @staticmethod
+    def documents(path, encoding, report):
+        """A file's lines as they arrive (a FIFO streams); a line that is not `encoding`
+        text is skipped and counted (its bytes come through as U+DC80-U+DCFF)."""
+        number = 0
+        try:
+            with open(path, encoding=codec(encoding), errors="surrogateescape") as f:
+                for number, line in enumerate(f, 1):
+                    text = line.strip()
+                    if not text:
+                        report.skip("blank line", path, number)
+                    elif UNDECODED.search(text):
+                        report.skip(f"line is not valid {encoding} text; set options.encoding "
+                                    "if the file uses another", path, number)
+                    else:
+                        report.count("documents")
+                        yield TextExample(text)
+        except UnicodeDecodeError as error:  # a codec that cannot escape (utf-16 ...)
+            report.skip(f"the rest of the file is not valid {encoding} text ({error.reason})",
+                        path, number + 1)
 
     @staticmethod
     def files(root, extension, report):

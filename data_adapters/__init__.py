@@ -138,12 +138,21 @@ def split_paths(task: TaskSource, split: str, data_root: str | os.PathLike) -> t
                      if p.exists()), path)
         if path.is_dir() and (path / path.name).is_file():
             path = path / path.name  # DuEE-Fin's zips unpack each file into a folder of its name
+        if path.is_dir() and task.format not in FOLDER_FORMATS:
+            raise FolderNotFile(f"{where}: {split} file of task {task.name!r} is a folder: "
+                                f"{path.resolve()}; name the file in it (format "
+                                f"{task.format!r} reads files)", rel)
+        if path.is_file() and not os.access(path, os.R_OK):
+            raise FolderNotFile(f"{where}: {split} file of task {task.name!r} is not readable "
+                                f"(permissions): {path.resolve()}; `chmod +r` it", rel)
         if path.exists():
             present.append(path)
         elif rel in optional:
             absent.append(path)
         else:
             also = f" (or {' / '.join(aliases[rel])})" if aliases.get(rel) else ""
+            if "\\" in str(path):  # C:\data, lf\train.tsv: written on Windows
+                also += " (a backslash in the path: on Linux and macOS a folder is /, not \\)"
             raise MissingDataFile(
                 f"{where}: {split} file of task {task.name!r} not found: {path.resolve()}{also}",
                 rel)
@@ -168,6 +177,20 @@ class MissingDataFile(FileNotFoundError):
     def __str__(self) -> str:
         return (f"{self.where}; pass --data-root DIR (or set MTL_DATA_ROOT) to the folder "
                 f"that holds {self.relative}")
+
+
+# Formats whose split may be a folder (read file by file); every other reads files.
+FOLDER_FORMATS = ("text_lines", "doc_folder")
+
+
+class FolderNotFile(MissingDataFile):
+    """A split's file that is a folder: `str()` is the message, which names the fix."""
+
+    def with_fix(self, fix: str) -> str:
+        return self.where
+
+    def __str__(self) -> str:
+        return self.where
 
 
 def _counted(examples, report, paths):

@@ -22,6 +22,7 @@ with a reason; nothing is dropped silently.
 """
 from __future__ import annotations
 
+import codecs
 import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -77,6 +78,20 @@ def did_you_mean(word: object, choices: Iterable[object]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def option_value_problem(key, value, default):
+    """What is wrong with an option's value beyond its type (an empty delimiter, an
+    encoding Python does not know), as the end of a message; None when nothing is."""
+    if key in ("delimiter", "encoding") and value == "":
+        return f"is empty: give one ({key}: {default!r} when left out)"
+    if key == "encoding" and isinstance(value, str):
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            return (f"is {value!r}, no encoding Python knows (e.g. utf-8, gbk, gb18030, "
+                    "utf-16)")
+    return None
+
+
 class Adapter:
     # name -> (type or tuple of types, default)
     option_keys: ClassVar[dict[str, tuple[type | tuple[type, ...], Any]]] = {}
@@ -108,6 +123,9 @@ class Adapter:
             if value is not None and not _fits(value, expected):
                 raise ValueError(f"{where}: option {key!r} of format {name!r} must be "
                                  f"{_type_name(expected)}, got {value!r}")
+            problem = option_value_problem(key, value, cls.option_keys[key][1])
+            if problem:
+                raise ValueError(f"{where}: option {key!r} of format {name!r} {problem}")
         for key in fields:
             if key not in cls.field_keys:
                 allowed = ", ".join(cls.field_keys) or f"none (format {name!r} takes no fields)"

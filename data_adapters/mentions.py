@@ -82,7 +82,8 @@ class MentionTableAdapter(Adapter):
                     report.lose_span(entity, path, line)
                     texts.seen(text, line)
                     continue
-                texts.add(text, line, Event(type_, None, [entity]) if events else entity)
+                texts.add(text, line, Event(type_, None, [entity]) if events else entity,
+                          report, path, "event" if events else "entity")
             make = EventExample if events else NERExample
             yield from texts.examples(make, path, report, what="mention")
 

@@ -18,7 +18,10 @@ reads the kind of answer instead, as TextExample(question, context, label):
 the answers as CJRC's official evaluate.py does: `is_impossible` is ignored
 (the dev file marks 176 questions "true" that have real answers), an answer
 with empty text is that annotator's "no answer" (the scorer's ''), and a
-question's kind is the one most of its answers have (the first on a tie).
+question's kind is the one most of its answers have (the first on a tie). One
+rule for both tasks: the span task keeps a question of kind "unknown" as
+unanswerable, skips one of kind YES/NO (counted), and trains the span answers
+of a question of kind "span" only.
 
 `multi_passage_qa`: Su's WebQA/SogouQA layout, `[{id, question, passages:
 [{passage, answer}]}]` (a JSON array or JSON lines). Each passage is one
@@ -139,10 +142,17 @@ class SquadAdapter(Adapter):
             id_ = qa.get("id")
             # v2 files may list plausible answers on impossible questions: not answers.
             given = [] if impossible(qa) and not cjrc else qa.get("answers") or []
-            if cjrc:
-                if impossible(qa) and cjrc_kind(given) != "unknown":
+            if cjrc:  # one rule with the classification task: the question's cjrc_kind
+                kind = cjrc_kind(given)
+                if impossible(qa) and kind != "unknown":
                     report.repair("is_impossible \"true\" with answers: read as the scorer "
                                   "does (by the answers)")
+                if kind == "unknown":  # most annotators: no answer
+                    yield SpanQAExample(question, context, [], id_)
+                    continue
+                if kind in YES_NO:
+                    report.skip("YES/NO answer, not a span", path, f"id {id_}")  # by most
+                    continue
                 empty = [a for a in given if isinstance(a, dict) and not a.get("text")]
                 if empty:
                     report.filter("empty answer text: that annotator's 'no answer' (CJRC scorer)",

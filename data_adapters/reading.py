@@ -6,6 +6,8 @@ not decode, so that a bad byte costs one skipped line (with its number)
 instead of the whole file.
 """
 import json
+import re
+import unicodedata
 
 _decoder = json.JSONDecoder()
 
@@ -28,6 +30,11 @@ def text_lines(path, report, encoding="utf-8"):
         block = f.read(BLOCK)
         if plain == "utf-8" and block.startswith(BOM):
             block = block[len(BOM):]
+        if plain == "utf-8" and block.startswith((b"\xff\xfe", b"\xfe\xff")):
+            # Windows "Unicode" (UTF-16) files: every line would be skipped one by one
+            report.skip("the file is UTF-16 (it starts with a UTF-16 byte-order mark): set "
+                        "options.encoding: utf-16, or save it as UTF-8", path, 1)
+            return
         while block:
             block += f.readline()  # end the block at a line end: no character is cut
             try:
@@ -88,10 +95,13 @@ def json_records(path, report):
             if not stripped:
                 continue
             try:
-                yield number, json.loads(stripped)  # the common case: one object per line
-                continue
+                value = json.loads(stripped)  # the common case: one object per line
             except ValueError:
                 pending, start = line, number
+            else:
+                if whole_text(value, stripped, path, number, report):
+                    yield number, value
+                continue
         elif line.startswith("{") and not _nested(pending):
             # A new top-level object begins while the previous one never closed.
             _skip_bad_json(pending, path, start, report)
@@ -100,12 +110,30 @@ def json_records(path, report):
             pending += line
         # An object can only be complete on a line ending with } or ].
         if pending.rstrip().endswith(("}", "]")):
-            pending, start = yield from _drain(pending, start)
+            pending, start = yield from _drain(pending, start, path, report)
     if pending.strip():
         _skip_bad_json(pending, path, start, report)
 
 
-def _drain(text, line):
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def whole_text(value, text, path, line, report):
+    """False (the record skipped and counted) when a JSON record's strings hold a lone
+    UTF-16 surrogate (`"\\ud83d"`, half an emoji): no UTF-8 text has one, and the
+    tokenizer cannot take it. Only records whose text escapes a surrogate are checked."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return True
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        report.skip("a lone UTF-16 surrogate (\\ud800-\\udfff escape without its pair, e.g. "
+                    "half an emoji)", path, line)
+        return False
+    return True
+
+
+def _drain(text, line, path, report):
     """Yield the complete values at the start of `text`; return (rest, its line)."""
     position, size = 0, len(text)
     while True:
@@ -119,7 +147,8 @@ def _drain(text, line):
             value, end = _decoder.raw_decode(text, position)
         except ValueError:
             return text[position:], line
-        yield line, value
+        if whole_text(value, text[position:end], path, line, report):
+            yield line, value
         line += text.count("\n", position, end)
         position = end
 
@@ -300,5 +329,18 @@ class LabelRule:
             except ValueError:
                 return None, f"label {label!r} is not a number (regression)"
         if self.labels is not None and label not in self.labels:
+            twin = self.normalised().get(unicodedata.normalize("NFKC", label).strip())
+            if twin is not None:  # ａ for a, a full-width digit, a stray space: say so
+                return None, (f"label {label!r} is not in the task's labels, but equals "
+                              f"{twin!r} after Unicode NFKC normalisation (full-width or "
+                              "compatibility forms, spaces): write that label in the spec, or "
+                              "map it with options.label_map")
             return None, f"label {label!r} is not in the task's labels"
         return label, None
+
+    def normalised(self):
+        """{NFKC form of a task label: the label}, built on the first label that misses."""
+        if not hasattr(self, "_normalised"):
+            self._normalised = {unicodedata.normalize("NFKC", str(label)).strip(): label
+                                for label in self.labels or ()}
+        return self._normalised

@@ -2,7 +2,11 @@
 
 Neither gives offsets, so each mention is placed at its first occurrence in
 the text, the rule of bert4keras's GPLinker example (`search`); a mention that
-does not occur is a lost span and its triple is dropped.
+does not occur is a lost span and its triple is dropped. In `entity_pair_tsv`,
+an argument whose first occurrence lies inside the other's (`友达` in `友达光电`)
+is moved to its first occurrence outside it when the text has one (counted as
+repaired, and so are those that cannot move); a triple or entity a text repeats
+(rows merged by text) is kept once and counted as a duplicate.
 
 `spo_json`: `{text, spo_list: [{subject, subject_type, predicate, object, object_type}]}`
 where object/object_type are strings (DuIE 1.0) or `{"@value": ..., slot: ...}`
@@ -137,10 +141,16 @@ class ByText:
     def __init__(self):
         self.texts = {}  # text -> [first line, items, whether any row made it]
 
-    def add(self, text, line, item=None):
+    def add(self, text, line, item=None, report=None, path=None, what="triple"):
+        """An item of `text`'s example; one equal to an item already there (a row given
+        twice, as COTE and FinRE do) is kept once and counted as a duplicate."""
         entry = self.texts.setdefault(text, [line, [], False])
         if item is not None:
-            entry[1].append(item)
+            if item in entry[1]:
+                if report is not None:
+                    report.filter(f"duplicate {what} of the same text (kept once)", 1, path, line)
+            else:
+                entry[1].append(item)
         entry[2] = True
 
     def seen(self, text, line):
@@ -200,7 +210,33 @@ def add_pair(texts, text, head, tail, relation, no_relation, labels, path, line,
         report.lose_span(head if isinstance(head, str) else tail, path, line)
         texts.seen(text, line)
         return
-    texts.add(text, line, Triple(head, relation, tail))
+    head, tail = apart(text, head, tail, report)
+    texts.add(text, line, Triple(head, relation, tail), report, path)
+
+
+def inside(a, b):
+    return b.start <= a.start and a.end <= b.end
+
+
+def apart(text, head, tail, report):
+    """(head, tail) with the one placed inside the other (`友达` in `友达光电`, both at
+    their first occurrence) moved to its first occurrence outside the other's span,
+    when the text has one; counted either way."""
+    for inner, outer, role in ((head, tail, "head"), (tail, head, "tail")):
+        if inner == outer or not inside(inner, outer):
+            continue
+        mention, start = text[inner.start:inner.end], text.find(text[inner.start:inner.end])
+        while start >= 0:
+            moved = Entity(start, start + len(mention), inner.type)
+            if not (moved.start < outer.end and outer.start < moved.end):  # no overlap
+                report.repair(f"{role} placed at a later occurrence, outside the "
+                              f"{'tail' if role == 'head' else 'head'} that holds its first")
+                return (moved, tail) if role == "head" else (head, moved)
+            start = text.find(mention, start + 1)
+        report.repair(f"{role} inside the {'tail' if role == 'head' else 'head'}: the text "
+                      "has no occurrence outside it (kept nested)")
+        break
+    return head, tail
 
 
 @register_adapter("ipre")

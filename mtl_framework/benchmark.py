@@ -118,8 +118,9 @@ def load_suite(path, registry=None):
             error(("defaults", key), problem)
     seeds = raw.get("seeds", [0])
     if not isinstance(seeds, list) or not seeds or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        error(("seeds",), f"seeds must be a non-empty list of integers >= 0, got {seeds!r}")
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds):
+        error(("seeds",), f"seeds must be a non-empty list of integers from 0 to 2^32 - 1, "
+                          f"got {seeds!r}")
     elif len(set(seeds)) != len(seeds):
         error(("seeds",), f"seeds repeat a value: {seeds}")
     entries = raw.get("tasks")
@@ -285,9 +286,17 @@ def check_exports(paths):
             architectures.layout(path)
         except UserError as error:
             errors.append(str(error))
-    slugs = [export_slug(export_label(p)) for p in paths]
-    if len(set(slugs)) != len(slugs):
-        errors.append(f"exports {', '.join(paths)}: the same export is given twice")
+    seen = {}
+    for path in paths:
+        slug = export_slug(export_label(path))
+        if slug not in seen:
+            seen[slug] = path
+        elif os.path.realpath(seen[slug]) == os.path.realpath(path):
+            errors.append(f"exports {seen[slug]} and {path}: the same export is given twice")
+        else:
+            errors.append(f"exports {seen[slug]} and {path}: different folders whose names "
+                          f"both become {slug!r} in --output's runs/ and results: rename one "
+                          "of them (or link it under another name)")
     if errors:
         raise UserError("\n".join(errors))
 

@@ -6,7 +6,7 @@
 
 Features are written once per content hash of everything that decides them:
 the task's spec content (type, format, files, options, fields, labels), the
-data files (path, size, mtime), the adapter (format name + source of its
+data files (path, size, SHA-256 of the content), the adapter (format name + source of its
 modules), the tokenizer (vocab + settings fingerprint), max_length, the
 featurizer settings, the source of the family's featurizing code (its
 featurizer class and every function, class and constant of the package it
@@ -29,6 +29,7 @@ tokenized and memory holds only the rows a batch touches.
 """
 import contextlib
 import dis
+import errno
 import fcntl
 import hashlib
 import importlib
@@ -252,9 +253,30 @@ def featurizer_version(featurizer):
     return code_version(type(featurizer))
 
 
+_DIGESTS = {}  # (device, inode, size, mtime_ns, ctime_ns) -> digest, for this process
+
+
+def file_digest(path):
+    """SHA-256 of a file's content, read in 1 MiB blocks (memory stays flat). The key is
+    the content, not the modification time: `cp -p`, `rsync -t` and `tar -x` restore an
+    old mtime on new content (bench/cache_key.py measures the cost). Hashed once per
+    process while the file's status is unchanged (its ctime moves on any write and no
+    tool can set it back)."""
+    stat = os.stat(path)
+    seen = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if seen not in _DIGESTS:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        _DIGESTS[seen] = digest.hexdigest()
+    return _DIGESTS[seen]
+
+
 def data_files(task, split, data_root):
-    """[(path as read, size, mtime_ns)] of a split's files (every file of a listed folder;
-    an absent `optional` file as (path, None, None)): edited data means new features."""
+    """[(path as read, size, SHA-256 of the content)] of a split's files (every file of a
+    listed folder; an absent `optional` file as (path, None, None)): edited data means new
+    features."""
     from data_adapters import split_paths
 
     present, absent = split_paths(task, split, data_root)  # KeyError / FileNotFoundError
@@ -263,9 +285,8 @@ def data_files(task, split, data_root):
         relative = _relative(path, data_root)
         for file in sorted(path.rglob("*")) if path.is_dir() else [path]:  # a folder: its files
             if file.is_file() or file == path:
-                stat = file.stat()
                 out.append((relative if file == path else f"{relative}/"
-                            f"{file.relative_to(path)}", stat.st_size, stat.st_mtime_ns))
+                            f"{file.relative_to(path)}", file.stat().st_size, file_digest(file)))
     # Absent optional files are keyed too: their arrival means new features.
     return out + [(_relative(path, data_root), None, None) for path in absent]
 
@@ -373,6 +394,15 @@ def build_features(task, split, featurizer, data_root, final, inputs=None, log=N
         if log:
             log(f"{task.name} {split}: {read_report.summary()}; features: "
                 f"{load_features(final).report.summary()} -> {final}")
+    except OSError as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        from mtl_framework.errors import UserError
+
+        raise UserError(f"{final}: no space left on the device while writing {task.name} "
+                        f"{split}'s features; the partial folder was removed: free space, or "
+                        f"set {CACHE_ENV} (or cache_dir) to a disk with room") from None
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise

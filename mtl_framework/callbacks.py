@@ -141,7 +141,8 @@ class BestTracker:
         return bool(self.patience) and self.since_best >= self.patience
 
     def stop_reason(self):
-        best = "no score yet" if self.best is None else \
+        best = (f"no evaluation gave a {self.name} at all: is the dev split readable? "
+                "`mtl data stats TASK --split dev` counts its rows") if self.best is None else \
             f"best {self.best:.4f} at update {self.best_step}"
         return (f"{self.name} has not improved ({self.mode}) for {self.since_best} "
                 f"evaluation(s) (patience {self.patience}; {best})")

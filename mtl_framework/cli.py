@@ -14,13 +14,15 @@ import argparse
 import importlib
 import itertools
 import os
+import signal
 import sys
 import warnings
 
 from mtl_framework import tf_log_filter
 from mtl_framework.errors import Interrupted, UserError
 
-INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C (and here SIGTERM)
+PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`'s yes
 
 # Command groups in the order `mtl --help` lists them.
 COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", "finetune",
@@ -70,12 +72,30 @@ def verbose_requested(argv):
 
 
 def main(argv=None):
-    """The `mtl` program with argv None (sys.argv; fd 2 filtered), else `mtl *argv`
-    in this process (a test's or notebook's stderr left as it is)."""
-    if argv is None and not verbose_requested(sys.argv[1:]):
-        with tf_log_filter.tensorflow_lines_dropped():
-            return run_command(sys.argv[1:])
-    return run_command(sys.argv[1:] if argv is None else argv)
+    """The `mtl` program with argv None (sys.argv; fd 2 filtered; SIGTERM handled as
+    Ctrl-C), else `mtl *argv` in this process (a test's or notebook's stderr and signal
+    handlers left as they are)."""
+    if argv is not None:
+        return run_command(argv)
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        if verbose_requested(sys.argv[1:]):
+            code = run_command(sys.argv[1:])
+        else:
+            with tf_log_filter.tensorflow_lines_dropped():
+                code = run_command(sys.argv[1:])
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+        return code
+    except BrokenPipeError:  # `mtl ... | head -1`: the reader left; end quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit would fail again
+        return PIPE_CLOSED
+
+
+def terminated(signum, frame):
+    """SIGTERM (`kill`, a scheduler's stop) as Ctrl-C: the command's own clean-up runs
+    (temporary folders removed, the resume line printed) and it ends with one line."""
+    raise KeyboardInterrupt
 
 
 def run_command(argv):

@@ -26,8 +26,11 @@ def default_data_root():
 
 def split_stats(task, split, data_root, tokenizer=None, max_length=None, cache_dir=None):
     files = task.files[split]
+    named = files if isinstance(files, list) else [files]
     row = {"task": task.name, "dataset": task.dataset, "split": split, "format": task.format,
-           "files": files if isinstance(files, list) else [files]}
+           "files": read_names(task, split, data_root, named)}
+    if row["files"] != named:  # a mirror's name (an alias) was read: say which file
+        row["spec_files"] = named
     report = ReadReport()
     try:
         for _ in read_task(task, split, data_root, report):
@@ -39,6 +42,24 @@ def split_stats(task, split, data_root, tokenizer=None, max_length=None, cache_d
     if tokenizer is not None:
         row["features"] = feature_stats(task, split, data_root, tokenizer, max_length, cache_dir)
     return row
+
+
+def read_names(task, split, data_root, named):
+    """The files a split is read from, relative to the data root: the spec's names, or
+    the alias a mirror gives a file where that is what is there."""
+    from data_adapters import split_paths
+
+    try:
+        present, _ = split_paths(task, split, data_root)
+    except (KeyError, OSError):
+        return named
+    out = []
+    for path in present:
+        try:
+            out.append(str(path.relative_to(data_root)))
+        except ValueError:
+            out.append(str(path))
+    return out if len(out) == len(named) else named
 
 
 def feature_stats(task, split, data_root, tokenizer, max_length=None, cache_dir=None):
@@ -91,6 +112,9 @@ def format_table(rows):
                          + (f" (first: {places[0]})" if places else ""))
         for reason, count in row.get("repaired", {}).items():
             lines.append(f"repaired {count}: {reason}")
+        if row.get("spec_files"):
+            lines.append(f"read: {', '.join(row['files'])} (the spec names "
+                         f"{', '.join(row['spec_files'])}; a mirror's name for it)")
         for path in row.get("absent", []):
             lines.append(f"absent: {path} (optional; the split's other files were read)")
         if with_features:

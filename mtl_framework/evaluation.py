@@ -370,7 +370,9 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     results = evaluate_tasks(model, selected, tokenizer, data_root, split, batch_size, max_examples,
                              cache_dir, settings.get("max_length", experiment.max_length), train,
                              log=log)
-    return record(run_dir, checkpoint.step, split, results, settings)
+    partial = {**({"max_examples": max_examples} if max_examples else {}),
+               **({"tasks_asked": sorted(tasks)} if tasks else {})}  # not the model card's
+    return record(run_dir, checkpoint.step, split, results, {**settings, **partial})
 
 
 def run_overrides(experiment, max_length=None, rope_scaling=None):

@@ -45,6 +45,13 @@ KEYS = {
 MINIMUM = {"tasks_per_update": 1, "batch_size": 1, "max_length": 4, "steps": 1, "seed": 0,
            "checkpoint_every": 0, "keep_checkpoints": 1, "eval_every": 0, "eval_batches": 1,
            "patience": 1}
+# Largest value of an integer key: numpy's seeds are 32-bit (a larger one failed only
+# after earlier seeds of a suite had run); past the others' values are typos that fail
+# only deep in the work (an int64 overflow, memory for one batch).
+MAXIMUM = {"seed": 2**32 - 1, "steps": 10**9, "batch_size": 65536, "max_length": 65536,
+           "tasks_per_update": 1024}
+# The longest `extends` chain read (a longer one is a generated mistake, not a design).
+MAX_EXTENDS = 64
 # keep_best: which dev score picks the best checkpoint (also the one `patience` watches).
 KEEP_BEST_KEYS = {"metric": "aggregate", "mode": "max"}
 KEEP_BEST_MODES = ("max", "min")
@@ -207,6 +214,12 @@ def _extend(raw, path, sources, chain, doc):
                                 + [parent_path])
             raise ExperimentError(f"{where}: extends {parent}: a cycle ({cycle}); remove one "
                                   "of these `extends`")
+        if len(chain) >= MAX_EXTENDS:
+            raise ExperimentError(f"{where}: extends {parent}: the chain of `extends` is longer "
+                                  f"than {MAX_EXTENDS} files: merge some of them")
+        if doc and os.path.isdir(parent_path):
+            raise ExperimentError(f"{where}: extends {parent}: {parent_path} is a folder; name "
+                                  "the experiment file in it")
         if doc and not os.path.isfile(parent_path):
             raise ExperimentError(f"{where}: extends {parent}: no such file {parent_path} (the "
                                   f"path is relative to {path})")
@@ -284,7 +297,7 @@ def _apply_overrides(raw, overrides, sources):
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
+                if not (part.isascii() and part.isdigit()) or int(part) >= len(node):
                     raise ExperimentError(f"{where}: {'.'.join(parts[:i]) or 'the experiment'} "
                                           f"is a list of {len(node)}: address an item by its "
                                           f"index 0..{len(node) - 1}")
@@ -294,12 +307,26 @@ def _apply_overrides(raw, overrides, sources):
                                       "whose keys could be set")
             path += (part,)
             if last:
-                node[part] = doc.data
+                node[part] = _typed_path(path, doc.data)
             else:
                 if isinstance(node, dict) and part not in node:
                     node[part] = {}
                 node = node[part]
         sources.take(path, {path: where})
+
+
+def _typed_path(path, value):
+    """A path value given on the command line (`--set data_root=data`) is relative to the
+    folder the command runs in, as anything typed there is, not to the experiment file."""
+    if any(isinstance(part, int) for part in path):
+        return value
+    probe = value
+    for part in reversed(path):
+        probe = {part: probe}
+    _absolute_paths(probe, os.getcwd())
+    for part in path:
+        probe = probe[part]
+    return probe
 
 
 def _checked(raw, sources, path, folder):
@@ -320,6 +347,9 @@ def _checked(raw, sources, path, folder):
             error(key, f"{key} must be {_type_name(KEYS[key])}, got {value!r}")
         elif key in MINIMUM and value < MINIMUM[key]:
             error(key, f"{key} must be >= {MINIMUM[key]}, got {value}")
+        elif key in MAXIMUM and value > MAXIMUM[key]:
+            error(key, f"{key} must be <= {MAXIMUM[key]}"
+                       f"{' (2^32 - 1)' if key == 'seed' else ''}, got {value}")
     if not raw.get("tasks"):
         error("tasks", "tasks: list the task names to train (see `mtl tasks list`)")
     _check_balancing(raw, error)

@@ -126,13 +126,18 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
     with tempfile.TemporaryDirectory(prefix="mtl-finetune-") as scratch:
         draft = os.path.join(scratch, FINETUNE_YAML)
         write_yaml(draft, experiment)
-        run = Run(draft, output=output, log=log, resume=False)
+        try:
+            run = Run(draft, output=output, log=log, resume=False)
+        except UserError as error:  # name the settings, not a file gone once this returns
+            raise UserError(str(error).replace(
+                draft, f"the fine-tune's settings ({FINETUNE_YAML}, not written)")) from None
         start = start_digests(run, task)
         os.makedirs(output, exist_ok=True)
         write_yaml(os.path.join(output, FINETUNE_YAML), experiment)  # the record of what ran
         run.train()
     results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
-    line = evaluation.record(run.run_dir, run.step, eval_split, results)
+    line = evaluation.record(run.run_dir, run.step, eval_split, results,
+                             {"max_examples": eval_max_examples} if eval_max_examples else None)
     log(evaluation.format_results(line))
     return run, {**line, "start": start}
 
@@ -158,6 +163,14 @@ def check_output(output):
     if held:
         raise UserError(f"--output {output}: already holds a run ({held[0]}); a fine-tune "
                         "starts fresh: give --output a new folder")
+    from mtl_framework.preflight import check_writable, not_a_run
+
+    foreign = not_a_run(output)
+    if foreign:
+        raise UserError(f"--output {output}: holds {', '.join(foreign[:3])}"
+                        f"{' ...' if len(foreign) > 3 else ''} but no run: a fine-tune would "
+                        "replace or append to such files; give --output a new or empty folder")
+    check_writable(output)
 
 
 def start_digests(run, task):

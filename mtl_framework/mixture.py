@@ -328,18 +328,37 @@ class TaskStream:
             yield self.next_batch()
 
     def state(self):
-        return {"epoch": self.epoch, "index": self.index, "seed": self.seed,
-                "batch_size": self.batch_size, "rows": len(self.features)}
+        state = {"epoch": self.epoch, "index": self.index, "seed": self.seed,
+                 "batch_size": self.batch_size, "rows": len(self.features)}
+        data = data_digest(self.features)
+        return {**state, "data": data} if data else state
 
     def restore(self, state):
         """Continue from `state()`; refuses a state from other data or settings."""
+        task = self.features.meta.get("task")
         for key, mine in (("seed", self.seed), ("batch_size", self.batch_size),
                           ("rows", len(self.features))):
             if key in state and state[key] != mine:
-                raise ValueError(f"cannot resume task {self.features.meta.get('task')!r}: the saved "
+                raise ValueError(f"cannot resume task {task!r}: the saved "
                                  f"stream had {key}={state[key]}, this one {mine} (same data, "
                                  "seed and batch_size are needed to repeat the order)")
+        data = data_digest(self.features)
+        if state.get("data") and data and state["data"] != data:  # older checkpoints: none
+            raise ValueError(f"cannot resume task {task!r}: its train files' content differs "
+                             "from what the run trained on (rows edited in place)")
         self.epoch, self.index = int(state["epoch"]), int(state["index"])
+
+
+def data_digest(features):
+    """A short hash of the content of the files a task's features were read from (the
+    feature cache's key: each file's SHA-256), or None for features without a key."""
+    import hashlib
+    import json
+
+    data = (features.meta.get("key") or {}).get("data")
+    if not data:
+        return None
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def iterate_batches(features, batch_size, pad_to=None, seed=0, rows=None):

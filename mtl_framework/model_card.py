@@ -37,9 +37,16 @@ def last_dev_evaluation(run_dir, step=None):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
     one is of it: an export of keep_best's checkpoint shows that evaluation), or None."""
     dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"
-           and not files.other_settings(line)]  # not one at another --max-length/--rope-scaling
+           and not files.other_settings(line)  # not one at another --max-length/--rope-scaling
+           and not partial(line)]  # nor a smoke check (`--max-examples 8 --tasks tnews`)
     at = [line for line in dev if step is not None and line.get("step") == step]
     return (at or dev or [None])[-1]
+
+
+def partial(line):
+    """Whether an evaluations.jsonl line scored only some examples or some tasks
+    (`mtl evaluate --max-examples/--tasks`, `mtl finetune --eval-max-examples`)."""
+    return "max_examples" in line or "tasks_asked" in line
 
 
 def run_name(run_dir):

@@ -29,6 +29,9 @@ def check_file(path, flag="--output"):
     if os.path.isdir(path):
         raise UserError(f"{flag} {path}: is a folder: give the path of a file (in it, or "
                         "elsewhere)")
+    if os.path.exists(path) and not os.path.isfile(path):  # a write-then-rename would
+        raise UserError(f"{flag} {path}: is not a regular file (a device, FIFO or socket): "
+                        "give the path of a file")  # replace the node itself
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UserError(f"{flag} {path}: its folder {parent} does not exist: create it first")

@@ -78,7 +78,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
         raise ExperimentError(f"{experiment.where('tasks')}: mlm corpus "
                               f"{experiment.resolve_path(corpus)}: no such file or folder (the "
                               "path is relative to the experiment file)")
-    _check_task_files(experiment, tasks, root)
+    _check_task_files(experiment, tasks, root, training=resume is not None)
     vocab = _vocab(experiment)
     if MLM_TASK in entries:
         _check_mlm_tie(experiment)
@@ -162,7 +162,15 @@ def check_run_dir(plan, resume):
     run_dir, experiment = plan.run_dir, plan.experiment
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise ExperimentError(f"{run_dir}: is a file, not a run directory: --output a folder")
+    check_writable(run_dir)
     stored_path = os.path.join(run_dir, "experiment.yaml")
+    if not os.path.exists(stored_path) and not plan.checkpoints:
+        foreign = not_a_run(run_dir)
+        if foreign:
+            raise ExperimentError(
+                f"{run_dir}: holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''} "
+                "but no run (no experiment.yaml): a run would replace or append to such "
+                "files; --output a new or empty folder")
     if not resume:
         if plan.checkpoints:
             raise ExperimentError(
@@ -192,6 +200,36 @@ def check_run_dir(plan, resume):
         raise ExperimentError(
             f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
             f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
+
+
+# What a run directory holds before its experiment.yaml is written: an older version's
+# lock, a fine-tune's record of its settings and `mtl benchmark`'s log of it, and killed
+# writes' temporaries.
+BEFORE_EXPERIMENT = ("train.lock", "finetune.yaml", "finetune.log")
+
+
+def not_a_run(run_dir):
+    """The entries of an existing folder that no run wrote there yet ([] when none)."""
+    if not os.path.isdir(run_dir):
+        return []
+    return sorted(name for name in os.listdir(run_dir)
+                  if name not in BEFORE_EXPERIMENT and ".tmp-" not in name)
+
+
+def check_writable(run_dir):
+    """The run directory can be created and written (checked before any work: an hour of
+    feature building never ends in "permission denied")."""
+    from mtl_framework.outputs import check_folder
+
+    check_folder(run_dir, "--output")
+    if os.path.isdir(run_dir) and not os.access(run_dir, os.W_OK | os.X_OK):
+        raise ExperimentError(f"--output {run_dir}: not writable (read-only folder or another "
+                              "user's): make it writable, or --output another folder")
+    for name in ("checkpoints", "logs"):
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+            raise ExperimentError(f"--output {run_dir}: {path} is not writable: make it "
+                                  "writable, or --output another folder")
 
 
 def _checkpoint_vocab_size(run_dir, plan):
@@ -298,9 +336,12 @@ def _select(experiment, registry, names):
     return registry.select(names)
 
 
-def _check_task_files(experiment, tasks, data_root):
-    problems = missing_files(tasks, data_root, "train",
-                             f"set data_root in {experiment.path} or pass --data-root DIR")
+def _check_task_files(experiment, tasks, data_root, training=False):
+    fix = f"set data_root in {experiment.path} or pass --data-root DIR"
+    problems = missing_files(tasks, data_root, "train", fix)
+    if training and experiment.raw.get("eval_every"):  # scored as it trains: dev files too
+        problems += missing_files([t for t in tasks if "dev" in (t.files or {})], data_root,
+                                  "dev", f"{fix}, or set eval_every: 0")
     if problems:
         raise ExperimentError("\n".join(problems))
 
@@ -400,6 +441,9 @@ def _vocab_size(path, where):
         raise ExperimentError(f"{path}: not UTF-8 text ({error.reason}); named at {where}") from None
     except ValueError as error:
         raise ExperimentError(f"{error} (named at {where})") from None
+    except OSError as error:  # unreadable (chmod 000), a FIFO that fails
+        raise ExperimentError(f"{path}: cannot be read ({error.strerror or error}); named at "
+                              f"{where}") from None
 
 
 def _read_bytes(path):

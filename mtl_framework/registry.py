@@ -247,9 +247,12 @@ def read_label_file(path):
         if not isinstance(label, str) or not label:
             raise LabelFileError(f"{path}: label {label!r} is not a non-empty string; "
                                  "write labels as strings (\"1\", not 1)")
-    if len(set(labels)) < len(labels):
-        twice = next(label for label in labels if labels.count(label) > 1)
-        raise LabelFileError(f"{path} lists {twice!r} twice; each label once")
+    seen = {}
+    for index, label in enumerate(labels):  # one pass: 200,000 labels stay instant
+        if label in seen:
+            raise LabelFileError(f"{path} lists {label!r} twice (entries {seen[label] + 1} and "
+                                 f"{index + 1}); each label once")
+        seen[label] = index
     return labels
 
 
@@ -478,6 +481,14 @@ class _SpecLoader:
                     if not _fits(value, expected):
                         spec.error(at, f"{prefix}option {key!r} of format {format_name!r} must be "
                                        f"{_type_name(expected)}, got {value!r}")
+                    else:
+                        from data_adapters.base import option_value_problem
+
+                        default = declared[key][1] if isinstance(declared[key], tuple) else None
+                        problem = option_value_problem(key, value, default)
+                        if problem:
+                            spec.error(at, f"{prefix}option {key!r} of format {format_name!r} "
+                                           f"{problem}")
 
     def check_labels(self, spec, where, given, entry, task_type, label):
         # Presence comes from what was written (`given`), values from what passed (`entry`).

@@ -176,8 +176,19 @@ def subplot_grid(count, title):
 
 
 def save(figure, path):
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    """The figure into `path` whole or not at all (a temporary beside it, renamed): a full
+    disk leaves the earlier plot and one line."""
+    temporary = f"{path}.tmp-{os.getpid()}.png"
+    try:
+        figure.savefig(temporary, dpi=100)
+        os.replace(temporary, path)
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise ReportError(f"{path}: could not be written ({error.strerror or error}); it is as "
+                          "it was: free space or pass another --output") from None
+    finally:
+        plt.close(figure)
     return path
 
 
@@ -268,8 +279,13 @@ def plot_dev_scores(evaluations, path):
     return save(figure, path)
 
 
-def write_report(run_dir, output=None):
-    """Write the plots; returns the paths written."""
+PLOTS = ("loss.png", "gradient_norm.png", "sampling.png", "schedule.png", "dev_scores.png")
+
+
+def write_report(run_dir, output=None, force=False):
+    """Write the plots; returns the paths written. A folder given as `output` may hold the
+    user's own files: PNGs of the names written here are replaced only with `force`
+    (RUN_DIR/plots is the report's own)."""
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
     records = read_jsonl(metrics_path, check_update)
     if not task_names(records):
@@ -278,6 +294,10 @@ def write_report(run_dir, output=None):
 
     check_folder(output or os.path.join(run_dir, "plots"),
                  "--output" if output else "the plots folder")
+    taken = [name for name in PLOTS if output and os.path.lexists(os.path.join(output, name))]
+    if taken and not force:
+        raise ReportError(f"--output {output}: already holds {', '.join(taken)}: pass --force "
+                          "to replace them, or another --output")
     output = output or os.path.join(run_dir, "plots")
     os.makedirs(output, exist_ok=True)
     written = [

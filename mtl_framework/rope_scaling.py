@@ -16,6 +16,9 @@ experiment's max_length, `mtl evaluate` / `mtl predict` from the run's.
 TYPES = ("linear", "ntk", "dynamic_ntk")
 KEYS = ("type", "factor", "original_max_length")
 HF_NAMES = {"dynamic": "dynamic_ntk"}  # theirs -> ours, for messages
+# The largest factor taken: 1024x the trained length is past any context this backbone is
+# used at, and an ntk base grown by more overflows float32 (inf or 1e308 is a typo).
+MAX_FACTOR = 1024.0
 
 
 def normalise(value, original_max_length=None, where="rope_scaling"):
@@ -36,9 +39,10 @@ def normalise(value, original_max_length=None, where="rope_scaling"):
         hint = f" (Hugging Face's {kind!r} is ours {HF_NAMES[kind]!r})" if kind in HF_NAMES else ""
         raise ValueError(f"{where}.type must be one of {', '.join(TYPES)}, got {kind!r}{hint}")
     factor = value.get("factor")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1:
-        raise ValueError(f"{where}.factor must be a number >= 1 (the length multiple to "
-                         f"stretch to), got {factor!r}")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or \
+            not 1 <= factor <= MAX_FACTOR:  # NaN and inf fail too
+        raise ValueError(f"{where}.factor must be a finite number from 1 to {MAX_FACTOR:g} "
+                         f"(the length multiple to stretch to), got {factor!r}")
     length = value.get("original_max_length", original_max_length)
     if length is not None and (isinstance(length, bool) or not isinstance(length, int)
                                or length < 2):

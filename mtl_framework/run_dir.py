@@ -1,8 +1,8 @@
 """The run directory: the one module that reads and writes a run's files.
 
 RUN_DIR/
-  train.lock           flock-ed by the one `mtl train` writing here (empty); the OS
-                       drops the lock when that process dies, even by SIGKILL
+  (the folder itself is flock-ed by the one `mtl train` writing here; the OS drops
+   the lock when that process dies, even by SIGKILL; no lock file is left)
   experiment.yaml      the resolved experiment (what ran)
   vocab.txt            the vocabulary the run used
   checkpoints/step-N/  state.npz: every state variable, keyed by its name (below);
@@ -48,7 +48,6 @@ import yaml
 
 from mtl_framework.errors import UserError
 
-LOCK = "train.lock"
 EXPERIMENT = "experiment.yaml"
 VOCAB = "vocab.txt"
 EVALUATIONS = "evaluations.jsonl"
@@ -368,19 +367,20 @@ def remove_leftovers(run_dir, log=print):
 # --- one writer per run directory ----------------------------------------------------------
 
 class RunLock:
-    """An exclusive flock on RUN_DIR/train.lock, held until release() or the process
-    ends (the OS drops it then, so a killed run leaves no stale lock). Taken before the
-    first write; a second writer is refused with the holder's PID and writes nothing
-    (the file stays empty: the PID comes from the kernel's lock table, /proc/locks)."""
+    """An exclusive flock on the run directory itself, held until release() or the process
+    ends (the OS drops it then, so a killed run leaves no stale lock). No lock file: there
+    is nothing a user could delete to let a second writer in, and nothing left behind that
+    looks stale (a `train.lock` of older versions is ignored). Taken before the first
+    write; a second writer is refused with the holder's PID (from the kernel's lock table,
+    /proc/locks) and writes nothing."""
 
     def __init__(self, run_dir):
-        self.path, self.fd = os.path.join(run_dir, LOCK), None
+        self.path, self.fd = run_dir, None
         try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o644)
-        except OSError as error:  # a folder of that name, a read-only run directory
-            raise UserError(f"{self.path}: cannot create or open the run's lock file "
-                            f"({error.strerror}): remove what is there, or train into "
-                            "another --output") from None
+            self.fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as error:
+            raise UserError(f"{run_dir}: cannot open the run directory to lock it "
+                            f"({error.strerror}): train into another --output") from None
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
@@ -388,7 +388,7 @@ class RunLock:
             os.close(self.fd)
             self.fd = None
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise UserError(f"{self.path}: cannot lock the run directory "
+                raise UserError(f"{run_dir}: cannot lock the run directory "
                                 f"({error.strerror}): train into another --output") from None
             raise UserError(f"{run_dir}: another `mtl train` (pid {holder or 'unknown'}) is "
                             "writing this run directory; wait for it to end, or train into "
@@ -404,9 +404,9 @@ class RunLock:
 
 
 def lock_holder_of(run_dir):
-    """The PID of a process holding RUN_DIR/train.lock now, else None (creates nothing)."""
+    """The PID of a process holding the run directory's lock now, else None."""
     try:
-        fd = os.open(os.path.join(run_dir, LOCK), os.O_RDONLY)
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return None
     try:

@@ -3,6 +3,7 @@
 The registry walks a spec against these tables; each checker returns None when
 a value is fine, else a message saying what is wrong and how to fix it.
 """
+import os
 import re
 
 from mtl_framework import metrics as metric_functions
@@ -93,12 +94,31 @@ def files(value):
     for split, paths in value.items():
         if not isinstance(split, str):
             return "split name %r must be a string" % (split,)
-        if paths is None or _file_entry(paths):
-            continue
-        if isinstance(paths, list) and paths and all(_file_entry(p) for p in paths):
+        if paths is None or _file_entry(paths) or \
+                isinstance(paths, list) and paths and all(_file_entry(p) for p in paths):
+            escaping = next((p for p in _paths(paths) if _escapes(p)), None)
+            if escaping:
+                return ("split %r: %r leads out of the data root (`..`): give an absolute path "
+                        "for a file kept elsewhere" % (split, escaping))
             continue
         return ("split %r must be a path, `{path: ..., optional: true, aliases: [...]}` or a "
                 "non-empty list of those, got %r" % (split, paths))
+
+
+def _paths(paths):
+    """Every path of a split's entry: the paths and their aliases."""
+    for entry in paths if isinstance(paths, list) else [paths] if paths else []:
+        if isinstance(entry, dict):
+            yield entry["path"]
+            yield from entry.get("aliases") or ()
+        else:
+            yield entry
+
+
+def _escapes(path):
+    """A relative path that climbs above the folder it is relative to (`../../etc/x`)."""
+    normal = os.path.normpath(path)
+    return not os.path.isabs(path) and (normal == ".." or normal.startswith("../"))
 
 
 def split_files(paths):

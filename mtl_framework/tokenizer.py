@@ -44,9 +44,22 @@ def load_vocab(path):
                 raise VocabError(f"{path}:{number}: not UTF-8 ({error.reason} at byte "
                                  f"{error.start}): a damaged vocab; use the vocab.txt the "
                                  "weights were trained with") from None
+            if number == 1 and line.startswith("\ufeff"):
+                raise VocabError(f"{path}:1: starts with a byte-order mark (U+FEFF), which would "
+                                 "become part of the first token: save the file as UTF-8 "
+                                 "without BOM")
+            if "\r" in line.rstrip("\r\n"):
+                raise VocabError(f"{path}:{number}: lines end in a lone CR (\\r, old Mac "
+                                 "style): convert the line ends to \\n (e.g. `tr '\\r' "
+                                 "'\\n'`)")
             fields = line.split()
             token = fields[0] if fields else line.strip()
-            vocab.setdefault(token, len(vocab))
+            if token in vocab:  # ids are line numbers: a repeat shifts every later token
+                raise VocabError(f"{path}:{number}: token {token!r} given twice (first on line "
+                                 f"{vocab[token] + 1}); every line is an embedding row, so "
+                                 "exports would disagree on the ids after it: delete one "
+                                 "(on a trained vocab: the weights were trained with this file)")
+            vocab[token] = len(vocab)
     return vocab
 
 

@@ -172,6 +172,11 @@ class RunLogger(keras.callbacks.Callback):
             if entry["finite"]:
                 self.bad_since.pop(entry["task"], None)
             else:
+                if entry["task"] not in self.bad_since and self.run.is_chief:  # said once a run
+                    files.warn(f"update {self.step}: a micro-batch of {entry['task']} had a "
+                               "non-finite loss or gradient and was skipped "
+                               f"({model.skipped.get(entry['task'], 0)} skipped so far; "
+                               "metrics.jsonl counts them)")
                 self.bad_since.setdefault(entry["task"], self.step)
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
@@ -557,22 +562,22 @@ class Run:
             self.lock = files.RunLock(self.run_dir)  # one writer per run directory
             files.remove_leftovers(self.run_dir, self.log)
         start = self.restore_latest() if resume else 0
-        if self.is_chief:
-            if self.lock is not None:
-                files.remove_best_after(self.run_dir, start, self.log)
-            for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
-                files.trim_records(os.path.join(self.run_dir, name), start, self.log)
-            self.write_run_files()
         if self.strategy is not None:
             check_same_on_every_worker(self.strategy, start, "step to start from")
         remaining = self.experiment.steps - start
-        if remaining <= 0:
+        if remaining <= 0:  # a resume that does nothing writes nothing
             self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")
             return self
         if self.best is not None and self.best.exhausted():
             self.log(f"nothing to do: the run stopped at update {start}: "
                      f"{self.best.stop_reason()} (raise patience with --set to go on)")
             return self
+        if self.is_chief:
+            if self.lock is not None:
+                files.remove_best_after(self.run_dir, start, self.log)
+            for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
+                files.trim_records(os.path.join(self.run_dir, name), start, self.log)
+            self.write_run_files()
         steps = tf.data.Dataset.range(remaining).repeat()
         if self.strategy is not None:  # a strategy distributes batches; fit's elements go unread
             steps = steps.batch(self.strategy.num_replicas_in_sync)

@@ -405,15 +405,17 @@ def test_unwritable_outputs_of_other_commands(trained, tmp_path, capsys):
 
 
 def test_folders_where_the_run_keeps_files(trained, tmp_path, capsys):
-    """A folder named train.lock or metrics.jsonl in the run: one line, nothing written."""
-    for name in ("train.lock", "metrics.jsonl"):
-        run = tmp_path / name.replace(".", "_")
-        shutil.copytree(trained["run"], run)
-        (run / name).unlink()
-        (run / name).mkdir()
-        message = refused_late(capsys, ["train", trained["experiment"], "--output", run,
-                                        "--resume"], run)
-        assert message.startswith(f"{run / name}: ")
+    """A folder named metrics.jsonl in a run resumed for more updates: one line, nothing
+    written (the run's lock is the directory itself: no train.lock file is made; a resume
+    with nothing to do reads no record file)."""
+    name = "metrics.jsonl"
+    run = tmp_path / name.replace(".", "_")
+    shutil.copytree(trained["run"], run)
+    (run / name).unlink()
+    (run / name).mkdir()
+    message = refused_late(capsys, ["train", trained["experiment"], "--output", run,
+                                    "--resume", "--set", "steps=3"], run)
+    assert message.startswith(f"{run / name}: ")
 
 
 def test_finetune_eval_split_and_predict_with_cut_heads(trained, tmp_path, capsys):
@@ -438,7 +440,8 @@ def test_finetune_eval_split_and_predict_with_cut_heads(trained, tmp_path, capsy
 def test_vocab_build_from_no_text_keeps_the_vocab(tmp_path, capsys):
     vocab = write(tmp_path / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n好\n")
     empty = write(tmp_path / "empty.txt", "\n\n")
-    message = refused(capsys, ["vocab", "build", "--text", empty, "--output", vocab], tmp_path)
+    message = refused(capsys, ["vocab", "build", "--text", empty, "--output", vocab,
+                                "--force"], tmp_path)
     assert message.startswith(f"--text {empty}: no text to build a vocab from")
 
 

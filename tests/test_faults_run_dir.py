@@ -241,12 +241,19 @@ def test_non_finite_stop_names_the_task_and_the_checkpoint_before_it(trained, tm
     run = tmp_path / "run"
     capsys.readouterr()
     assert mtl(["train", str(experiment), "--output", str(run)]) == 2
-    line = one_line_error(capsys)
+    err = capsys.readouterr().err
+    lines = [text for text in err.splitlines() if text.strip()]
+    errors = [text for text in lines if text.startswith("error: ")]
+    assert "Traceback" not in err and errors == [lines[-1]], err
+    line = errors[0]
     assert "micro-batches in a row had a non-finite loss" in line
     task = next(t for t in ("tnews", "cluener") if f"task {t!r}" in line)
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     first_bad = next(r["step"] for r in records if r["skipped"][task])
     assert f"first skipped in update {first_bad}" in line
+    # each run of skipped micro-batches is said on the console when it starts (issue 35)
+    assert any(text.startswith(f"warning: update {first_bad}: a micro-batch of {task} had a "
+                               "non-finite loss or gradient and was skipped") for text in lines)
     kept = files.checkpoint_dirs(run)
     assert kept and all(files.checkpoint_step(d) < first_bad for d in kept)
     assert f"the newest checkpoint before it is {run / 'checkpoints' / kept[-1]}" in line

@@ -256,8 +256,8 @@ def test_bad_label_files_are_reported(tmp_path):
                     "tasks:\n  - name: x\n    type: classification\n    label_file: dup.txt\n"
                     "    max_length: 64\n    metric: accuracy\n", encoding="utf-8")
     label_file = tmp_path / "labels" / "dup.txt"
-    assert errors_of(spec) == [f"{spec}:8: task 'x': bad label file: {label_file} lists 'a' twice; "
-                               "each label once"]
+    assert errors_of(spec) == [f"{spec}:8: task 'x': bad label file: {label_file} lists 'a' twice "
+                               "(entries 1 and 3); each label once"]
     label_file.write_text(json.dumps(["a", 2]), encoding="utf-8")
     assert errors_of(spec) == [f"{spec}:8: task 'x': bad label file: {label_file}: label 2 is not "
                                "a non-empty string; write labels as strings (\"1\", not 1)"]

@@ -36,7 +36,7 @@ def test_normalise_fills_checks_and_parses():
         {"type": "linear", "factor": 2.5, "original_max_length": 64}
     assert rope_scaling.parse("none") is None
     bad = [({"type": "yarn", "factor": 2}, "type must be one of linear, ntk, dynamic_ntk"),
-           ({"type": "linear", "factor": 0.5}, "factor must be a number >= 1"),
+           ({"type": "linear", "factor": 0.5}, "factor must be a finite number from 1 to 1024"),
            ({"type": "linear", "factor": 2, "scale": 1}, "unknown key(s) ['scale']"),
            ({"type": "dynamic_ntk", "factor": 2}, "dynamic_ntk needs original_max_length"),
            ("linear", "must be a mapping"),

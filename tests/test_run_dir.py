@@ -154,6 +154,15 @@ def format1_state(step):
         return trainer, [values[f"v{i:05d}"] for i in range(len(values.files))]
 
 
+def without_data(state):
+    """A mixture state without the streams' data digests (written since issue 35)."""
+    if isinstance(state, dict):
+        return {k: without_data(v) for k, v in state.items() if k != "data"}
+    if isinstance(state, list):
+        return [without_data(v) for v in state]
+    return state
+
+
 def test_format1_run_resumes_to_the_state_its_own_code_reached(tmp_path):
     run = format1_copy(tmp_path)
     shutil.rmtree(run / "checkpoints" / "step-00000004")
@@ -161,7 +170,7 @@ def test_format1_run_resumes_to_the_state_its_own_code_reached(tmp_path):
     new = files.read_checkpoint(run / "checkpoints" / "step-00000004")
     assert new.trainer["format"] == files.FORMAT and not new.positional
     old_trainer, old_arrays = format1_state(4)  # the old code, uninterrupted
-    assert new.trainer["mixture"] == old_trainer["mixture"]
+    assert without_data(new.trainer["mixture"]) == old_trainer["mixture"]  # positions
     assert len(new.names) == len(old_arrays)
     for name, old in zip(new.names, old_arrays):  # the same state order, now named
         assert new.arrays[name].shape == old.shape, name

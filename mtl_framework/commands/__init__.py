@@ -2,9 +2,9 @@
 import argparse
 
 
-def at_least(minimum, kind=int):
-    """An argparse type: a `kind` number >= minimum (argparse reports anything else as a
-    usage error, exit 2)."""
+def at_least(minimum, kind=int, maximum=None):
+    """An argparse type: a `kind` number >= minimum (and <= maximum, if given; argparse
+    reports anything else as a usage error, exit 2)."""
 
     def parse(text):
         try:
@@ -13,9 +13,14 @@ def at_least(minimum, kind=int):
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {text}")
         return value
 
     return parse
+
+
+SEED = at_least(0, int, 2**32 - 1)  # numpy's seeds are 32-bit
 
 
 def positive_float(text):

@@ -100,6 +100,12 @@ def run_stats(args):
     except reg.UnknownTaskError as error:
         print(f"mtl data stats: {error}", file=sys.stderr)
         return 2
+    if args.split and not any(split in (task.files or {}) for task in tasks
+                              for split in args.split):
+        splits = sorted({split for task in tasks for split in task.files or {}})
+        print(f"mtl data stats: --split {' '.join(args.split)}: none of the tasks has it; "
+              f"their splits: {', '.join(splits)}", file=sys.stderr)
+        return 2
     tokenizer = None
     if args.max_length is not None and not args.vocab:
         print("mtl data stats: --max-length needs --vocab (truncation depends on the tokens)",

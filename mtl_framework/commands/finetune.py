@@ -5,7 +5,7 @@ import contextlib
 import json
 import sys
 
-from mtl_framework.commands import at_least, check_rope_scaling, positive_float
+from mtl_framework.commands import SEED, at_least, check_rope_scaling, positive_float
 from mtl_framework.experiment import OPTIMIZERS
 from mtl_framework.formats import loadable
 
@@ -34,7 +34,7 @@ def register(subparsers):
                         help="linear|ntk|dynamic_ntk:FACTOR[:TRAINED_LENGTH], or none "
                         "(default: the backbone folder's)")
     parser.add_argument("--dropout", type=float, default=None, help="default: the export's")
-    parser.add_argument("--seed", type=at_least(0), default=None)
+    parser.add_argument("--seed", type=SEED, default=None)
     parser.add_argument("--cache-dir", default=None, help="features cache folder")
     parser.add_argument("--eval-split", default="dev")
     parser.add_argument("--eval-max-examples", type=at_least(1), default=None, metavar="N",

@@ -48,7 +48,8 @@ def run(args):
         raise UserError("mtl predict: give either --task TASK --input FILE or --clue")
     if args.task and not args.input:
         raise UserError("mtl predict: --task needs --input FILE (examples in the task's format)")
-    if args.input and not os.path.isfile(args.input):
+    if args.input and (os.path.isdir(args.input) or not os.path.exists(args.input)):
+        # a pipe (`--input /dev/stdin`, `<(...)`) is read like a file
         raise UserError(f"--input {args.input}: "
                         + ("a folder: give a file" if os.path.isdir(args.input) else "no such file"))
     if args.data_root and not os.path.isdir(args.data_root):

@@ -22,7 +22,10 @@ def register(subparsers):
                        help="vocab size cap (default 12000)")
     build.add_argument("--min-count", type=at_least(1), default=1, help="drop rarer units (default 1)")
     build.add_argument("--cased", action="store_true", help="keep case (default: lower-case)")
-    build.add_argument("--output", required=True, help="vocab.txt to write")
+    build.add_argument("--output", required=True, help="vocab.txt to write (a new file)")
+    build.add_argument("--force", action="store_true",
+                       help="replace --output if it exists (refused otherwise: it may be a "
+                            "trained run's vocab.txt)")
     build.set_defaults(func=run_build)
 
 
@@ -51,6 +54,9 @@ def run_build(args):
     if missing:
         raise UserError("\n".join(missing))
     check_file(args.output, "--output")  # before reading anything
+    if os.path.lexists(args.output) and not args.force:
+        raise UserError(f"--output {args.output}: exists (a run's vocab.txt cannot be replaced "
+                        "without losing the run): write to a new file, or pass --force")
     for path in args.text:
         if os.path.exists(args.output) and os.path.samefile(path, args.output):
             raise UserError(f"--output {args.output}: is the --text file {path}: write the "

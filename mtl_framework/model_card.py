@@ -112,11 +112,12 @@ def eval_results(evaluation, heads, datasets):
 
 def card_data(run_dir, state, fmt):
     datasets, base_model = experiment_sources(run_dir)
-    model_name = f"roformer-v2-mtl-{run_name(run_dir)}"
+    tag = architecture_of(state["backbone"]).replace("_", "-")  # roformer-v2, bert, albert
+    model_name = f"{tag}-mtl-{run_name(run_dir)}"
     results = eval_results(last_dev_evaluation(run_dir, state["step"]), state.get("heads"), datasets)
     return ModelCardData(
         language="zh", license=LICENSE, library_name=formats.FORMATS[fmt].library,
-        tags=["roformer-v2", "multi-task", "mtl_framework", fmt],
+        tags=[tag, "multi-task", "mtl_framework", fmt],
         datasets=list(dict.fromkeys(datasets.values())) or None, base_model=base_model,
         model_name=model_name, eval_results=results or None)
 

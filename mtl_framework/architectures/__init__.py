@@ -2,7 +2,7 @@
 
     architectures/<name>/
         __init__.py   BACKBONE (its class name), TITLE (its name in prose), CONVERTERS
-                      ({format: converter module})
+                      ({format: converter module}), NOT_HELD ({format: why not}, optional)
         presets.py    PRESETS (sizes) and backbone_config(size, **dims); no Keras
         backbone.py   its keras.Model: inputs {"token_ids", "segment_ids"} (token id 0 is
                       padding), output [batch, length, hidden]; `.config` (its keyword
@@ -77,9 +77,10 @@ def converter(name, architecture=DEFAULT):
     architecture has none in this format."""
     dotted = converter_name(name, architecture)
     if dotted is None:
+        why = getattr(package(architecture), "NOT_HELD", {}).get(name)
         have = [f for f in FORMATS if converter_name(f, architecture)]
-        raise UserError(f"format {name}: {architecture} has no converter for it (it has "
-                        f"{', '.join(have)})")
+        raise UserError(f"format {name}: " + (why or f"{architecture} has no converter for it "
+                                              f"(it has {', '.join(have)})"))
     return importlib.import_module(dotted)
 
 

@@ -48,7 +48,8 @@ FORMATS = {row.name: row for row in (
     Format("roformer-pytorch", "roformer",
            "config.json (model_type roformer) + model.safetensors / pytorch_model.bin"),
     Format("transformers", "transformers", "config.json (model_type bert or albert) + "
-           "model.safetensors / pytorch_model.bin", exports=False),
+           "model.safetensors / pytorch_model.bin (mtl export: + tokenizer files and a "
+           "sentence-transformers pooling module)"),
 )}
 NAMES = tuple(name for name, row in FORMATS.items() if row.exports)  # `mtl export --format`
 OURS = next(name for name, row in FORMATS.items() if row.ours)  # our own preset's name

@@ -9,6 +9,11 @@
     python bert_torch_worker.py encode DIR INPUTS.npz OUT.npy
         last_hidden_state of AutoModel.from_pretrained(DIR) on INPUTS' token_ids /
         segment_ids with attention_mask = token_ids != 0
+    python bert_torch_worker.py load DIR TEXTS.json OUT.npz
+        an `mtl export --format transformers` folder as a user loads it: AutoTokenizer
+        (texts padded), AutoModel (strict: no missing or unexpected weight), its
+        last_hidden_state; and SentenceTransformer(DIR).encode(texts) where
+        sentence-transformers is installed (OUT's "sentence" absent otherwise)
     python bert_torch_worker.py tokenize VOCAB TEXTS.json OUT.json
         {"lower": ids, "cased": ids}: BertTokenizerFast(VOCAB, do_lower_case=True / False)
         ids of each text (or [a, b] pair)
@@ -52,6 +57,34 @@ def encode(directory, inputs_path, out_path):
     np.save(out_path, out.numpy())
 
 
+def load(directory, texts_path, out_path):
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    with open(texts_path, encoding="utf-8") as f:
+        texts = json.load(f)
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    model, info = AutoModel.from_pretrained(directory, output_loading_info=True)
+    unloaded = [name for kind in ("missing_keys", "unexpected_keys", "mismatched_keys")
+                for name in info[kind]]
+    if unloaded:
+        raise SystemExit(f"{directory}: weights not loaded as saved: {unloaded}")
+    with torch.no_grad():
+        hidden = model.eval()(**batch).last_hidden_state.numpy()
+    out = {"token_ids": batch["input_ids"].numpy(), "segment_ids": batch["token_type_ids"].numpy(),
+           "hidden": hidden, "tokenizer": np.array(type(tokenizer).__name__),
+           "model": np.array(type(model).__name__)}
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        pass
+    else:
+        out["sentence"] = SentenceTransformer(directory, device="cpu").encode(texts)
+    np.savez(out_path, **out)
+
+
 def tokenize(vocab, texts_path, out_path):
     from transformers import BertTokenizerFast
 
@@ -68,4 +101,4 @@ def tokenize(vocab, texts_path, out_path):
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"save": save, "encode": encode, "tokenize": tokenize}[command](*args)
+    {"save": save, "encode": encode, "load": load, "tokenize": tokenize}[command](*args)

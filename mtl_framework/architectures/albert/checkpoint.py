@@ -13,4 +13,10 @@ FOLDER = bert.CheckpointFolder(
     "albert", (CONFIG_FILE, "albert_config*.json"), ALBERT_CHECKPOINT,
     fill=lambda backbone: identity_projection(backbone, ALBERT_CHECKPOINT))
 detect, read_config, load_weights = FOLDER.detect, FOLDER.read_config, FOLDER.load_weights
-trained_length, check, save = bert.trained_length, bert.check, bert.save
+trained_length, check = bert.trained_length, bert.check
+
+
+def save(backbone, directory, vocab_path=None, trained_length=None):
+    """albert_config.json + albert_model.ckpt.* (+ vocab.txt): bert4keras model="albert"."""
+    bert.save(backbone, directory, vocab_path, config_file=CONFIG_FILE,
+              checkpoint="albert_model.ckpt", names=ALBERT_CHECKPOINT)

@@ -3,7 +3,7 @@ keras-hub; one group, one inner layer (bert/keras_hub.py does the reading)."""
 from mtl_framework.architectures.bert import keras_hub as bert
 
 CONFIG_FILE = bert.CONFIG_FILE
-CARD_USE = ["keras-hub: `keras_hub.models.AlbertBackbone.from_preset(DIR)`."]
+CARD_USE = [line.replace("BertBackbone", "AlbertBackbone") for line in bert.CARD_USE]
 
 PRESET = bert.KerasHubPreset("albert", "AlbertBackbone", {
     **bert.PRESET.keys, "embedding_dim": "embedding_size", "num_groups": 1,

@@ -3,11 +3,13 @@ model="bert": bert_config.json + bert_model.ckpt.* (or model.ckpt-N.*) + vocab.t
 as Google's Chinese BERT and HFL's RoBERTa-wwm-ext / MacBERT are published.
 Variable names: bert/weights.py's BERT_CHECKPOINT (kernels [in, out])."""
 import glob
+import json
 import os
 import re
+import shutil
 
-from mtl_framework.architectures.bert.config import config_from_json
-from mtl_framework.architectures.bert.weights import BERT_CHECKPOINT, assign
+from mtl_framework.architectures.bert.config import config_from_json, json_from_config
+from mtl_framework.architectures.bert.weights import BERT_CHECKPOINT, arrays, assign
 from mtl_framework.errors import UserError
 from mtl_framework.formats.json_file import read_json
 
@@ -99,12 +101,36 @@ def trained_length(directory):
 
 
 def check(config, source):
-    raise UserError(f"{source}: writing BERT in this format is not done yet; export "
-                    "--format keras")
+    """bert_config.json holds every BERT of ours but one whose head size is not hidden /
+    heads; bert4keras's ALBERT has no projection when embedding_size == hidden_size."""
+    try:
+        json_from_config(config)
+    except UserError as error:
+        raise UserError(f"{source}: {error}; export --format keras") from None
+    if config["architecture"] == "albert" and config["embedding_size"] == config["hidden_size"]:
+        raise UserError(f"{source}: embedding_size == hidden_size {config['hidden_size']}: "
+                        "bert4keras's ALBERT then has no embedding projection, ours has one: "
+                        "export --format transformers or keras")
 
 
-def save(backbone, directory, vocab_path=None, trained_length=None):
-    check(backbone.config, directory)
+def save(backbone, directory, vocab_path=None, trained_length=None, config_file=CONFIG_FILE,
+         checkpoint="bert_model.ckpt", names=BERT_CHECKPOINT):
+    """bert_config.json + bert_model.ckpt.* (+ vocab.txt): Google's release layout, what
+    bert4keras's build_transformer_model(model="bert") loads (no pooler, no MLM head)."""
+    from mtl_framework.architectures.roformer_v2.bert4keras import write_checkpoint
+
+    config = backbone.config
+    check(config, directory)
+    os.makedirs(directory, exist_ok=True)
+    theirs = json_from_config(config)
+    if config["activation"] == "gelu_approximate":
+        theirs["hidden_act"] = "gelu_tanh"  # bert4keras's name ("gelu" is its erf GELU)
+    with open(os.path.join(directory, config_file), "w", encoding="utf-8") as f:
+        json.dump(theirs, f, indent=2)
+        f.write("\n")
+    write_checkpoint(arrays(backbone, names), os.path.join(directory, checkpoint))
+    if vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
 
 
 FOLDER = CheckpointFolder("bert", (CONFIG_FILE,), BERT_CHECKPOINT)

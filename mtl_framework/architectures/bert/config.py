@@ -16,7 +16,8 @@ MAPPED = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
           "embedding_size": "embedding_size", "hidden_act": "activation"}
 # their hidden_act -> our activation (transformers' ACT2FN meanings)
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate",
-               "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu"}
+               "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu",
+               "gelu_tanh": "gelu_approximate"}  # the last: bert4keras's name
 # keys that must hold this value (what our encoder computes)
 FIXED = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False,
          "num_hidden_groups": 1, "inner_group_num": 1, "net_structure_type": 0, "gap_size": 0,

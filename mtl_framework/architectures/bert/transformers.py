@@ -5,15 +5,32 @@ bert/weights.py's BERT_TRANSFORMERS (BertModel's state dict; a `bert.` prefix, a
 BertForMaskedLM saves, and the old LayerNorm gamma/beta names are accepted)."""
 import json
 import os
+import shutil
 
-from mtl_framework.architectures.bert.config import config_from_json
-from mtl_framework.architectures.bert.weights import BERT_TRANSFORMERS, assign
+import numpy as np
+
+from mtl_framework.architectures.bert.config import config_from_json, json_from_config
+from mtl_framework.architectures.bert.weights import (
+    BERT_TRANSFORMERS,
+    arrays,
+    assign,
+    transformers_names,
+)
 from mtl_framework.errors import UserError
 from mtl_framework.formats.json_file import read_json
 from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, read_tensors
+from mtl_framework.outputs import usual_mode
 
 CONFIG_FILE = "config.json"
-CARD_USE = ["transformers: `AutoModel.from_pretrained(DIR)`; vocab: DIR/vocab.txt."]
+CARD_USE = [
+    "```python", "from transformers import AutoModel, AutoTokenizer",
+    "tokenizer = AutoTokenizer.from_pretrained(DIR)  # BertTokenizerFast, lower-cased",
+    "model = AutoModel.from_pretrained(DIR).eval()",
+    "ids = tokenizer([\"今天天气不错\", \"你好\"], padding=True, return_tensors=\"pt\")",
+    "hidden = model(**ids).last_hidden_state", "```", "",
+    "Mainline `transformers`, no other package. `pooler_output` is zero (this encoder was "
+    "trained without BERT's pooler): pool `last_hidden_state`. Sentence embeddings (mean "
+    "over the real tokens, 1_Pooling/): `SentenceTransformer(DIR).encode(texts)`."]
 
 
 class TransformersFolder:
@@ -67,13 +84,95 @@ def trained_length(directory):
 
 
 def check(config, source):
-    raise UserError(f"{source}: --format transformers export is not done yet; export "
-                    "--format keras")
+    """transformers' config holds every BERT / ALBERT of ours but one whose head size is
+    not hidden / heads (json_from_config refuses it)."""
+    try:
+        json_from_config(config)
+    except UserError as error:
+        raise UserError(f"{source}: {error}; export --format keras") from None
+
+
+def hf_config(config, trained_length=None):
+    """config.json of BertModel / AlbertModel (one group, one inner layer for ALBERT)."""
+    architecture = config["architecture"]
+    hf = {"architectures": [MODELS[architecture]], "model_type": architecture,
+          **json_from_config(config), "pad_token_id": 0, "position_embedding_type": "absolute",
+          "torch_dtype": "float32"}
+    hf["type_vocab_size"] = max(1, config["segment_vocab_size"])  # 0: one all-zero row
+    if architecture == "albert":
+        # albert_zh ships a BERT vocab.txt: without this AutoTokenizer picks sentencepiece
+        hf.update(num_hidden_groups=1, inner_group_num=1, tokenizer_class="BertTokenizer")
+    return hf
+
+
+def torch_arrays(backbone):
+    """{BertModel / AlbertModel name: float32 array}: the backbone's weights, a zero
+    token-type row where it has none, and a zero pooler (we train no pooler: pooler_output
+    is 0, and from_pretrained initialises nothing at random)."""
+    weights = arrays(backbone, transformers_names(backbone))
+    hidden = backbone.config["hidden_size"]
+    if backbone.segment_embedding is None:
+        width = backbone.config.get("embedding_size", hidden)
+        weights["embeddings.token_type_embeddings.weight"] = np.zeros((1, width), "float32")
+    pooler = POOLERS[backbone.config["architecture"]]
+    weights[pooler + ".weight"] = np.zeros((hidden, hidden), "float32")
+    weights[pooler + ".bias"] = np.zeros(hidden, "float32")
+    return weights
 
 
 def save(backbone, directory, vocab_path=None, trained_length=None):
-    check(backbone.config, directory)
+    """config.json + model.safetensors (written with numpy) + the tokenizer files
+    (vocab.txt, tokenizer_config.json, special_tokens_map.json: AutoTokenizer gives a
+    BertTokenizerFast with our ids) + a sentence-transformers mean-pooling module."""
+    from safetensors.numpy import save_file
 
+    config = backbone.config
+    check(config, directory)
+    os.makedirs(directory, exist_ok=True)
+    write_json(os.path.join(directory, CONFIG_FILE), hf_config(config))
+    # metadata format=pt: transformers refuses a safetensors file without it
+    save_file(torch_arrays(backbone), os.path.join(directory, SAFETENSORS),
+              metadata={"format": "pt"})
+    usual_mode(os.path.join(directory, SAFETENSORS))  # safetensors writes it 0600
+    length = min(trained_length or config["max_positions"], config["max_positions"])
+    if vocab_path is not None:
+        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
+        # our tokenizer (tokenizer.py): BERT's, lower-cased with accents stripped
+        write_json(os.path.join(directory, "tokenizer_config.json"), {
+            "tokenizer_class": "BertTokenizer", "do_lower_case": True,
+            "tokenize_chinese_chars": True, "strip_accents": None, "model_max_length": length,
+            **SPECIAL_TOKENS})
+        write_json(os.path.join(directory, "special_tokens_map.json"), SPECIAL_TOKENS)
+    save_sentence_transformers(directory, config["hidden_size"], length)
+
+
+def save_sentence_transformers(directory, hidden_size, max_length):
+    """modules.json, sentence_bert_config.json, 1_Pooling/config.json: the folder loads in
+    sentence-transformers as this encoder + mean pooling over the real tokens."""
+    write_json(os.path.join(directory, "modules.json"), [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": POOLING, "type": "sentence_transformers.models.Pooling"}])
+    write_json(os.path.join(directory, "sentence_bert_config.json"),
+               {"max_seq_length": max_length, "do_lower_case": False})
+    os.makedirs(os.path.join(directory, POOLING), exist_ok=True)
+    write_json(os.path.join(directory, POOLING, "config.json"), {
+        "word_embedding_dimension": hidden_size, "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": False, "include_prompt": True})
+
+
+def write_json(path, value):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+MODELS = {"bert": "BertModel", "albert": "AlbertModel"}
+POOLERS = {"bert": "pooler.dense", "albert": "pooler"}
+POOLING = "1_Pooling"
+SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
 
 # transformers' BertConfig defaults
 DEFAULTS = {"vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,

@@ -9,3 +9,6 @@ CONVERTERS = {
     "keras-hub": "mtl_framework.architectures.roformer_v2.keras_hub",
     "roformer-pytorch": "mtl_framework.architectures.roformer_v2.roformer_pytorch",
 }
+# Formats it cannot have, and what to use instead (the refusal's one line).
+NOT_HELD = {"transformers": "mainline transformers has no RoFormerV2 (its RoFormer is v1): "
+                            "export --format roformer-pytorch (JunnYu's roformer package)"}

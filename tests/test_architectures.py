@@ -243,7 +243,7 @@ def test_a_run_trains_bert_and_starts_from_a_transformers_folder(tmp_path):
                 str(tmp_path / "keras")]) == 0
     assert json.loads((tmp_path / "keras/config.json").read_text())["format"] == \
         "mtl_framework.BertBackbone"
-    # a format BERT has no writer for yet: refused in one line, nothing written
+    # a RoFormerV2-only format: refused in one line, nothing written
     assert mtl(["export", str(tmp_path / "run"), "--format", "roformer-pytorch", "--output",
                 str(tmp_path / "torch")]) == 2
     assert not (tmp_path / "torch").exists()

@@ -106,12 +106,15 @@ def expected_first_update(case, model, weights):
 
 
 def pcgrad_numpy(grads, rng):
-    """Yu et al. 2020 on flattened gradients, as LibMTL loops (j includes i)."""
+    """Yu et al. 2020, Algorithm 1, on flattened gradients: each g_i projected off every
+    other g_j it conflicts with, j ≠ i in the order of one permutation drawn per i."""
     shapes = [g.shape for g in grads[0]]
     flat = [np.concatenate([g.ravel() for g in task]) for task in grads]
     projected = [f.copy() for f in flat]
     for i in range(len(flat)):
         for j in rng.permutation(len(flat)):
+            if j == i:
+                continue
             dot = projected[i] @ flat[j]
             if dot < 0:
                 projected[i] -= dot / (flat[j] @ flat[j]) * flat[j]

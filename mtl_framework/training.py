@@ -247,7 +247,8 @@ class MultiTaskModel(keras.Model):
 
     def micro_step(self, task, batch):
         """One micro-batch of `task` (a dict of tensors): its scaled gradient is added to
-        the accumulators; returns {loss, gradient_norm, finite} as tensors."""
+        the accumulators; returns {loss, gradient_norm, normalized_gradient_norm, finite}
+        as tensors."""
         return self._finish(task, self._launch(task, batch, self._take_counts(1)[0]))
 
     def _take_counts(self, n):
@@ -278,7 +279,7 @@ class MultiTaskModel(keras.Model):
     def _finish(self, task, results):
         """A launched step's gradients into the accumulators (the backbone's through one
         traced function, in micro-batch order; under a strategy the step added them) and
-        the task's state; returns {loss, gradient_norm, finite}."""
+        the task's state; returns {loss, gradient_norm, normalized_gradient_norm, finite}."""
         if "backbone_gradients" in results:
             slot = self.balancing.accumulator_slot(task)  # None: the shared accumulators
             if slot not in self._accumulate_fns:
@@ -291,7 +292,7 @@ class MultiTaskModel(keras.Model):
             self._accumulate_fns[slot](results["backbone_gradients"], results["scale"],
                                        results["finite"])
         self._update_task_state(task, results)
-        return {k: results[k] for k in ("loss", "gradient_norm", "finite")}
+        return {k: results[k] for k in ("loss", "gradient_norm", "normalized_gradient_norm", "finite")}
 
     def _trace_micro_step(self, group, batch):
         """The micro-step of one trace group, traced once for any lengths and label counts:

@@ -16,6 +16,7 @@ also the filter's program (`python -I -S tf_log_filter.py`: the standard library
 import contextlib
 import os
 import re
+import select
 import subprocess
 import sys
 
@@ -40,15 +41,34 @@ def write_all(fd, data):
         data = data[os.write(fd, data):]
 
 
-def copy_without_tensorflow_lines(source, target):
-    """Copy fd `source` to fd `target` until end of file, dropping TensorFlow's log lines.
+def chunks(source, stop=None):
+    """Reads of fd `source` until end of file, or, once fd `stop` is readable (a byte
+    written or its writer gone), until the pipe holds nothing more. A child process that
+    inherited the pipe (multiprocessing's resource tracker lives until `mtl` exits) keeps
+    it open: waiting for end of file would wait for that child."""
+    while True:
+        if stop is not None and stop in select.select([source, stop], [], [])[0]:
+            os.set_blocking(source, False)  # the writer is done: drain what was written
+            stop = None
+        try:
+            chunk = os.read(source, 1 << 16)
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        yield chunk
+
+
+def copy_without_tensorflow_lines(source, target, stop=None):
+    """Copy fd `source` to fd `target` (see `chunks` for `stop`), dropping TensorFlow's
+    log lines.
 
     absl writes each line with one write() (atomic on a pipe up to 4 KiB), so a read
     holds whole log lines; a trailing piece that starts like one waits for its newline,
     any other piece (a progress bar's `\\r` update) is passed on at once.
     """
     held = b""
-    while chunk := os.read(source, 1 << 16):
+    for chunk in chunks(source, stop):
         lines = (held + chunk).splitlines(keepends=True)
         unfinished = not lines[-1].endswith((b"\n", b"\r"))
         held = lines.pop() if unfinished and is_tensorflow_line(lines[-1]) else b""
@@ -60,8 +80,9 @@ def copy_without_tensorflow_lines(source, target):
 @contextlib.contextmanager
 def tensorflow_lines_dropped():
     """Within: fd 2 (C++ code, child processes) goes through the filter process;
-    `sys.stderr` is a new writer on the real stderr. On exit fd 2 is restored, which
-    closes the pipe, and the filter is given a moment to copy what is left."""
+    `sys.stderr` is a new writer on the real stderr. On exit fd 2 is restored and the
+    filter told (a byte on a second pipe) to copy what the pipe holds and end, without
+    waiting for child processes that still hold the pipe's other end."""
     sys.stderr.flush()
     try:
         real_stderr = os.dup(2)
@@ -69,9 +90,11 @@ def tensorflow_lines_dropped():
         yield
         return
     # A session of its own: Ctrl-C in a terminal interrupts `mtl`, not its filter.
-    filter_process = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__)],
-                                      stdin=subprocess.PIPE, stdout=real_stderr,
-                                      start_new_session=True)
+    stop_read, stop_write = os.pipe()  # not inherited by the children `mtl` starts
+    filter_process = subprocess.Popen(
+        [sys.executable, "-I", "-S", os.path.abspath(__file__), str(stop_read)],
+        stdin=subprocess.PIPE, stdout=real_stderr, pass_fds=[stop_read], start_new_session=True)
+    os.close(stop_read)
     python_stderr = sys.stderr
     sys.stderr = open(real_stderr, "w", buffering=1, encoding=python_stderr.encoding,
                       errors=python_stderr.errors, closefd=False)
@@ -84,11 +107,15 @@ def tensorflow_lines_dropped():
         os.dup2(real_stderr, 2)
         sys.stderr = python_stderr
         os.close(real_stderr)
+        # Every write to the pipe before this point is in it: the filter copies them and ends.
+        with contextlib.suppress(OSError):
+            os.write(stop_write, b"\n")
+        os.close(stop_write)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            # Longer only if a child of ours still holds the pipe: the filter ends with it.
             filter_process.wait(timeout=5)
 
 
 if __name__ == "__main__":
     with contextlib.suppress(BrokenPipeError, KeyboardInterrupt):
-        copy_without_tensorflow_lines(sys.stdin.fileno(), sys.stdout.fileno())
+        stop = int(sys.argv[1]) if len(sys.argv) > 1 else None
+        copy_without_tensorflow_lines(sys.stdin.fileno(), sys.stdout.fileno(), stop)

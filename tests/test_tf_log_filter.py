@@ -5,6 +5,7 @@ process runs the real `mtl` program with an import hook that writes absl's lines
 fd 2 (as TensorFlow's C++ code does, bypassing Python) while `tensorflow` is imported,
 and the tests check what reaches the child's stderr.
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -141,3 +142,38 @@ def test_python_stderr_stays_a_terminal_inside_the_filter(tmp_path):
     os.close(terminal)
     os.close(controller)
     assert done.stdout.decode().split() == ["True", "False", "True", "True"]
+
+
+def test_the_filter_ends_with_mtl_while_a_child_still_holds_its_pipe(tmp_path):
+    # multiprocessing's resource tracker (started by `mtl data prepare --workers 2`) inherits
+    # fd 2 and lives until `mtl` exits. Here a child holds the pipe for two minutes: the
+    # filter must still copy every line written before the end of the `with` and then end,
+    # so the test's stderr pipe (the filter's stdout) closes long before the child does.
+    holder_code = (f"import os, time; os.write(2, {b'from the child' + bytes([10]) + ONEDNN!r}); "
+                   "print('written', flush=True); time.sleep(120)")
+    code = textwrap.dedent(f"""\
+        import os, subprocess, sys
+        from mtl_framework import tf_log_filter as f
+        with f.tensorflow_lines_dropped():
+            holder = subprocess.Popen([sys.executable, "-c", {holder_code!r}],
+                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            print(holder.pid, flush=True)
+            holder.stdout.readline()
+            for i in range(3000):
+                os.write(2, b"line %d\\n" % i + ({ONEDNN!r} if i % 7 == 0 else b""))
+            os.write(2, b"last, unfinished")
+        """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)
+    holder = int(child.stdout.readline())
+    try:
+        stdout, stderr = child.communicate(timeout=60)
+        assert child.returncode == 0
+        alive = subprocess.run(["kill", "-0", str(holder)], capture_output=True).returncode == 0
+        assert alive  # the pipe was still held when the filter ended
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(holder, signal.SIGKILL)
+    expected = b"from the child\n" + b"".join(b"line %d\n" % i for i in range(3000)) + b"last, unfinished"
+    assert stderr == expected

@@ -146,8 +146,8 @@ def load_suite(path, registry=None):
         if known is not None and task["name"] not in known:
             from mtl_framework.registry import did_you_mean
 
-            error(where, f"unknown task {task['name']!r}{did_you_mean(task['name'], list(known))} "
-                         "(`mtl tasks list` shows them all)")
+            error(where, f"unknown task {task['name']!r}{did_you_mean(task['name'], list(known))}"
+                         f"; {registry.searched()} (`mtl tasks list` shows them all)")
         if any(t["name"] == task["name"] for t in tasks):
             error(where, f"task {task['name']!r} is listed twice")
         tasks.append(task)

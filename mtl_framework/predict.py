@@ -158,8 +158,8 @@ class PredictModel:
             raise UserError(f"{self.source}: no head for task {name!r}; its tasks: "
                             f"{', '.join(self.heads) or 'none'}")
         if name not in self.registry.tasks:
-            raise UserError(f"{self.source}: task {name!r} has a head but no task spec here: "
-                            "pass --specs DIR with its YAML")
+            raise UserError(f"{self.source}: task {name!r} has a head but no task spec here "
+                            f"({self.registry.searched()}): pass --specs DIR with its YAML")
         return self.registry.tasks[name]
 
     def labels(self, task):

@@ -58,9 +58,11 @@ def run(args):
     if args.clue == bool(args.task):
         raise UserError("mtl predict: give either --task TASK (with --text TEXT or --input FILE) "
                         "or --clue")
-    if args.task and bool(args.input) == bool(args.text):
-        raise UserError("mtl predict: --task needs --text TEXT (repeatable; `-` reads stdin) "
-                        "or --input FILE (examples in the task's format), not both")
+    if args.task and not args.input and not args.text:
+        raise UserError("mtl predict: --task needs --input FILE (examples in the task's format) "
+                        "or --text TEXT (repeatable; `-` reads stdin)")
+    if args.input and args.text:
+        raise UserError("mtl predict: give --input FILE or --text TEXT, not both")
     if args.separator is not None and not args.text:
         raise UserError("mtl predict: --separator splits --text values: give --text")
     if args.separator == "":

@@ -496,20 +496,12 @@ def summary_line(summary, report, max_length):
 
 
 def progress_bar(total, description):
-    """(update(n), close()) of a progress bar on stderr: tqdm when installed, else Keras's."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        import keras
+    """(update(n), close()) of a progress bar on stderr: tqdm on a terminal, else nothing
+    (the summary line says what was done)."""
+    from mtl_framework.console import progress_bar as bar
 
-        bar, done = keras.utils.Progbar(total, unit_name="example"), [0]
-
-        def update(n):
-            done[0] += n
-            bar.update(done[0])
-        return update, lambda: None
-    bar = tqdm(total=total, desc=description, unit="example", file=sys.stderr, leave=False)
-    return bar.update, bar.close
+    shown = bar(description, total, leave=False, unit="example")
+    return shown.update, shown.close
 
 
 def write_atomic(path, text):

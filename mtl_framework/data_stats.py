@@ -54,15 +54,20 @@ def split_stats(task, split, data_root, tokenizer=None, max_length=None, cache_d
     files = task.files[split]
     row = {"task": task.name, "dataset": task.dataset, "split": split, "format": task.format,
            "files": files if isinstance(files, list) else [files]}
-    report, span_texts = ReadReport(), []
+    report, span_texts, values = ReadReport(), [], []
     try:
         for example in read_task(task, split, data_root, report):
             if len(span_texts) < GLUE_SAMPLE and any(hasattr(example, f) for f in SPAN_FIELDS):
                 span_texts.append(example.text)
+            if task.type == "regression" and isinstance(example.label, (int, float)):
+                values.append(float(example.label))
     except (OSError, ValueError, KeyError) as error:
         row["error"] = str(error)
         return row
     row.update(report.as_dict())
+    if values:  # a regression target's range: a 0-5 STS score read as 0-1 shows here
+        row["label_range"] = {"min": min(values), "max": max(values),
+                              "mean": round(sum(values) / len(values), 4)}
     warning = glued_warning(span_texts)
     if warning:
         row["warnings"] = [warning]
@@ -108,6 +113,10 @@ def format_table(rows):
             notes[index] = [f"error: {row['error']}"]
             continue
         counts = ", ".join(f"{unit} {row[unit]}" for unit in UNITS if row.get(unit))
+        if row.get("label_range"):
+            span = row["label_range"]
+            counts += (", " if counts else "") + \
+                f"labels {span['min']:g}..{span['max']:g} (mean {span['mean']:g})"
         cells = (row["task"], row["split"], str(row["examples"]), str(row["skipped_total"]),
                  str(row["spans"]), str(row["spans_lost_total"]))
         lines = []

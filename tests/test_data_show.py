@@ -97,3 +97,16 @@ def test_stats_warns_on_texts_glued_to_position_digits_and_names_the_option(tmp_
     code, out, _ = show(capsys, "naive_weibo", "--specs", tmp_path / "naive.yaml",
                         "--data-root", tmp_path, "-n", "1")
     assert code == 0 and "  text: 科0技1全0方1位2" in out.splitlines()
+
+
+def test_stats_give_a_regression_target_its_range(tmp_path):
+    scores = [4.5, 0.5, 4.8, 0.2]
+    (tmp_path / "sts.tsv").write_text("".join(f"句子{i}\t句子{i}b\t{v}\n" for i, v in enumerate(scores)),
+                                      encoding="utf-8")
+    spec = tmp_path / "sts.yaml"
+    spec.write_text("dataset: tiny_sts\nformat: delimited\nfiles: {train: sts.tsv}\n"
+                    "fields: {text: 0, text_b: 1, label: 2}\ntasks:\n  - {name: tiny_sts, type: "
+                    "regression, max_length: 32, metric: spearman}\n", encoding="utf-8")
+    [row] = data_stats.collect(load_paths([spec]).tasks.values(), tmp_path)
+    assert row["label_range"] == {"min": 0.2, "max": 4.8, "mean": round(sum(scores) / 4, 4)}
+    assert "labels 0.2..4.8 (mean 2.5)" in data_stats.format_table([row])

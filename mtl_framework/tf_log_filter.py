@@ -13,12 +13,15 @@ Fatal lines (`F0000 ...`) pass: they say why the process is about to abort, and 
 filter, being a process of its own, outlives the abort to print them. This file is
 also the filter's program (`python -I -S tf_log_filter.py`: the standard library only).
 """
+import atexit
 import contextlib
+import importlib.abc
 import os
 import re
 import select
 import subprocess
 import sys
+import warnings
 
 TENSORFLOW_LINE = re.compile(
     rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
@@ -77,42 +80,141 @@ def copy_without_tensorflow_lines(source, target, stop=None):
         write_all(target, held)
 
 
+class StderrFilter:
+    """fd 2 (C++ code, child processes) through the filter process from `start()` to
+    `stop()`; `sys.stderr`, when it is the process's own, a new writer on the real stderr
+    meanwhile (a terminal stays a terminal for progress bars). `stop` restores fd 2 and
+    tells the filter (a byte on a second pipe) to copy what the pipe holds and end,
+    without waiting for child processes that still hold the pipe's other end."""
+
+    def __init__(self):
+        self.process = None
+
+    def start(self):
+        try:
+            sys.stderr.flush()
+            self.real_stderr = os.dup(2)
+        except (OSError, ValueError):  # no stderr at all (`2>&-`): nothing to filter
+            return self
+        # A session of its own: Ctrl-C in a terminal interrupts `mtl`, not its filter.
+        stop_read, self.stop_write = os.pipe()  # not inherited by the children we start
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-S", os.path.abspath(__file__), str(stop_read)],
+            stdin=subprocess.PIPE, stdout=self.real_stderr, pass_fds=[stop_read],
+            start_new_session=True)
+        os.close(stop_read)
+        self.python_stderr = sys.stderr
+        if _writes_to_fd_2(sys.stderr):
+            sys.stderr = open(self.real_stderr, "w", buffering=1, encoding=sys.stderr.encoding,
+                              errors=sys.stderr.errors, closefd=False)
+        os.dup2(self.process.stdin.fileno(), 2)
+        self.process.stdin.close()
+        os.environ[FILTERED] = "1"  # children write into the filtered pipe: no filter of their own
+        return self
+
+    def stop(self):
+        if self.process is None:
+            return
+        process, self.process = self.process, None
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os.dup2(self.real_stderr, 2)
+        os.environ.pop(FILTERED, None)
+        if sys.stderr is not self.python_stderr and _writes_to_fd_2(self.python_stderr):
+            sys.stderr = self.python_stderr
+        os.close(self.real_stderr)
+        # Every write to the pipe before this point is in it: the filter copies them and ends.
+        with contextlib.suppress(OSError):
+            os.write(self.stop_write, b"\n")
+        os.close(self.stop_write)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+
+
+def _writes_to_fd_2(stream):
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a notebook's or a test's own stream
+        return False
+
+
 @contextlib.contextmanager
 def tensorflow_lines_dropped():
-    """Within: fd 2 (C++ code, child processes) goes through the filter process;
-    `sys.stderr` is a new writer on the real stderr. On exit fd 2 is restored and the
-    filter told (a byte on a second pipe) to copy what the pipe holds and end, without
-    waiting for child processes that still hold the pipe's other end."""
-    sys.stderr.flush()
-    try:
-        real_stderr = os.dup(2)
-    except OSError:  # no stderr at all (`2>&-`): nothing to filter
+    """Within: TensorFlow's lines on fd 2 dropped (StderrFilter)."""
+    global active
+    if filtered_already():  # the library's filter, started on import, or a parent's
         yield
         return
-    # A session of its own: Ctrl-C in a terminal interrupts `mtl`, not its filter.
-    stop_read, stop_write = os.pipe()  # not inherited by the children `mtl` starts
-    filter_process = subprocess.Popen(
-        [sys.executable, "-I", "-S", os.path.abspath(__file__), str(stop_read)],
-        stdin=subprocess.PIPE, stdout=real_stderr, pass_fds=[stop_read], start_new_session=True)
-    os.close(stop_read)
-    python_stderr = sys.stderr
-    sys.stderr = open(real_stderr, "w", buffering=1, encoding=python_stderr.encoding,
-                      errors=python_stderr.errors, closefd=False)
-    os.dup2(filter_process.stdin.fileno(), 2)
-    filter_process.stdin.close()
+    active = StderrFilter().start()
     try:
         yield
     finally:
-        sys.stderr.flush()
-        os.dup2(real_stderr, 2)
-        sys.stderr = python_stderr
-        os.close(real_stderr)
-        # Every write to the pipe before this point is in it: the filter copies them and ends.
-        with contextlib.suppress(OSError):
-            os.write(stop_write, b"\n")
-        os.close(stop_write)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            filter_process.wait(timeout=5)
+        active.stop()
+        active = None
+
+
+# ---------------------------------------------------------------- the Python API
+
+active = None  # the StderrFilter running, if any
+disabled = False  # `mtl --verbose`: nothing filtered
+FILTERED = "MTL_STDERR_FILTERED"  # set while a filter runs: its child processes start none
+
+
+def verbose():
+    return disabled or os.environ.get("MTL_VERBOSE", "") not in ("", "0")
+
+
+def filtered_already():
+    return active is not None or os.environ.get(FILTERED) == "1"
+
+
+def quiet_tensorflow():
+    """TensorFlow's C++ start-up lines (CPU features, oneDNN) and Python-side noise off;
+    set before TensorFlow is imported. A level the user set in the environment wins."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", module=r"(keras|tensorflow)(\.|$)")
+
+
+def filter_for_the_process():
+    """What `import mtl_framework` does unless MTL_VERBOSE=1 (or `mtl`, which filters
+    its command on its own): TensorFlow quieted and its lines on fd 2 dropped for the
+    rest of the process (stopped at exit), from the moment TensorFlow is first imported
+    (at once if it already is)."""
+    global active
+    if verbose() or filtered_already():
+        return
+    quiet_tensorflow()
+    active = StderrFilter().start()
+    atexit.register(_stop_at_exit)
+
+
+def _stop_at_exit():
+    global active
+    if active is not None:
+        active.stop()
+        active = None
+
+
+class _OnTensorFlowImport(importlib.abc.MetaPathFinder):
+    """Starts `filter_for_the_process` when `tensorflow` is first imported: the data
+    tools, which never import it, start no filter process. (It stays in sys.meta_path,
+    finding nothing: removing it while the import walks the list would skip the next
+    finder.)"""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow" and "tensorflow" not in sys.modules:
+            filter_for_the_process()
+        return None
+
+
+def quiet_on_tensorflow_import():
+    """Called by `mtl_framework/__init__.py`."""
+    if verbose():
+        return
+    if "tensorflow" in sys.modules:
+        filter_for_the_process()
+    elif not any(isinstance(f, _OnTensorFlowImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _OnTensorFlowImport())
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ class StderrFilter:
                               errors=sys.stderr.errors, closefd=False)
         os.dup2(self.process.stdin.fileno(), 2)
         self.process.stdin.close()
-        os.environ[FILTERED] = "1"  # children write into the filtered pipe: no filter of their own
+        os.environ[FILTERED] = fd_2_identity()  # children writing into it start no filter
         return self
 
     def stop(self):
@@ -157,15 +157,26 @@ def tensorflow_lines_dropped():
 
 active = None  # the StderrFilter running, if any
 disabled = False  # `mtl --verbose`: nothing filtered
-FILTERED = "MTL_STDERR_FILTERED"  # set while a filter runs: its child processes start none
+FILTERED = "MTL_STDERR_FILTERED"  # the filter's pipe, while one runs (see filtered_already)
 
 
 def verbose():
     return disabled or os.environ.get("MTL_VERBOSE", "") not in ("", "0")
 
 
+def fd_2_identity():
+    try:
+        status = os.fstat(2)
+    except OSError:
+        return ""
+    return f"{status.st_dev}:{status.st_ino}"
+
+
 def filtered_already():
-    return active is not None or os.environ.get(FILTERED) == "1"
+    """A filter runs here, or fd 2 is the pipe of a parent's filter (a child started with
+    its stderr elsewhere, `capture_output=True`, is not filtered by it: it starts its own)."""
+    recorded = os.environ.get(FILTERED)
+    return active is not None or bool(recorded) and recorded == fd_2_identity()
 
 
 def quiet_tensorflow():

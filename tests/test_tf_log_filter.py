@@ -235,3 +235,10 @@ def test_the_python_api_shows_a_traceback_and_a_data_tool_starts_no_filter(tmp_p
     quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
                            env={**os.environ, "PYTHONPATH": str(REPO)})
     assert quiet.stdout.decode().split() == ["True", "None"]
+
+
+def test_a_child_whose_stderr_is_elsewhere_filters_on_its_own(tmp_path):
+    # A filtered process starting a child with stderr=PIPE: the child's fd 2 is not the
+    # filter's pipe, so the parent's MTL_STDERR_FILTERED does not stop it filtering.
+    done = python_api(tmp_path, "", MTL_STDERR_FILTERED="0:1")
+    assert done.returncode == 0 and done.stderr == b""

@@ -52,10 +52,13 @@ demo: install interop
 	rm -rf runs/demo
 	$(BIN)/mtl train experiments/demo.yaml --output runs/demo
 	$(BIN)/mtl report runs/demo
-	$(BIN)/mtl export runs/demo --format keras --output runs/demo/export/keras
+	$(BIN)/mtl export runs/demo --format keras --with-heads --output runs/demo/export/keras
 	$(BIN)/mtl export runs/demo --format bert4keras --output runs/demo/export/bert4keras
 	$(BIN)/mtl export runs/demo --format keras-hub --output runs/demo/export/keras-hub
 	$(BIN)/mtl export runs/demo --format roformer-pytorch --output runs/demo/export/roformer-pytorch
+	@# The same initial weights without the training, what README's `mtl benchmark` compares with.
+	$(BIN)/python -c "from mtl_framework.benchmark import initial_export; \
+	  initial_export('runs/demo', 'runs/demo/export/initial')"
 	@# What the model says about a few dev sentences (needs `mtl predict`).
 	@if $(BIN)/mtl predict --help >/dev/null 2>&1; then \
 	  mkdir -p runs/demo/predict && \

@@ -42,7 +42,7 @@ from mtl_framework import architectures
 from mtl_framework import run_dir as files
 from mtl_framework.balancing import Balancing, BalancingError
 from mtl_framework.balancing import describe as describe_balancing
-from mtl_framework.cache import cached_features
+from mtl_framework.cache import CacheNotes, cached_features
 from mtl_framework.callbacks import EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress, TaskLogs
 from mtl_framework.distributed import check_same_on_every_worker, is_chief, make_strategy, precision_policy
 from mtl_framework.errors import UserError
@@ -260,6 +260,7 @@ class Run:
                  data_root: str | None = None, resume: bool | None = None, plan: Plan | None = None,
                  callbacks: Iterable[keras.callbacks.Callback] | None = None) -> None:
         self.log = log
+        self.eval_cache_notes = CacheNotes(log)  # one "dev features from cache" line per run
         self.callbacks = list(callbacks or [])  # Keras callbacks for fit, after the run's own
         plan = plan or plan_run(experiment, output, data_root, resume)
         self.plan, self.experiment, experiment = plan, plan.experiment, plan.experiment
@@ -350,7 +351,7 @@ class Run:
         return evaluate_tasks(self.model, self.scored_tasks(tasks), self.tokenizer, self.data_root,
                               split, batch_size or 2 * exp.batch_size, max_examples,
                               exp.resolve_path(exp.raw.get("cache_dir")), exp.max_length,
-                              train, log=self.log)
+                              train, log=self.eval_cache_notes)
 
     def scored_tasks(self, tasks=None):
         """The run's TaskSpecs named by `tasks` (names or specs; None: all), in run order."""
@@ -383,11 +384,12 @@ class Run:
 
         prepare(experiment_jobs(exp, self.tasks), self.tokenizer, self.data_root, cache_dir,
                 log=self.log)
+        notes = CacheNotes(self.log)  # the caches loaded: one line
         for i, task in enumerate(self.tasks):
             entry = entries.get(task.name) or entries.get(task.dataset) or {}
             length = min(task.max_length, exp.max_length)
             features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
-                                       max_length=length, log=self.log)
+                                       max_length=length, log=notes)
             if len(features) == 0:
                 raise UserError(no_rows_message(task, features))
             streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
@@ -400,13 +402,14 @@ class Run:
             if rate is not None:
                 fixed[task.name] = rate
         if MLM_TASK in entries:
-            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK])
+            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK], notes)
             with precision_policy(exp.precision):
                 heads[MLM_TASK] = build_head(MLM, self.tokenizer.vocab_size, hidden,
                                              name=MLM_TASK, embeddings=self.backbone.token_embedding)
             loss_weights[MLM_TASK] = entries[MLM_TASK].get("loss_weight", 1.0)
             if "rate" in entries[MLM_TASK]:
                 fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
+        notes.summary("train features")
         self.head_types = {**{t.name: t.type for t in self.tasks}, MLM_TASK: MLM}
         if exp.backbone.get("init"):  # heads of same-named tasks from a --with-heads export
             from mtl_framework.trained_model import init_heads
@@ -443,7 +446,7 @@ class Run:
         step = max(0, sampler.step + offset)
         return dict(zip(self.mixture.names, map(float, sampler.rates_at(step))))
 
-    def mlm_stream(self, cache_dir, entry):
+    def mlm_stream(self, cache_dir, entry, log=None):
         """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
         from every task's train texts in turn. Size for the rates: documents / examples."""
         exp = self.experiment
@@ -451,7 +454,7 @@ class Run:
         sources = [mlm_corpus_task(exp, entry)] if entry.get("corpus") else self.tasks
         features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
                                     max_length=min(exp.max_length, t.max_length), family=MLM,
-                                    log=self.log, **settings) for t in sources]
+                                    log=log or self.log, **settings) for t in sources]
         streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
                    for i, f in enumerate(features) if len(f)]
         if not streams:
@@ -592,7 +595,7 @@ class Run:
         callbacks = [logger, EvaluationEpochs(self, epoch), TaskLogs(self), *self.callbacks]
         verbose = 1 if self.log and self.is_chief else 0
         if verbose and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
-            callbacks.append(Progress())
+            callbacks.insert(0, Progress(self))  # first: its bar's line ends before evaluations print
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=EPOCH_CUT_WARNING)

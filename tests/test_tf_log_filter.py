@@ -232,8 +232,11 @@ def test_the_python_api_shows_a_traceback_and_a_data_tool_starts_no_filter(tmp_p
     # without TensorFlow imported, no filter process runs (the data tools stay light)
     code = ("import mtl_framework, os; from mtl_framework import tf_log_filter as f; "
             "print(f.active is None, os.environ.get(f.FILTERED))")
+    # (this pytest process may run a filter of its own, once an earlier test imported
+    # TensorFlow: its variable must not reach the child)
+    env = {k: v for k, v in os.environ.items() if k != "MTL_STDERR_FILTERED"}
     quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
-                           env={**os.environ, "PYTHONPATH": str(REPO)})
+                           env={**env, "PYTHONPATH": str(REPO)})
     assert quiet.stdout.decode().split() == ["True", "None"]
 
 

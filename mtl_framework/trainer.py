@@ -138,7 +138,7 @@ def update_counter(updates, strategy=None):
 
         def counter():
             while True:
-                yield np.zeros((rows,), "float32")
+                yield (np.zeros((rows,), "float32"),)
         return counter()
     tf = importlib.import_module("tensorflow")
     steps = tf.data.Dataset.range(updates).repeat()

@@ -9,7 +9,8 @@ Writes OUT.npz: every trainable weight by name (layer_variable_names), plus
 update's wall and process CPU time); with several balancing methods, each from the same
 start, every key prefixed `METHOD:`. Prints one JSON line {"backend",
 "tensorflow_imported", "devices"}. The batches and the model come from fixed seeds, so
-two backends given the same --init compute the same updates. `--devices N` (JAX): keras.distribution.DataParallel over N local devices.
+two backends given the same --init compute the same updates. `--devices N` (JAX):
+keras.distribution.DataParallel over N local devices.
 """
 import argparse
 import json

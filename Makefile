@@ -52,6 +52,9 @@ $(JAX_STAMP): requirements-jax.txt setup.py
 	( $(JAX_VENV)/bin/pip install -q -r requirements-jax.txt \
 	  && $(JAX_VENV)/bin/pip install -q --no-deps -e . ) \
 	  || echo "JAX packages not installed: the JAX backend tests will skip"
+	@# keras-hub (its export format) as `make interop` pins it; --no-deps: no TensorFlow
+	grep -E '^(keras-hub|regex)' requirements-interop.txt | xargs $(JAX_VENV)/bin/pip install -q --no-deps \
+	  || echo "keras-hub not installed in $(JAX_VENV): its export on JAX will not be tested"
 	touch $(JAX_STAMP)
 
 # ruff (ruff.toml) first: line length, import order, unused names over the whole tree.

@@ -137,10 +137,12 @@ def test_jax_run_writes_tensorboard_scalars_without_tensorflow(runs):
 
 def test_jax_trained_run_evaluates_exports_and_loads_under_tensorflow(runs):
     """evaluate and predict on JAX; every export format (bert4keras's TensorFlow
-    checkpoint with this environment's TensorFlow, the others on JAX) loads here with the
-    run's backbone weights: equal outputs within 1e-5."""
+    checkpoint with this environment's TensorFlow, the others on JAX; keras-hub where both
+    environments have it) loads here with the run's backbone weights: equal outputs within
+    1e-5. On JAX the bert4keras export is refused in one line, exit 2, nothing written."""
     from mtl_framework import RoFormerV2Backbone
     from mtl_framework.formats import layout, load_backbone
+    from mtl_framework.formats.keras_hub import keras_hub_available
     from mtl_framework.run_dir import layer_variable_names
 
     root, a, _, _ = runs
@@ -150,10 +152,18 @@ def test_jax_trained_run_evaluates_exports_and_loads_under_tensorflow(runs):
                  "--output", root / "tnews.jsonl"))
     assert len((root / "tnews.jsonl").read_text().splitlines()) > 0
     exports = {}
-    for name in ("keras", "keras-hub", "roformer-pytorch", "bert4keras"):
+    hub_here = keras_hub_available()
+    hub_there = subprocess.run([str(JAX_PYTHON), "-c", "import importlib.util as u; "
+                                "raise SystemExit(u.find_spec('keras_hub') is None)"]).returncode == 0
+    names = ["keras", "roformer-pytorch", "bert4keras"] + (["keras-hub"] if hub_here and hub_there else [])
+    for name in names:
         python = sys.executable if name == "bert4keras" else JAX_PYTHON
         exports[name] = root / f"export-{name}"
         finished(mtl("export", a, "--format", name, "--output", exports[name], python=python))
+    refused = mtl("export", a, "--format", "bert4keras", "--output", root / "refused")
+    output = refused.communicate(timeout=600)[0].decode(errors="replace")
+    assert refused.returncode == 2 and "TensorFlow is not installed" in output, output[-2000:]
+    assert not (root / "refused").exists()
     trainer, state = final_state(a)
     ours = RoFormerV2Backbone.from_preset(str(exports["keras"]))
     stored = dict(zip(trainer["variables"], (state[k] for k in sorted(state))))

@@ -55,7 +55,7 @@ class JaxStep:
     @staticmethod
     def _to_tensors(batch):
         distribution = keras.distribution.distribution()
-        return {k: _placed(np.asarray(v), distribution) for k, v in batch.items()}
+        return {k: _placed(v, distribution) for k, v in batch.items()}
 
     def _check_lanes(self, lanes):
         if lanes > 1:
@@ -252,8 +252,11 @@ class JaxStep:
 def _placed(value, distribution):
     """A batch array on the devices: its rows split over the data-parallel devices when
     they divide evenly, else the whole array on each."""
+    if isinstance(value, jax.Array):
+        return value  # placed already
     if distribution is None:
         return jnp.asarray(value)
+    value = np.asarray(value)
     layout = distribution.get_data_layout(value.shape)
     devices = distribution.device_mesh.shape[0]
     if value.shape[0] % devices:

@@ -9,6 +9,10 @@ applies them once; the balancing's hooks run after each micro-step, before the a
 constant does not change the shared update under gradient_norm; emphasis comes from
 sampling rates.
 
+Backends: this module is the update written once; its backend half (the traced
+micro-step, accumulation, the optimizer's apply, what fit calls) is mtl_framework/step/
+(TensorFlow's, described below, or JAX's: step/jax.py, docs/backends.md).
+
 Runs under `model.fit`: the dataset given to fit only counts updates; the
 micro-batches come from `model.mixture` (anything with `next() -> (task, batch)`),
 because single-task batches of different families have different structures.

@@ -44,7 +44,13 @@ from mtl_framework.balancing import Balancing, BalancingError
 from mtl_framework.balancing import describe as describe_balancing
 from mtl_framework.cache import cached_features
 from mtl_framework.callbacks import EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress, TaskLogs
-from mtl_framework.distributed import check_same_on_every_worker, is_chief, make_strategy, precision_policy
+from mtl_framework.distributed import (
+    check_same_on_every_worker,
+    is_chief,
+    make_strategy,
+    precision_policy,
+    resolve_precision,
+)
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
 from mtl_framework.families import MLM
@@ -351,6 +357,8 @@ class Run:
         keras.utils.set_random_seed(exp.seed)
         cache_dir = exp.resolve_path(exp.raw.get("cache_dir"))
         streams, sizes, heads, loss_weights, fixed = {}, {}, {}, {}, {}
+        if exp.precision == "auto":
+            self.log("precision: {} ({})".format(*resolve_precision(exp.precision)))
         with precision_policy(exp.precision):
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()

@@ -32,14 +32,27 @@ import numpy as np
 
 
 class _Deferred:
-    """TensorFlow, imported on first use: the experiment schema reads this table before
-    `mtl train` imports TensorFlow (a refused experiment costs no TensorFlow start-up)."""
+    """A module imported on first use: the experiment schema reads this table before
+    `mtl train` imports Keras and its backend (a refused experiment costs no start-up)."""
+
+    def __init__(self, name):
+        self.name = name
 
     def __getattr__(self, name):
-        return getattr(importlib.import_module("tensorflow"), name)
+        return getattr(importlib.import_module(self.name), name)
 
 
-tf = _Deferred()
+ops = _Deferred("keras.ops")  # traced scales: the backend's ops (TensorFlow's or JAX's)
+tf = _Deferred("tensorflow")  # pcgrad's TensorFlow accumulators (step/tensorflow.py)
+
+
+def _on_tensorflow():
+    return importlib.import_module("keras").backend.backend() == "tensorflow"
+
+
+def _read(variable):
+    """A state variable's value as the traced step takes it."""
+    return tf.convert_to_tensor(variable) if _on_tensorflow() else variable.value
 
 
 class BalancingError(ValueError):
@@ -99,7 +112,7 @@ class Method:
 
     def scale(self, loss, norm, finite, state):
         """Traced: (the micro-batch's scale, {extra results for after_micro_step})."""
-        return tf.constant(1.0), {}
+        return ops.convert_to_tensor(1.0), {}
 
     def after_micro_step(self, task, results):
         """Eager, after each micro-batch in micro-batch order."""
@@ -152,7 +165,7 @@ class GradientNorm(Method):
     promise = "the shared update is invariant to each task's loss scale"
 
     def scale(self, loss, norm, finite, state):
-        return 1.0 / tf.maximum(norm, 1e-12), {}
+        return 1.0 / ops.maximum(norm, 1e-12), {}
 
 
 class LossNorm(Method):
@@ -161,7 +174,7 @@ class LossNorm(Method):
     promise = "invariant to a task's loss scale (a multiplicative one)"
 
     def scale(self, loss, norm, finite, state):
-        return 1.0 / tf.maximum(tf.abs(loss), 1e-12), {}
+        return 1.0 / ops.maximum(ops.abs(loss), 1e-12), {}
 
 
 class InitialLoss(Method):
@@ -176,12 +189,12 @@ class InitialLoss(Method):
         self.initial = model.initial_losses
 
     def state(self, task):
-        return {"initial_loss": tf.convert_to_tensor(self.initial[task])}
+        return {"initial_loss": _read(self.initial[task])}
 
     def scale(self, loss, norm, finite, state):
         initial = state["initial_loss"]
-        initial = tf.where(tf.equal(initial, 0.0) & finite, loss, initial)
-        return 1.0 / tf.maximum(tf.abs(initial), 1e-12), {"initial_loss": initial}
+        initial = ops.where(ops.logical_and(ops.equal(initial, 0.0), finite), loss, initial)
+        return 1.0 / ops.maximum(ops.abs(initial), 1e-12), {"initial_loss": initial}
 
     def after_micro_step(self, task, results):
         self.initial[task].assign(results["initial_loss"])
@@ -198,7 +211,7 @@ class WeightMethod(Method):
         self.weight = self.per_task("weight", 1.0)
 
     def state(self, task):
-        return {"weight": tf.convert_to_tensor(self.weight[task])}
+        return {"weight": _read(self.weight[task])}
 
     def scale(self, loss, norm, finite, state):
         return state["weight"], {}
@@ -445,6 +458,7 @@ class PCGrad(Method):
         self.slots = min(len(self.tasks), model.tasks_per_update)
         self.task_accumulators = [
             [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"pcgrad_{s}_{i}")
+             if _on_tensorflow() else model._accumulator(v, f"pcgrad_{s}_{i}")
              for i, v in enumerate(variables)] for s in range(self.slots)]
         self.shared = model.accumulators[:len(variables)]
         self._slot_of = {}
@@ -464,19 +478,28 @@ class PCGrad(Method):
         if not order:
             return
         slots = [s for _, s in order]
-        gram = self._gram(slots).numpy().astype(np.float64)
+        gram = np.asarray(self._gram(slots), np.float64)
         update = int(model.optimizer.iterations.numpy()) + 1
         coefficients = pcgrad_coefficients(gram, np.random.default_rng([self.seed, update]))
         self._combine(slots, coefficients)
 
     def _gram(self, slots):
         grads = [self.task_accumulators[s] for s in slots]
+        if not _on_tensorflow():  # JAX: float64 in NumPy (JAX has no float64 without x64)
+            flat = [np.concatenate([np.asarray(a.value, np.float64).ravel() for a in g]) for g in grads]
+            return np.array([[a @ b for b in flat] for a in flat])
         return tf.stack([tf.stack([tf.add_n([tf.reduce_sum(tf.cast(a, tf.float64) * tf.cast(b, tf.float64))
                                             for a, b in zip(gi, gj)]) for gj in grads]) for gi in grads])
 
     def _combine(self, slots, coefficients):
         """shared += Σ_j c_j g_j; every slot used is zeroed."""
         for j, slot in enumerate(slots):
+            if not _on_tensorflow():
+                c = np.float32(coefficients[j])
+                for shared, g in zip(self.shared, self.task_accumulators[slot]):
+                    shared.assign(shared.value + g.value * c)
+                    g.assign(ops.zeros_like(g.value))
+                continue
             c = tf.constant(coefficients[j], tf.float32)
             for shared, g in zip(self.shared, self.task_accumulators[slot]):
                 shared.assign_add(g * c)

@@ -16,20 +16,34 @@ loss by its share of the global loss denominator (rows, or masked tokens for
 mlm), so the per-replica gradients SUM to the gradient of the global-batch loss.
 """
 import contextlib
+import importlib
 import os
 
 import keras
-import tensorflow as tf
 
 from mtl_framework.experiment import DISTRIBUTION, PRECISION, ExperimentError
 from mtl_framework.families import family
 
 
+class _Deferred:
+    """TensorFlow on first use: on the JAX backend it is never imported."""
+
+    def __getattr__(self, name):
+        return getattr(importlib.import_module("tensorflow"), name)
+
+
+tf = _Deferred()
+
+
 def make_strategy(distribution="none"):
     """None (no strategy) or a tf.distribute strategy. MultiWorkerMirroredStrategy must be
-    made before any other TensorFlow op runs in the process (it configures collectives)."""
+    made before any other TensorFlow op runs in the process (it configures collectives).
+    On JAX: `mirrored` sets keras.distribution.DataParallel over the local devices (and
+    returns None: the step shards batches itself, step/jax.py); multi_worker is refused."""
     if distribution in (None, "none"):
         return None
+    if keras.backend.backend() == "jax":
+        return _jax_data_parallel(distribution)
     if distribution == "mirrored":
         return tf.distribute.MirroredStrategy()
     if distribution == "multi_worker":
@@ -39,6 +53,16 @@ def make_strategy(distribution="none"):
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
+
+
+def _jax_data_parallel(distribution):
+    if distribution == "mirrored":
+        keras.distribution.set_distribution(keras.distribution.DataParallel())
+        return None
+    if distribution == "multi_worker":
+        raise ExperimentError("distribution: multi_worker is TensorFlow's (tf.distribute); on "
+                              "KERAS_BACKEND=jax use mirrored (the local devices) or none")
     raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
 
 

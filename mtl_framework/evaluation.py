@@ -21,8 +21,8 @@ RUN_DIR/evaluations.jsonl gets one line per evaluation:
 import os
 import time
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
@@ -50,13 +50,16 @@ class TaskPredictor:
 
     def __init__(self, model):
         self.model = model
-        # Relation/choice batches vary in two dims; TF's retracing warning
-        # counts the first relaxed retrace of each task as a problem.
-        tf.get_logger().setLevel("ERROR")
+        if keras.backend.backend() == "tensorflow":
+            # Relation/choice batches vary in two dims; TF's retracing warning
+            # counts the first relaxed retrace of each task as a problem.
+            import tensorflow as tf
+
+            tf.get_logger().setLevel("ERROR")
 
     def __call__(self, task, batch):
-        inputs = {k: tf.convert_to_tensor(v) for k, v in batch.items()}
-        return tf.nest.map_structure(lambda x: x.numpy(), self.model.traced_outputs(task, inputs))
+        inputs = self.model._to_tensors(batch)
+        return keras.tree.map_structure(np.asarray, self.model.traced_outputs(task, inputs))
 
 
 def evaluation_rows(features, max_examples=None):

@@ -25,6 +25,7 @@ many runs one after another.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import math
 import os
@@ -36,14 +37,20 @@ from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from mtl_framework import run_dir as files
 from mtl_framework.backbone import RoFormerV2Backbone
 from mtl_framework.balancing import Balancing, BalancingError
 from mtl_framework.balancing import describe as describe_balancing
 from mtl_framework.cache import cached_features
-from mtl_framework.callbacks import EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress, TaskLogs
+from mtl_framework.callbacks import (
+    EPOCH_CUT_WARNING,
+    BestTracker,
+    EvaluationEpochs,
+    Progress,
+    ScalarLog,
+    TaskLogs,
+)
 from mtl_framework.distributed import (
     check_same_on_every_worker,
     is_chief,
@@ -126,6 +133,30 @@ def build_backbone(experiment, tokenizer):
     return RoFormerV2Backbone(**backbone_config(size, **spec))
 
 
+def update_counter(updates, strategy=None):
+    """What fit iterates: its elements are never read (the mixture draws the micro-batches),
+    it only counts updates. On TensorFlow a repeated tf.data range (NumPy input made fit
+    stall seconds per epoch, ../shared/PITFALLS.md), batched by the strategy's replicas; on
+    JAX an endless generator with one element per data-parallel device."""
+    if keras.backend.backend() != "tensorflow":
+        rows = keras.distribution.distribution()
+        rows = rows.device_mesh.shape[0] if rows is not None else 1
+
+        def counter():
+            while True:
+                yield np.zeros((rows,), "float32")
+        return counter()
+    tf = importlib.import_module("tensorflow")
+    steps = tf.data.Dataset.range(updates).repeat()
+    if strategy is not None:  # a strategy distributes batches; fit's elements go unread
+        steps = steps.batch(strategy.num_replicas_in_sync)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        steps = steps.with_options(options)
+    return steps
+
+
 def no_rows_message(task, features):
     """A train split nothing could be learned from, with what the adapter skipped and where."""
     read = features.meta.get("read", {})
@@ -146,7 +177,9 @@ class RunLogger(keras.callbacks.Callback):
         self.evaluated = None  # step of the last evaluation
         self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
         self.metrics = open(os.path.join(run.work_dir, files.METRICS), "a", encoding="utf-8")
-        self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
+        self.writer = ScalarLog(os.path.join(run.work_dir, "logs"))
+        if not self.writer.available:
+            run.log("TensorBoard logs: not written (no tensorboard package in this environment)")
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -183,12 +216,11 @@ class RunLogger(keras.callbacks.Callback):
         self.metrics.flush()
         # the update a Ctrl-C reports (commands/train.py) is the last one metrics.jsonl holds
         self.run.step = self.step
-        with self.writer.as_default(step=self.step):
-            tf.summary.scalar("loss", record["loss"] or 0.0)
-            for name, stats in record["tasks"].items():
-                tf.summary.scalar(f"{name}/loss", stats["loss"])
-                tf.summary.scalar(f"{name}/gradient_norm", stats["gradient_norm"])
-                tf.summary.scalar(f"{name}/sampling_rate", stats["rate"])
+        scalars = {"loss": record["loss"] or 0.0}
+        for name, stats in record["tasks"].items():
+            scalars.update({f"{name}/loss": stats["loss"], f"{name}/gradient_norm":
+                            stats["gradient_norm"], f"{name}/sampling_rate": stats["rate"]})
+        self.writer.write(self.step, scalars)
         eval_every, steps = self.run.experiment.eval_every, self.run.experiment.steps
         if eval_every and (self.step % eval_every == 0 or self.step == steps):
             self.evaluate()  # before this step's checkpoint, which keeps keep_best's state
@@ -204,12 +236,11 @@ class RunLogger(keras.callbacks.Callback):
         exp = self.run.experiment
         results = self.run.evaluate("dev", max_examples=exp.eval_batches * exp.batch_size)
         line = evaluation.record(self.run.run_dir, self.step, "dev", results)
-        with self.writer.as_default(step=self.step):
-            for name, entry in results.items():
-                if entry.get("score") is not None:
-                    tf.summary.scalar(f"{name}/dev_score", entry["score"])
-            if line["aggregate"] is not None:
-                tf.summary.scalar("dev_aggregate", line["aggregate"])
+        scalars = {f"{name}/dev_score": entry["score"] for name, entry in results.items()
+                   if entry.get("score") is not None}
+        if line["aggregate"] is not None:
+            scalars["dev_aggregate"] = line["aggregate"]
+        self.writer.write(self.step, scalars)
         self.run.log("\n" + evaluation.format_results(line))
         self.evaluated = self.step
         self.run.last_evaluation = line
@@ -542,9 +573,10 @@ class Run:
             self.release()  # on every way out: another process may write the run now
 
     def _train(self, resume):
-        # Each task's micro-step traces once on its first batch; TF's generic
-        # "N calls triggered retracing" warning counts those as a problem.
-        tf.get_logger().setLevel("ERROR")
+        if keras.backend.backend() == "tensorflow":
+            # Each task's micro-step traces once on its first batch; TF's generic
+            # "N calls triggered retracing" warning counts those as a problem.
+            importlib.import_module("tensorflow").get_logger().setLevel("ERROR")
         if self.is_chief:  # before writing anything (again: cheap, and it may have changed)
             self.plan.checkpoints = self.checkpoint_dirs()
             check_run_dir(self.plan, resume)
@@ -568,13 +600,7 @@ class Run:
             self.log(f"nothing to do: the run stopped at update {start}: "
                      f"{self.best.stop_reason()} (raise patience with --set to go on)")
             return self
-        steps = tf.data.Dataset.range(remaining).repeat()
-        if self.strategy is not None:  # a strategy distributes batches; fit's elements go unread
-            steps = steps.batch(self.strategy.num_replicas_in_sync)
-            options = tf.data.Options()
-            options.experimental_distribute.auto_shard_policy = \
-                tf.data.experimental.AutoShardPolicy.OFF
-            steps = steps.with_options(options)
+        steps = update_counter(remaining, self.strategy)
         logger = RunLogger(self, self.experiment.checkpoint_every,
                            self.experiment.keep_checkpoints, start)
         # A Keras epoch: eval_every updates, so an epoch's logs hold its evaluation.

@@ -51,7 +51,7 @@ QUICK_WORK = REPO / ".cache" / "bench_precision_quick"
 
 def experiment(args, precision, seed, work, vocab_path):
     return scratch_experiment(f"precision-{precision}-s{seed}", args, work, vocab_path,
-                              tasks=list(TASKS), precision=precision, seed=seed,
+                              tasks=list(args.tasks), precision=precision, seed=seed,
                               sampling={"method": "temperature", "temperature": 2.0},
                               balancing="gradient_norm", tasks_per_update=args.tasks_per_update,
                               max_length=args.max_length)
@@ -63,10 +63,10 @@ def run_order(seeds):
             for p in (PRECISIONS if i % 2 == 0 else PRECISIONS[::-1])]
 
 
-def paired(runs, seeds):
+def paired(runs, seeds, tasks):
     """Per task: bf16 - f32 per seed (only seeds with both runs), mean, 95% t-interval."""
     out = {}
-    for task in TASKS:
+    for task in tasks:
         diffs = {}
         for seed in seeds:
             pair = [runs.get(f"{p}/s{seed}") for p in PRECISIONS]
@@ -89,22 +89,25 @@ def paired(runs, seeds):
 
 def markdown(result):
     c = result["config"]
+    tasks = c["tasks"]
     lines = ["# Learning under bfloat16 mixed precision (CPU)", "",
-             f"{c['backbone']}; tasks {', '.join(TASKS)} as one mixture; {c['steps']} updates of "
+             f"{c['backbone']}; tasks {', '.join(tasks)}"
+             f"{' as one mixture' if len(tasks) > 1 else ''}; {c['steps']} updates of "
              f"{c['tasks_per_update']} micro-batches of {c['batch_size']} x <= {c['max_length']}; "
              f"seeds {c['seeds']}; dev scores on the first {c['eval_examples']} examples per "
              f"task. CPU: {result['machine']['cpu']} (bf16 flags: "
              f"{', '.join(result['machine']['native_bf16_flags']) or 'none'}), shared: load "
              f"average {result['load_average_start']} at the start, "
              f"{result.get('load_average_end')} at the end.", "",
-             "| seed | precision | tnews acc | cluener F1 | s/update | load avg (1 min) after |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| seed | precision | " + " | ".join(f"{t} dev" for t in tasks)
+             + " | s/update | load avg (1 min) after |", "|---" * (len(tasks) + 4) + "|"]
     for key, r in result["runs"].items():
         seed = key.split("/s")[1]
         s = r["scores"]
-        lines.append(f"| {seed} | {r['precision']} | {s['tnews']['score']:.4f} | "
-                     f"{s['cluener']['score']:.4f} | {r['seconds_per_update']} | "
-                     f"{r['load_average_after'][0]} |")
+        per_update = f"{r['seconds_per_update']:.3f}" if r["seconds_per_update"] else "-"
+        lines.append(f"| {seed} | {r['precision']} | "
+                     + " | ".join(f"{s[t]['score']:.4f}" for t in tasks)
+                     + f" | {per_update} | {r['load_average_after'][0]} |")
     lines += ["", "Paired bf16 - f32 (mean over seeds, 95% t-interval):", ""]
     for task, p in result["paired"].items():
         ci = f"[{p['ci95'][0]:+.4f}, {p['ci95'][1]:+.4f}]" if p["ci95"] else "(one seed: no interval)"
@@ -124,6 +127,9 @@ def main():
                         default=os.environ.get("MTL_DATA_ROOT", REPO.parent / "shared" / "data"))
     parser.add_argument("--quick", action="store_true", help="tiny smoke check")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS)
+    parser.add_argument("--name", default="precision",
+                        help="output files NAME.json and NAME.md (default precision)")
     for key, value in FULL.items():
         parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None,
                             help=f"default {value} ({QUICK[key]} with --quick)")
@@ -144,7 +150,7 @@ def main():
     def log(message):
         print(f"[precision {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
-    tasks = load_registry().select(TASKS)
+    tasks = load_registry().select(args.tasks)
     vocab_path = work / "vocab.txt"
     if vocab_path.exists():
         tokenizer = Tokenizer(str(vocab_path))
@@ -156,7 +162,7 @@ def main():
         "benchmark": "bench/precision.py",
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(),
                     "native_bf16_flags": native_bf16_flags(), "python": platform.python_version()},
-        "config": {"quick": args.quick, "tasks": TASKS, "seeds": args.seeds,
+        "config": {"quick": args.quick, "tasks": args.tasks, "seeds": args.seeds,
                    "backbone": f"RoFormerV2 L{args.num_layers}-H{args.hidden_size}-"
                                f"A{args.num_heads}-I{args.intermediate_size} from scratch, "
                                f"dropout 0.1, residual alpha warm-up {args.alpha_warmup_steps}",
@@ -173,14 +179,14 @@ def main():
                                  [progress_lines(args.steps, max(1, args.steps // 5), log)])
         run.update(precision=precision, seed=seed, load_average_after=load_average())
         result["runs"][f"{precision}/s{seed}"] = run
-        log("  " + ", ".join(f"{t} {run['scores'][t]['score']:.4f}" for t in TASKS)
+        log("  " + ", ".join(f"{t} {run['scores'][t]['score']:.4f}" for t in args.tasks)
             + f"; {run['seconds_per_update']} s/update; load {run['load_average_after']}")
-        result["paired"], result["speedup"] = paired(result["runs"], args.seeds)
+        result["paired"], result["speedup"] = paired(result["runs"], args.seeds, args.tasks)
         result["complete"] = len(result["runs"]) == len(order)
         result["load_average_end"] = load_average()
-        (out / "precision.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
+        (out / f"{args.name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
                                             encoding="utf-8")
-        (out / "precision.md").write_text(markdown(result), encoding="utf-8")
+        (out / f"{args.name}.md").write_text(markdown(result), encoding="utf-8")
     print(markdown(result))
 
 

@@ -55,3 +55,17 @@ def test_policy_under_auto_is_this_machines_choice():
         layer = keras.layers.Dense(2)
         assert layer.dtype_policy.name == expected
     assert keras.config.dtype_policy().name == before
+
+
+def test_an_auto_run_builds_at_the_machines_choice_and_logs_it(tmp_path):
+    from test_distributed import write_experiment
+
+    from mtl_framework.trainer import Run
+
+    lines = []
+    experiment = write_experiment(tmp_path, precision="auto", tasks=["tnews"], steps=1)
+    run = Run(experiment, str(tmp_path / "run"), log=lines.append)
+    expected, why = resolve_precision("auto")
+    assert run.backbone.dtype_policy.name == expected
+    assert f"precision: {expected} ({why})" in lines
+    run.close()

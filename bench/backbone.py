@@ -477,6 +477,9 @@ ABLATION = [
     ("+ input gradient via a transposed kernel copy = ours", dict(), None, "train_on_batch",
      "layers.dense: dX = dY @ copy(W^T) instead of MatMul(transpose_b=True), which oneDNN "
      "runs slower here: mtl_framework/layers.py now"),
+    ("ours, pair swap by reverse (before)", dict(attention="reverse_pair_swap"), None,
+     "train_on_batch", "rotary pair swap as a reverse of a [.., d/2, 2] view and its "
+     "gradient, where ours multiplies by a [d, d] permutation (layers.apply_rotary)"),
     ("ours + XLA (jit_compile=True)", dict(), {"jit_compile": True}, "train_on_batch",
      "whole train step compiled by XLA"),
     ("ours, fit() on tf.data", dict(), None, "fit",
@@ -491,6 +494,7 @@ ABLATION = [
 ]
 OURS_ROW = "+ input gradient via a transposed kernel copy = ours"
 QUICK_ABLATION = ("original", OURS_ROW, "ours, float32 softmax")
+ROTARY_AB = (OURS_ROW, "ours, pair swap by reverse (before)")
 
 
 def softmax_summary(ablation):
@@ -711,6 +715,10 @@ def main(argv=None):
     parser.add_argument("--budget", type=float, help="seconds for all measurements "
                         "(default 760, quick 150); steps per round shrink to fit")
     parser.add_argument("--no-ablation", action="store_true")
+    parser.add_argument("--ablation-config", choices=sorted(CONFIGS), default="L4-H256-A4")
+    parser.add_argument("--ablation-rows", nargs="+", metavar="VARIANT",
+                        help="only these ablation rows (their names in ABLATION); "
+                             "`rotary`: ours against the reverse pair swap")
     parser.add_argument("--inter-op-threads", type=int, default=0,
                         help="TF inter-op thread pool size for every system (0: TF default)")
     parser.add_argument("--data-root", default=os.environ.get("MTL_SHARED_DATA", str(DEFAULT_DATA)))
@@ -731,6 +739,7 @@ def main(argv=None):
     def log(message):
         print(f"[{time.perf_counter() - started:6.0f}s] {message}", flush=True)
 
+    rows_asked = (ROTARY_AB if args.ablation_rows == ["rotary"] else args.ablation_rows)
     deadline = Deadline(args.budget)
     workdir = tempfile.mkdtemp(prefix="bench_backbone_")
     batches, labels, data_info = make_batches(args.seqs, Path(args.data_root), workdir)
@@ -793,19 +802,21 @@ def main(argv=None):
 
     ablation = softmax_cost = None
     if not args.no_ablation:
-        config_name, seq = "L4-H256-A4", min(args.seqs)
+        config_name, seq = args.ablation_config, min(args.seqs)
         long_seq = max(args.seqs) if max(args.seqs) > seq and not args.quick else None
         keep = 50.0 if long_seq else 0.0  # for the float64-softmax check at the long length
         log(f"ablation on ours ({config_name}, seq {seq}, budget {deadline.left() - keep:.0f} s)")
         rows, rounds, steps = run_ablation(
             config_name, seq, batches, labels, args, meter,
             max(deadline.left() - keep, reserve / 2), log,
-            QUICK_ABLATION if args.quick else None)
+            rows_asked if rows_asked else QUICK_ABLATION if args.quick else None)
         ablation = {"config": config_name, "seq": seq, "rounds": rounds,
                     "steps_per_round": steps, "rows": rows}
         for row in rows:
             log(f"  {row['variant']}: {row['tokens_per_s']:.0f} tokens/s "
                 f"({row['vs_original']:.2f}x original)")
+        measured_softmax = "ours, float32 softmax" in {row["variant"] for row in rows}
+        long_seq = long_seq if measured_softmax else None
         if long_seq:
             log(f"float64 softmax denominator at seq {long_seq}")
             pair = (OURS_ROW, "ours, float32 softmax")
@@ -813,11 +824,12 @@ def main(argv=None):
                                                     meter, max(deadline.left(), keep), log, pair)
             softmax_cost = {"config": config_name, "seq": long_seq, "rounds": rounds,
                             "steps_per_round": steps, "rows": long_rows}
-        softmax_cost = {"note": "ours (float64 denominator, padding-exact) vs the same with a "
-                                "float32 softmax; cost = 1 - ours / float32",
-                        "at": [softmax_summary(ablation)]
-                        + ([softmax_summary(softmax_cost)] if softmax_cost else [])}
-        log(f"  float64 softmax cost: {softmax_cost['at']}")
+        if measured_softmax:
+            softmax_cost = {"note": "ours (float64 denominator, padding-exact) vs the same with "
+                                    "a float32 softmax; cost = 1 - ours / float32",
+                            "at": [softmax_summary(ablation)]
+                            + ([softmax_summary(softmax_cost)] if softmax_cost else [])}
+            log(f"  float64 softmax cost: {softmax_cost['at']}")
     padding = padding_check()
     log(f"padding check: {padding}")
 

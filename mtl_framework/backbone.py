@@ -38,6 +38,10 @@ def resolve_exact_padding(option, compute_dtype):
         return option
     if keras.backend.standardize_dtype(compute_dtype) != "float32":
         return False
+    if keras.backend.backend() == "jax":  # float64 only with x64 on; a CPU only
+        import jax
+
+        return bool(jax.config.jax_enable_x64) and jax.default_backend() == "cpu"
     import tensorflow as tf
 
     return not tf.config.list_logical_devices("GPU")

@@ -144,7 +144,7 @@ def update_counter(updates, strategy=None):
 
         def counter():
             while True:
-                yield np.zeros((rows,), "float32")
+                yield (np.zeros((rows,), "float32"),)
         return counter()
     tf = importlib.import_module("tensorflow")
     steps = tf.data.Dataset.range(updates).repeat()
@@ -312,6 +312,9 @@ class Run:
             log(f"distribution: {self.distribution}, "
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
+        elif keras.distribution.distribution() is not None:  # JAX: DataParallel (distributed.py)
+            log(f"distribution: {self.distribution}, keras.distribution.DataParallel over "
+                f"{len(keras.distribution.list_devices())} device(s)")
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)
         self.step = 0
         self.last_evaluation = None  # the latest evaluations.jsonl line of this process

@@ -273,7 +273,7 @@ class MultiTaskModel(Step, keras.Model):
         tokens = [int(np.count_nonzero(batch["token_ids"])) for _, batch in micro_batches]
         micro_batches = [(task, self._to_tensors(batch)) for task, batch in micro_batches]
         counts = self._take_counts(len(micro_batches))
-        logs, pending = [], []
+        logs, pending, unchecked = [], [], []
         if self.lanes > 1 and self._threads is None:
             self._threads = concurrent.futures.ThreadPoolExecutor(self.lanes, "micro_step")
 
@@ -290,11 +290,16 @@ class MultiTaskModel(Step, keras.Model):
                 else:  # one at a time; a first call traces, in this thread
                     while pending:
                         finish_oldest()
-                    logs.append(self._check(task, self._finish(task, self._launch(task, batch, count))))
+                    result = self._finish(task, self._launch(task, batch, count))
+                    if self.checks_after_update:
+                        unchecked.append((task, result))
+                    else:
+                        logs.append(self._check(task, result))
             while pending:
                 finish_oldest()
         finally:
             concurrent.futures.wait([future for _, future in pending])
+        logs.extend(self._check(task, result) for task, result in unchecked)
         if any(log["finite"] for log in logs):
             self.apply_update()
             self.balancing.after_update(logs, int(self.optimizer.iterations.numpy()))

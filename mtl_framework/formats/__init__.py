@@ -18,6 +18,7 @@ Adding a format: its module and one row below.
 """
 import importlib
 import os
+import sys
 from dataclasses import dataclass
 
 from mtl_framework.errors import UserError
@@ -109,10 +110,11 @@ def load_backbone(directory, name, **overrides):
 
 def unreadable_weights():
     """The exceptions a damaged weights file raises in h5py (OSError), TensorFlow's
-    checkpoint reader (OpError: DataLossError and kin) and safetensors."""
-    import tensorflow as tf
-
-    kinds = [OSError, EOFError, tf.errors.OpError]
+    checkpoint reader (OpError: DataLossError and kin; only once TensorFlow is imported:
+    the JAX backend runs without it) and safetensors."""
+    kinds = [OSError, EOFError]
+    if "tensorflow" in sys.modules:
+        kinds.append(sys.modules["tensorflow"].errors.OpError)
     try:
         from safetensors import SafetensorError
         kinds.append(SafetensorError)

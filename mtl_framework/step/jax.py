@@ -27,6 +27,10 @@ import numpy as np
 class JaxStep:
     """JAX's half of MultiTaskModel (a base class of it)."""
 
+    # The micro-batches' logs are read once all are launched: reading one waits for its
+    # step, and JAX would otherwise queue the next only after it (GPU: one idle gap each).
+    checks_after_update = True
+
     def _current_strategy(self):
         return None  # several devices: keras.distribution (see the module doc)
 
@@ -51,7 +55,7 @@ class JaxStep:
     @staticmethod
     def _to_tensors(batch):
         distribution = keras.distribution.distribution()
-        return {k: _placed(np.asarray(v), distribution) for k, v in batch.items()}
+        return {k: _placed(v, distribution) for k, v in batch.items()}
 
     def _check_lanes(self, lanes):
         if lanes > 1:
@@ -76,9 +80,12 @@ class JaxStep:
     def _fixed_backbone_variables(self):
         """The backbone's variables read but not trained (residual_alpha): arguments of the
         traced functions, so their current values are read, never values of the trace."""
-        seeds = {id(s) for s in self._seed_states}
-        trained = {id(v) for v in self.backbone_variables}
-        return [v for v in self.backbone.variables if id(v) not in trained and id(v) not in seeds]
+        if getattr(self, "_fixed_variables", None) is None:
+            seeds = {id(s) for s in self._seed_states}
+            trained = {id(v) for v in self.backbone_variables}
+            self._fixed_variables = [v for v in self.backbone.variables
+                                     if id(v) not in trained and id(v) not in seeds]
+        return self._fixed_variables
 
     def _launch(self, task, batch, count):
         key = self._step_key(task, batch)
@@ -245,8 +252,11 @@ class JaxStep:
 def _placed(value, distribution):
     """A batch array on the devices: its rows split over the data-parallel devices when
     they divide evenly, else the whole array on each."""
+    if isinstance(value, jax.Array):
+        return value  # placed already
     if distribution is None:
         return jnp.asarray(value)
+    value = np.asarray(value)
     layout = distribution.get_data_layout(value.shape)
     devices = distribution.device_mesh.shape[0]
     if value.shape[0] % devices:

@@ -12,6 +12,8 @@ from mtl_framework.distributed import shard_batch
 class TensorFlowStep:
     """TensorFlow's half of MultiTaskModel (a base class of it)."""
 
+    checks_after_update = False  # each micro-batch's log is read as it finishes
+
     def _current_strategy(self):
         """The tf.distribute strategy the model is made in (see distributed.py), or None."""
         return tf.distribute.get_strategy() if tf.distribute.has_strategy() else None

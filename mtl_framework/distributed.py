@@ -124,14 +124,44 @@ def check_same_on_every_worker(strategy, value, what):
             "filesystem or copy its checkpoints/ to each host before --resume")
 
 
+# /proc/cpuinfo flags of x86 CPUs that multiply bfloat16 matrices natively (Intel AMX
+# tiles; AVX512-BF16 dot products): oneDNN's bfloat16 matmuls run about 2x float32 there.
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def native_bf16_flags(cpuinfo="/proc/cpuinfo"):
+    """The `NATIVE_BF16_FLAGS` this CPU reports ([] where none, or where cpuinfo is unreadable)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+
+
+def resolve_precision(precision, cpuinfo="/proc/cpuinfo"):
+    """(Keras dtype policy, why) for an experiment's `precision`: itself, or for `auto`
+    mixed_bfloat16 where the CPU does bfloat16 matrix work natively, float32 elsewhere."""
+    if precision not in PRECISION:
+        raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
+    if precision != "auto":
+        return precision, "as the experiment says"
+    flags = native_bf16_flags(cpuinfo)
+    if flags:
+        return "mixed_bfloat16", f"auto: the CPU multiplies bfloat16 natively ({', '.join(flags)})"
+    return "float32", ("auto: the CPU reports neither " + " nor ".join(NATIVE_BF16_FLAGS)
+                       + " (bfloat16 would be emulated, slower than float32)")
+
+
 @contextlib.contextmanager
 def precision_policy(precision="float32"):
     """Layers made inside take the Keras dtype policy `precision` (mixed_*: float32
-    variables, 16-bit compute); the global policy is restored on exit."""
-    if precision not in PRECISION:
-        raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
+    variables, 16-bit compute; `auto`: `resolve_precision`); the global policy is
+    restored on exit."""
+    policy, _ = resolve_precision(precision)
     previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(precision)
+    keras.config.set_dtype_policy(policy)
     try:
         yield
     finally:

@@ -51,7 +51,13 @@ from mtl_framework.callbacks import (
     ScalarLog,
     TaskLogs,
 )
-from mtl_framework.distributed import check_same_on_every_worker, is_chief, make_strategy, precision_policy
+from mtl_framework.distributed import (
+    check_same_on_every_worker,
+    is_chief,
+    make_strategy,
+    precision_policy,
+    resolve_precision,
+)
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
 from mtl_framework.families import MLM
@@ -404,6 +410,8 @@ class Run:
         keras.utils.set_random_seed(exp.seed)
         cache_dir = exp.resolve_path(exp.raw.get("cache_dir"))
         streams, sizes, heads, loss_weights, fixed = {}, {}, {}, {}, {}
+        if exp.precision == "auto":
+            self.log("precision: {} ({})".format(*resolve_precision(exp.precision)))
         with precision_policy(exp.precision):
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()

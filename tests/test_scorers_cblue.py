@@ -2,8 +2,12 @@
 cdn_cls_metric (cblue/metrics/cblue_metrics.py) on prediction sets built from the real
 excerpts in ../shared/real_formats/chip_cdn, and our cdn_num labels are the ones the
 baseline's own data_process.py makes from the same files."""
+import json
+
 import pytest
-from official_fixtures import assert_figures, load
+from official_fixtures import assert_figures, load, shared_file
+
+from data_adapters import read_task
 
 from mtl_framework import metrics as M
 from mtl_framework.registry import load_registry
@@ -37,9 +41,64 @@ def test_generic_macro_f1_equals_the_baseline_function(dataset, name):
 def test_cdn_num_gold_labels_are_the_baselines(split):
     """The labels data_process.py (_pre_process, _get_num_samples) made from the real
     excerpt are the labels our cdn_json adapter reads from it."""
-    from data_adapters import read_task
-    from official_fixtures import shared_file
-
     root = shared_file("real_formats", "chip_cdn").parent
     examples = list(read_task(load_registry().tasks["cdn_num"], split, root))
     assert [e.label for e in examples] == FIXTURE["datasets"][f"cdn_num_{split}"]["gold"]
+
+
+# ----- CMeEE: the baseline's ee_metric is not a score of an entity set -------------------
+
+EE = load("cmeee_baseline")
+
+
+def baseline_tag_accuracy(records, predicted):
+    """What ee_metric computes, by hand: characters whose BIO tag (written entity by entity,
+    a later entity overwriting) equals gold's, over characters + [CLS] + [SEP] (gold -100
+    there, so always wrong), the first 126 characters of each record."""
+    def tags(text, entities):
+        out = ["O"] * len(text)
+        for e in entities:
+            for i in range(e["start_idx"], e["end_idx"] + 1):
+                out[i] = ("B-" if i == e["start_idx"] else "I-") + e["type"]
+        return out[:126]
+    right = total = 0
+    for record, entities in zip(records, predicted):
+        gold, pred = tags(record["text"], record["entities"]), tags(record["text"], entities)
+        right += sum(g == p for g, p in zip(gold, pred))
+        total += len(gold) + 2
+    return right / total
+
+
+@pytest.fixture(scope="module")
+def cmeee_records():
+    return [r for f in EE["gold_files"]
+            for r in json.loads(shared_file("real_formats", f).read_text(encoding="utf-8"))]
+
+
+def test_cmeee_fixture_names_ee_metric_and_has_twenty_sets():
+    assert EE["source"]["path"] == "cblue/metrics/cblue_metrics.py"
+    assert EE["source"]["function"] == "ee_metric" and len(EE["sets"]) >= 20
+
+
+@pytest.mark.parametrize("name", sorted(EE["sets"]))
+def test_ee_metric_is_tag_accuracy_with_cls_and_sep_wrong(cmeee_records, name):
+    entry = EE["sets"][name]
+    official = entry["official"]
+    assert official["precision"] == official["recall"] == official["f1"]  # micro over all tags
+    assert abs(baseline_tag_accuracy(cmeee_records, entry["entities"]) - official["f1"]) < 1e-12
+
+
+def test_ee_metric_is_not_a_function_of_the_entity_set(cmeee_records):
+    """Why CMeEE keeps the entity-level span_f1: the same entities score 1.0 with it, but
+    0.944 (gold order) or 0.897 (symptoms first) with ee_metric; predicting nothing scores
+    0.636 (the 'O' tags)."""
+    def span_f1(name):
+        pred = [{(e["type"], e["start_idx"], e["end_idx"]) for e in es}
+                for es in EE["sets"][name]["entities"]]
+        gold = [{(e["type"], e["start_idx"], e["end_idx"]) for e in r["entities"]} for r in cmeee_records]
+        return M.compute_metric("span_f1", pred, gold)["f1"]
+    sets = EE["sets"]
+    assert span_f1("gold") == span_f1("sym_first_then_rest") == 1.0
+    assert sets["gold"]["official"]["f1"] == pytest.approx(101 / 107)
+    assert sets["sym_first_then_rest"]["official"]["f1"] == pytest.approx(96 / 107)
+    assert span_f1("empty") == 0.0 and sets["empty"]["official"]["f1"] == pytest.approx(68 / 107)

@@ -8,7 +8,6 @@ import pytest
 from official_fixtures import assert_figures, load, shared_file
 
 from data_adapters import read_task
-
 from mtl_framework import metrics as M
 from mtl_framework.registry import load_registry
 

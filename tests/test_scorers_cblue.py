@@ -101,3 +101,34 @@ def test_ee_metric_is_not_a_function_of_the_entity_set(cmeee_records):
     assert sets["gold"]["official"]["f1"] == pytest.approx(101 / 107)
     assert sets["sym_first_then_rest"]["official"]["f1"] == pytest.approx(96 / 107)
     assert span_f1("empty") == 0.0 and sets["empty"]["official"]["f1"] == pytest.approx(68 / 107)
+
+
+# ----- CMeIE: the baseline's re_metric scores relation classes of the gold's entity pairs ----
+
+RE = load("cmeie_baseline")
+
+
+def test_cmeie_fixture_names_re_metric_and_has_twenty_sets():
+    assert RE["source"]["function"] == "re_metric" and len(RE["sets"]) >= 20
+
+
+def test_re_metric_ignores_triples_off_the_gold_pairs_and_scores_object_types():
+    """Why CMeIE keeps the generic triple F1: re_metric gives 1.0 to gold plus extra triples
+    on mentions no gold triple has (the RE stage only sees the gold's pairs), and less than
+    1.0 to the gold triples with another object type for 同义词 (its classes are
+    predicate|object_type); triple F1 says the opposite on both."""
+    records = [json.loads(line) for line in
+               shared_file("real_formats", RE["gold_file"]).read_text(encoding="utf-8").splitlines()
+               if line.strip()]
+
+    def triple_f1(name):
+        def triples(spo_list):
+            return {(s["subject"], s["predicate"], s["object"]["@value"]) for s in spo_list}
+        return M.compute_metric("triple_f1", [triples(s) for s in RE["sets"][name]["spo_lists"]],
+                                [triples(r["spo_list"]) for r in records])["f1"]
+
+    official = {name: entry["official"]["f1"] for name, entry in RE["sets"].items()}
+    assert official["gold"] == triple_f1("gold") == 1.0
+    assert official["extra_triples_on_text_heads"] == 1.0
+    assert triple_f1("extra_triples_on_text_heads") < 0.9
+    assert official["synonym_object_type_wrong"] < 0.9 and triple_f1("synonym_object_type_wrong") == 1.0

@@ -168,12 +168,13 @@ def test_jax_trained_run_evaluates_exports_and_loads_under_tensorflow(runs):
     _, state = final_state(a)
     ours = RoFormerV2Backbone.from_preset(str(exports["keras"]))
     for name, variable in layer_variable_names(ours, "backbone").items():  # state.npz: by name
-        np.testing.assert_array_equal(np.asarray(variable.numpy()), state[name], err_msg=name)
+        if variable.trainable:  # (a seed generator's state is not part of an export)
+            np.testing.assert_array_equal(np.asarray(variable.numpy()), state[name], err_msg=name)
     ids = np.array([[2, 15, 27, 99, 3, 0, 0]], "int32")
     inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
     expected = np.asarray(ours(inputs))
     for name, folder in exports.items():
-        if name == "keras":
+        if name in ("keras", "keras-hub"):  # keras-hub presets are keras_hub's to load, not ours
             continue
         loaded = load_backbone(str(folder), layout(str(folder)))
         got = np.asarray(loaded(inputs))

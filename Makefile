@@ -8,9 +8,11 @@ INTEROP_STAMP := $(VENV)/.interop
 DEMO_DATA := experiments/demo/data
 TORCH_VENV := .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed
+JAX_VENV := .venv-jax
+JAX_STAMP := $(JAX_VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install interop interop-torch test test-slow demo bench clean
+.PHONY: install interop interop-torch interop-jax test test-slow demo bench clean
 
 install: $(STAMP)
 
@@ -40,8 +42,23 @@ $(TORCH_STAMP): requirements-torch.txt
 	  || echo "torch packages not installed: PyTorch parity tests will skip"
 	touch $(TORCH_STAMP)
 
+# JAX (CPU) + Keras + our runtime dependencies, WITHOUT TensorFlow, in their own venv: the
+# KERAS_BACKEND=jax tests (tests/test_jax*.py) run their children with .venv-jax/bin/python;
+# they skip if this fails. docs/backends.md.
+interop-jax: $(JAX_STAMP)
+
+$(JAX_STAMP): requirements-jax.txt setup.py
+	test -d $(JAX_VENV) || $(PYTHON) -m venv $(JAX_VENV)
+	( $(JAX_VENV)/bin/pip install -q -r requirements-jax.txt \
+	  && $(JAX_VENV)/bin/pip install -q --no-deps -e . ) \
+	  || echo "JAX packages not installed: the JAX backend tests will skip"
+	@# keras-hub (its export format) as `make interop` pins it; --no-deps: no TensorFlow
+	grep -E '^(keras-hub|regex)' requirements-interop.txt | xargs $(JAX_VENV)/bin/pip install -q --no-deps \
+	  || echo "keras-hub not installed in $(JAX_VENV): its export on JAX will not be tested"
+	touch $(JAX_STAMP)
+
 # ruff (ruff.toml) first: line length, import order, unused names over the whole tree.
-test: install interop interop-torch
+test: install interop interop-torch interop-jax
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests
 
@@ -52,10 +69,13 @@ demo: install interop
 	rm -rf runs/demo
 	$(BIN)/mtl train experiments/demo.yaml --output runs/demo
 	$(BIN)/mtl report runs/demo
-	$(BIN)/mtl export runs/demo --format keras --output runs/demo/export/keras
+	$(BIN)/mtl export runs/demo --format keras --with-heads --output runs/demo/export/keras
 	$(BIN)/mtl export runs/demo --format bert4keras --output runs/demo/export/bert4keras
 	$(BIN)/mtl export runs/demo --format keras-hub --output runs/demo/export/keras-hub
 	$(BIN)/mtl export runs/demo --format roformer-pytorch --output runs/demo/export/roformer-pytorch
+	@# The same initial weights without the training, what README's `mtl benchmark` compares with.
+	$(BIN)/python -c "from mtl_framework.benchmark import initial_export; \
+	  initial_export('runs/demo', 'runs/demo/export/initial')"
 	@# What the model says about a few dev sentences (needs `mtl predict`).
 	@if $(BIN)/mtl predict --help >/dev/null 2>&1; then \
 	  mkdir -p runs/demo/predict && \
@@ -77,4 +97,4 @@ bench: install interop
 	$(BIN)/python -m bench.backbone --output bench/results/backbone.json
 
 clean:
-	rm -rf $(VENV) $(TORCH_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(TORCH_VENV) $(JAX_VENV) runs .pytest_cache

@@ -58,6 +58,25 @@ SYSTEM_NAMES = {
     "roberta_like": "RoBERTa-like baseline (Keras 3 stock layers)",
 }
 DEFAULT_DATA = REPO.parent / "shared" / "data"
+# Every system runs at each of these precisions (--precisions); a system's key in the JSON is
+# its name in float32 and name + BF16 under mixed_bfloat16 (float32 variables, bf16 compute).
+PRECISIONS = ["float32", "mixed_bfloat16"]
+BF16 = "@bf16"
+
+
+def entry(system, precision):
+    """The key of `system` at `precision` in a cell's records."""
+    return system if precision == "float32" else system + BF16
+
+
+def split_entry(key):
+    """(system, precision) of a record key (`entry`)."""
+    return (key[:-len(BF16)], "mixed_bfloat16") if key.endswith(BF16) else (key, "float32")
+
+
+def entry_name(key):
+    system, precision = split_entry(key)
+    return SYSTEM_NAMES[system] + ("" if precision == "float32" else ", mixed_bfloat16")
 
 
 # --- data --------------------------------------------------------------------
@@ -129,14 +148,28 @@ def classifier(backbone, compile_kwargs=None):
     inputs = {"token_ids": keras.Input((None,), dtype="int32", name="token_ids"),
               "segment_ids": keras.Input((None,), dtype="int32", name="segment_ids")}
     sequence = backbone(inputs)
-    probs = keras.layers.Dense(2, activation="softmax", name="classifier")(sequence[:, 0])
+    # float32 like bert4keras's (built after its policy is reset) whatever the policy
+    probs = keras.layers.Dense(2, activation="softmax", name="classifier",
+                               dtype="float32")(sequence[:, 0])
     model = keras.Model(inputs, probs)
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="sparse_categorical_crossentropy",
                   **{"jit_compile": False, **(compile_kwargs or {})})
     return model
 
 
-def build_system(system, config, variant=None):
+def build_system(system, config, variant=None, precision="float32"):
+    """The system's classifier, its layers under the Keras dtype policy `precision`."""
+    import keras
+
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(precision)
+    try:
+        return _build_system(system, config, variant)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def _build_system(system, config, variant=None):
     import keras
 
     keras.utils.set_random_seed(0)
@@ -224,9 +257,10 @@ class Bert4kerasWorker:
             except json.JSONDecodeError:
                 continue  # stray print from a library
 
-    def run(self, config_path, data_path, seq, steps):
+    def run(self, config_path, data_path, seq, steps, precision="float32"):
         self.process.stdin.write(json.dumps({"config": str(config_path), "data": str(data_path),
-                                             "seq": seq, "steps": steps}) + "\n")
+                                             "seq": seq, "steps": steps,
+                                             "precision": precision}) + "\n")
         reply = self._read()
         if "error" in reply:
             raise RuntimeError(f"bert4keras worker: {reply['error']}")
@@ -324,8 +358,9 @@ def run_cell(config_name, seq, models, worker, paths, batches, labels, args, met
     cell_start = time.perf_counter()
     for system in models:  # warm-up: first step traces (new shape), discarded
         with meter:
-            if system == "bert4keras":
-                reply = worker.run(paths[config_name], paths["data"], seq, warmup)
+            if split_entry(system)[0] == "bert4keras":
+                reply = worker.run(paths[config_name], paths["data"], seq, warmup,
+                                   split_entry(system)[1])
                 walls = reply["step_seconds"]
             else:
                 walls, _ = time_steps(models[system], x, labels, warmup)
@@ -346,8 +381,9 @@ def run_cell(config_name, seq, models, worker, paths, batches, labels, args, met
         rotated = order[r % len(order):] + order[:r % len(order)]
         for system in rotated:
             with meter:
-                if system == "bert4keras":
-                    reply = worker.run(paths[config_name], paths["data"], seq, settle + steps)
+                if split_entry(system)[0] == "bert4keras":
+                    reply = worker.run(paths[config_name], paths["data"], seq, settle + steps,
+                                       split_entry(system)[1])
                     w, c = reply["step_seconds"], reply["cpu_seconds"]
                 else:
                     w, c = time_steps(models[system], x, labels, settle + steps)
@@ -381,17 +417,33 @@ def rounds_for(args, seq):
 
 
 def ratios(records):
+    """ours over each other system at the same precision (keys `ours/other`, and
+    `ours@bf16/other@bf16`), plus each system's mixed_bfloat16 over its float32
+    (`system@bf16/system`)."""
     out = {}
-    ours = records.get("ours")
+    for system in SYSTEMS:
+        fast, slow = records.get(entry(system, "mixed_bfloat16")), records.get(system)
+        if fast and slow:
+            out[f"{entry(system, 'mixed_bfloat16')}/{system}"] = {
+                "pooled_median": round(fast["tokens_per_s"] / slow["tokens_per_s"], 3)}
+    for precision in PRECISIONS:
+        out.update(_ratios_at(records, precision))
+    return out
+
+
+def _ratios_at(records, precision):
+    out = {}
+    ours = records.get(entry("ours", precision))
     if not ours:
         return out
     for other in ("bert4keras", "roberta_like", "keras_hub"):
+        other = entry(other, precision)
         if other in records:
             pooled = ours["tokens_per_s"] / records[other]["tokens_per_s"]
             paired = [b / a for a, b in zip(ours["round_medians_s"],
                                              records[other]["round_medians_s"])]
             best = min(records[other]["step_s"]) / min(ours["step_s"])
-            out[f"ours/{other}"] = {"pooled_median": round(pooled, 3),
+            out[f"{entry('ours', precision)}/{other}"] = {"pooled_median": round(pooled, 3),
                                     "per_round": [round(v, 3) for v in paired],
                                     "median_of_rounds": round(statistics.median(paired), 3),
                                     "best_step": round(best, 3)}
@@ -425,6 +477,9 @@ ABLATION = [
     ("+ input gradient via a transposed kernel copy = ours", dict(), None, "train_on_batch",
      "layers.dense: dX = dY @ copy(W^T) instead of MatMul(transpose_b=True), which oneDNN "
      "runs slower here: mtl_framework/layers.py now"),
+    ("ours, pair swap by reverse (before)", dict(attention="reverse_pair_swap"), None,
+     "train_on_batch", "rotary pair swap as a reverse of a [.., d/2, 2] view and its "
+     "gradient, where ours multiplies by a [d, d] permutation (layers.apply_rotary)"),
     ("ours + XLA (jit_compile=True)", dict(), {"jit_compile": True}, "train_on_batch",
      "whole train step compiled by XLA"),
     ("ours, fit() on tf.data", dict(), None, "fit",
@@ -439,6 +494,7 @@ ABLATION = [
 ]
 OURS_ROW = "+ input gradient via a transposed kernel copy = ours"
 QUICK_ABLATION = ("original", OURS_ROW, "ours, float32 softmax")
+ROTARY_AB = (OURS_ROW, "ours, pair swap by reverse (before)")
 
 
 def softmax_summary(ablation):
@@ -561,31 +617,42 @@ def markdown(report):
                  f"Other processes used {report['contention']['cores_used_by_others']:.2f} "
                  f"of the {env['cpu_count']} cores on average during the run.")
     lines.append("")
-    systems = [s for s in SYSTEMS if any(s in c["systems"] for c in report["cells"])]
-    header = "| config | seq | steps | " + " | ".join(SYSTEM_NAMES[s].split(" (")[0]
-                                                   for s in systems)
+    systems = [s for s in SYSTEMS
+               if any(entry(s, p) in c["systems"] for c in report["cells"] for p in PRECISIONS)]
+    precisions = [p for p in PRECISIONS
+                  if any(entry(s, p) in c["systems"] for c in report["cells"] for s in systems)]
+    header = "| config | seq | precision | steps | " + " | ".join(SYSTEM_NAMES[s].split(" (")[0]
+                                                               for s in systems)
     header += " | ours / bert4keras | ours / RoBERTa-like | ours / keras-hub |"
-    lines += [header, "|" + "---|" * (3 + len(systems) + 3)]
+    lines += [header, "|" + "---|" * (4 + len(systems) + 3)]
     for cell in report["cells"]:
-        row = (f"| {cell['config']} | {cell['seq']} | "
-               f"{cell['rounds']}x{cell['steps_per_round']} | ")
-        row += " | ".join(f"{cell['systems'][s]['tokens_per_s']:,.0f}" if s in cell["systems"]
-                          else "-" for s in systems)
-        for other in ("bert4keras", "roberta_like", "keras_hub"):
-            r = cell["ratios"].get(f"ours/{other}")
-            row += f" | {r['pooled_median']:.2f}x" if r else " | -"
-        lines.append(row + " |")
+        for precision in precisions:
+            row = (f"| {cell['config']} | {cell['seq']} | {precision} | "
+                   f"{cell['rounds']}x{cell['steps_per_round']} | ")
+            row += " | ".join(f"{cell['systems'][entry(s, precision)]['tokens_per_s']:,.0f}"
+                              if entry(s, precision) in cell["systems"] else "-" for s in systems)
+            for other in ("bert4keras", "roberta_like", "keras_hub"):
+                r = cell["ratios"].get(f"{entry('ours', precision)}/{entry(other, precision)}")
+                row += f" | {r['pooled_median']:.2f}x" if r else " | -"
+            lines.append(row + " |")
+    if len(precisions) > 1:
+        lines += ["", "mixed_bfloat16 over float32, each system (tokens/s ratio, same run):", ""]
+        for cell in report["cells"]:
+            lines.append(f"- {cell['config']}/{cell['seq']}: " + ", ".join(
+                f"{s} {cell['ratios'][f'{entry(s, PRECISIONS[1])}/{s}']['pooled_median']:.2f}x"
+                for s in systems if f"{entry(s, PRECISIONS[1])}/{s}" in cell["ratios"]))
     lines += ["", "The same ratios three ways (pooled median / median of per-round ratios / "
                   "fastest step vs fastest step):", "",
-              "| config | seq | ours / bert4keras | ours / RoBERTa-like | ours / keras-hub |",
-              "|---|---|---|---|---|"]
+              "| config | seq | precision | ours / bert4keras | ours / RoBERTa-like | "
+              "ours / keras-hub |", "|---|---|---|---|---|---|"]
     for cell in report["cells"]:
-        row = f"| {cell['config']} | {cell['seq']}"
-        for other in ("bert4keras", "roberta_like", "keras_hub"):
-            r = cell["ratios"].get(f"ours/{other}")
-            row += (f" | {r['pooled_median']:.2f} / {r['median_of_rounds']:.2f} / "
-                    f"{r['best_step']:.2f}" if r else " | -")
-        lines.append(row + " |")
+        for precision in precisions:
+            row = f"| {cell['config']} | {cell['seq']} | {precision}"
+            for other in ("bert4keras", "roberta_like", "keras_hub"):
+                r = cell["ratios"].get(f"{entry('ours', precision)}/{entry(other, precision)}")
+                row += (f" | {r['pooled_median']:.2f} / {r['median_of_rounds']:.2f} / "
+                        f"{r['best_step']:.2f}" if r else " | -")
+            lines.append(row + " |")
     lines.append("")
     slow = [f"{s} {cell['config']}/{cell['seq']}: {100 * r['slow_step_fraction']:.0f}%"
             for cell in report["cells"] for s, r in cell["systems"].items()
@@ -593,7 +660,8 @@ def markdown(report):
     if slow:
         lines.append("Steps over 1.4x the system's fastest step (the median moves with them): "
                      + ", ".join(slow) + ".")
-    lines.append("Systems: " + "; ".join(f"{s}: {SYSTEM_NAMES[s]}" for s in systems) + ".")
+    lines.append("Systems: " + "; ".join(f"{s}: {SYSTEM_NAMES[s]}" for s in systems) + "; "
+                 + f"{BF16}: the same under Keras's mixed_bfloat16 policy.")
     lines.append(f"Step: backbone -> [CLS] -> Dense(2) softmax CE, Adam, dropout 0.1; "
                  f"data: {report['data']['source']}.")
     targets = report.get("targets", {})
@@ -640,11 +708,17 @@ def main(argv=None):
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS))
     parser.add_argument("--seqs", nargs="+", type=int)
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS)
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=PRECISIONS,
+                        help="every system at each (default both, in one run)")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--max-steps", type=int, default=6, help="per system per round")
     parser.add_argument("--budget", type=float, help="seconds for all measurements "
                         "(default 760, quick 150); steps per round shrink to fit")
     parser.add_argument("--no-ablation", action="store_true")
+    parser.add_argument("--ablation-config", choices=sorted(CONFIGS), default="L4-H256-A4")
+    parser.add_argument("--ablation-rows", nargs="+", metavar="VARIANT",
+                        help="only these ablation rows (their names in ABLATION); "
+                             "`rotary`: ours against the reverse pair swap")
     parser.add_argument("--inter-op-threads", type=int, default=0,
                         help="TF inter-op thread pool size for every system (0: TF default)")
     parser.add_argument("--data-root", default=os.environ.get("MTL_SHARED_DATA", str(DEFAULT_DATA)))
@@ -665,6 +739,7 @@ def main(argv=None):
     def log(message):
         print(f"[{time.perf_counter() - started:6.0f}s] {message}", flush=True)
 
+    rows_asked = (ROTARY_AB if args.ablation_rows == ["rotary"] else args.ablation_rows)
     deadline = Deadline(args.budget)
     workdir = tempfile.mkdtemp(prefix="bench_backbone_")
     batches, labels, data_info = make_batches(args.seqs, Path(args.data_root), workdir)
@@ -700,9 +775,10 @@ def main(argv=None):
     cells = []
     for config_name in args.configs:
         log(f"config {config_name}: building {', '.join(systems)}")
-        models = {s: build_system(s, CONFIGS[config_name]) for s in in_process}
+        models = {entry(s, p): build_system(s, CONFIGS[config_name], precision=p)
+                  for p in args.precisions for s in in_process}
         params = {s: backbone_params(m) for s, m in models.items()}
-        order = {s: (models[s] if s != "bert4keras" else None) for s in systems}
+        order = {entry(s, p): models.get(entry(s, p)) for p in args.precisions for s in systems}
         for seq in args.seqs:
             done = {(c["config"], c["seq"]) for c in cells}
             remaining = [k for k in weight if k not in done]
@@ -726,19 +802,21 @@ def main(argv=None):
 
     ablation = softmax_cost = None
     if not args.no_ablation:
-        config_name, seq = "L4-H256-A4", min(args.seqs)
+        config_name, seq = args.ablation_config, min(args.seqs)
         long_seq = max(args.seqs) if max(args.seqs) > seq and not args.quick else None
         keep = 50.0 if long_seq else 0.0  # for the float64-softmax check at the long length
         log(f"ablation on ours ({config_name}, seq {seq}, budget {deadline.left() - keep:.0f} s)")
         rows, rounds, steps = run_ablation(
             config_name, seq, batches, labels, args, meter,
             max(deadline.left() - keep, reserve / 2), log,
-            QUICK_ABLATION if args.quick else None)
+            rows_asked if rows_asked else QUICK_ABLATION if args.quick else None)
         ablation = {"config": config_name, "seq": seq, "rounds": rounds,
                     "steps_per_round": steps, "rows": rows}
         for row in rows:
             log(f"  {row['variant']}: {row['tokens_per_s']:.0f} tokens/s "
                 f"({row['vs_original']:.2f}x original)")
+        measured_softmax = "ours, float32 softmax" in {row["variant"] for row in rows}
+        long_seq = long_seq if measured_softmax else None
         if long_seq:
             log(f"float64 softmax denominator at seq {long_seq}")
             pair = (OURS_ROW, "ours, float32 softmax")
@@ -746,11 +824,12 @@ def main(argv=None):
                                                     meter, max(deadline.left(), keep), log, pair)
             softmax_cost = {"config": config_name, "seq": long_seq, "rounds": rounds,
                             "steps_per_round": steps, "rows": long_rows}
-        softmax_cost = {"note": "ours (float64 denominator, padding-exact) vs the same with a "
-                                "float32 softmax; cost = 1 - ours / float32",
-                        "at": [softmax_summary(ablation)]
-                        + ([softmax_summary(softmax_cost)] if softmax_cost else [])}
-        log(f"  float64 softmax cost: {softmax_cost['at']}")
+        if measured_softmax:
+            softmax_cost = {"note": "ours (float64 denominator, padding-exact) vs the same with "
+                                    "a float32 softmax; cost = 1 - ours / float32",
+                            "at": [softmax_summary(ablation)]
+                            + ([softmax_summary(softmax_cost)] if softmax_cost else [])}
+            log(f"  float64 softmax cost: {softmax_cost['at']}")
     padding = padding_check()
     log(f"padding check: {padding}")
 
@@ -758,10 +837,12 @@ def main(argv=None):
     for cell in cells:
         if cell["seq"] != 128:
             continue
-        for other, goal in (("bert4keras", 1.3), ("roberta_like", 1.2)):
-            r = cell["ratios"].get(f"ours/{other}")
+        for (other, goal), precision in ((o, p) for o in (("bert4keras", 1.3), ("roberta_like", 1.2))
+                                         for p in args.precisions):
+            key = f"{entry('ours', precision)}/{entry(other, precision)}"
+            r = cell["ratios"].get(key)
             if r:
-                targets[f"{cell['config']}: ours >= {goal}x {other}"] = {
+                targets[f"{cell['config']} {precision}: ours >= {goal}x {other}"] = {
                     "ratio": r["pooled_median"], "goal": goal,
                     "met": r["pooled_median"] >= goal}
     report = {
@@ -775,7 +856,8 @@ def main(argv=None):
                      "(the first traces), discarded",
                      "step": "backbone -> [CLS] -> Dense(2) softmax, sparse CE on fixed random "
                              "labels, Adam(1e-4), train_on_batch on NumPy arrays",
-                     "systems": {s: SYSTEM_NAMES[s] for s in systems}},
+                     "systems": {s: SYSTEM_NAMES[s] for s in systems},
+                     "precisions": args.precisions},
         "data": data_info,
         "cells": cells,
         "targets": targets,

@@ -25,12 +25,17 @@ def check_environment():
         raise SystemExit("run with TF_KERAS=1 TF_USE_LEGACY_KERAS=1 (bert4keras needs legacy tf-keras)")
 
 
-def build_classifier(config_path, learning_rate=1e-4):
+def build_classifier(config_path, learning_rate=1e-4, precision="float32"):
+    """precision: the tf-keras global dtype policy while the model is built."""
     import tensorflow as tf
     from bert4keras.models import build_transformer_model
 
     keras = tf.keras  # tf-keras 2.x under TF_USE_LEGACY_KERAS=1
-    encoder = build_transformer_model(config_path, model="roformer_v2")
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        encoder = build_transformer_model(config_path, model="roformer_v2")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
     cls = keras.layers.Lambda(lambda x: x[:, 0], name="cls")(encoder.output)
     probs = keras.layers.Dense(2, activation="softmax", name="classifier")(cls)
     model = keras.Model(encoder.inputs, probs)
@@ -52,13 +57,13 @@ class Runner:
         d = self.data[data_path]
         return [d[f"token_ids_{seq}"], d[f"segment_ids_{seq}"]], d["labels"]
 
-    def run(self, config, data, seq, steps):
+    def run(self, config, data, seq, steps, precision="float32"):
         import tensorflow as tf
 
-        if config not in self.models:
+        if (config, precision) not in self.models:
             tf.random.set_seed(0)
-            self.models[config] = build_classifier(config)
-        model = self.models[config]
+            self.models[config, precision] = build_classifier(config, precision=precision)
+        model = self.models[config, precision]
         x, y = self.batch(data, seq)
         step_seconds, cpu_seconds, losses = [], [], []
         for _ in range(steps):
@@ -107,7 +112,8 @@ def main(argv=None):
         if request.get("cmd") == "quit":
             break
         try:
-            reply = runner.run(request["config"], request["data"], request["seq"], request["steps"])
+            reply = runner.run(request["config"], request["data"], request["seq"], request["steps"],
+                               request.get("precision", "float32"))
         except Exception as error:  # report, keep serving
             reply = {"error": f"{type(error).__name__}: {error}"}
         print(json.dumps(reply), flush=True)

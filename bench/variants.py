@@ -14,7 +14,13 @@ from keras import ops
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2.layers import RMSNorm, SelfAttention, scaled
-from mtl_framework.layers import apply_rotary, dense, softmax_with_exact_sum
+from mtl_framework.layers import dense, softmax_with_exact_sum, swap_pairs
+
+
+def apply_rotary(x, cos, sin):
+    """The rotary of the earlier variants: the pair swap as a reverse of a [..., d/2, 2]
+    view (`layers.swap_pairs`); ours multiplies by a permutation (`layers.apply_rotary`)."""
+    return x * cos + swap_pairs(x) * sin
 
 
 def softmax_f64_autodiff(scores):
@@ -160,6 +166,28 @@ class SdpaAttention(TokenMajorEinsumAttention):
     sdpa = True
 
 
+class ReversePairSwapAttention(SelfAttention):
+    """Ours with the rotary's pair swap as a reverse of a [..., d/2, 2] view
+    (`layers.swap_pairs`), as before `layers.apply_rotary` multiplied by a permutation."""
+
+    def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        qkv = ops.reshape(dense(x, self.qkv_kernel),
+                          (batch, length, 3, self.num_heads, self.head_size))
+        qk, v = ops.split(ops.transpose(qkv, (2, 0, 3, 1, 4)), [2], axis=0)
+        scale = 1.0 / math.sqrt(self.head_size)
+        cos, sin = cos[None], sin[None]
+        qk = apply_rotary(qk, ops.stack([cos * scale, cos])[:, :, None],
+                          ops.stack([sin * scale, sin])[:, :, None])
+        q, k = (ops.squeeze(t, 0) for t in ops.split(qk, 2))
+        scores = ops.einsum("bhjd,bhkd->bhjk", q, k) + attention_bias
+        weights = softmax_with_exact_sum(scores)
+        weights = self.dropout(weights, training=training)
+        context = ops.einsum("bhjk,bhkd->bjhd", weights, ops.squeeze(v, 0))
+        context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
+        return dense(context, scaled(self.output_kernel, output_scale))
+
+
 ATTENTION_VARIANTS = {
     "original": OriginalAttention,
     "pair_swap_rotary": PairSwapAttention,
@@ -167,6 +195,7 @@ ATTENTION_VARIANTS = {
     "scale_q": ScaledQAttention,
     "custom_softmax": CustomSoftmaxAttention,
     "ours": None,  # mtl_framework.layers.SelfAttention
+    "reverse_pair_swap": ReversePairSwapAttention,
     "token_major_einsum": TokenMajorEinsumAttention,
     "float32_softmax": Float32SoftmaxAttention,
     "keras_dot_product_attention": SdpaAttention,

@@ -97,6 +97,7 @@ class DelimitedAdapter(Adapter):
         "skip_labels": (list, []),
         "label_map": (dict, {}),
         "join": (str, "，"),  # between joined columns
+        "text_b_optional": (bool, False),  # a record without text_b: one text (mtl predict sets it)
     }
     field_keys = ("text", "text_b", "label", "id")
     required_fields = ("text", "label")

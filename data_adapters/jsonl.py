@@ -7,7 +7,9 @@ as CSL's keywords, is joined with `join`:
     fields: {text: abst, text_b: keyword, label: label}
     options: {join: "，", skip_labels: ["-"]}
 
-`strip_label_chars: "[]"` removes those characters from raw labels before they
+`text_b_optional: true` reads a record without the text_b key as one text (`mtl
+predict` sets it for classification and regression tasks: TNEWS titles without
+keywords). `strip_label_chars: "[]"` removes those characters from raw labels before they
 are checked (CAIL2018's bracketed charges, as its judger reads them).
 
 A record without the label key is read as unlabelled in a test split (and
@@ -52,7 +54,9 @@ def text_example(record, fields, options, rule, where, report):
     text_b = None
     if fields.get("text_b") is not None:
         text_b, missing = field_text(record, fields["text_b"], options["join"])
-        if text_b is MISSING:
+        if text_b is MISSING and options.get("text_b_optional"):
+            text_b = None
+        elif text_b is MISSING:
             report.skip(f"missing field {missing!r} (fields.text_b)", path, line)
             return None
     raw = lookup(record, fields["label"]) if fields.get("label") is not None else MISSING
@@ -88,6 +92,7 @@ class JsonLinesAdapter(Adapter):
         "label_map": (dict, {}),  # raw label -> label name
         "join": (str, "，"),  # between joined keys / list items
         "strip_label_chars": (str, ""),  # removed from raw labels first, e.g. "[]"
+        "text_b_optional": (bool, False),  # a record without text_b: one text (mtl predict sets it)
     }
     field_keys = ("text", "text_b", "label", "id")
     required_fields = ("text", "label")

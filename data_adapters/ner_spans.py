@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample
+from data_adapters.ner_tags import not_in_labels
 from data_adapters.reading import MISSING, lookup, records, text_lines
 
 if TYPE_CHECKING:
@@ -73,8 +74,7 @@ class SpanJsonAdapter(Adapter):
                 entities = []
                 for start, end, type_, mention in spans:
                     if labels is not None and type_ not in labels:
-                        report.filter(f"entity type {type_!r} is not in the task's labels",
-                                      file=path, line=line)
+                        report.filter(not_in_labels(type_), file=path, line=line)
                         continue
                     reason = self.check(text, start, end, shift, mention)
                     if reason:
@@ -157,8 +157,7 @@ class InlineNerAdapter(Adapter):
                 entities = []
                 for start, end, type_ in marks:
                     if labels is not None and type_ not in labels:
-                        report.filter(f"entity type {type_!r} is not in the task's labels",
-                                      file=path, line=number)
+                        report.filter(not_in_labels(type_), file=path, line=number)
                     else:
                         entities.append(Entity(start, end, type_))
                 yield NERExample(text, entities)

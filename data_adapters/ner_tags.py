@@ -108,11 +108,22 @@ def tagged_example(tokens, tags, options, labels, path, line, report, line_per_t
         if type_ is None:
             continue
         if labels is not None and type_ not in labels:
-            report.filter(f"entity type {type_!r} is not in the task's labels", file=path,
+            report.filter(not_in_labels(type_), file=path,
                           line=line + first if line_per_token else line)
             continue
         entities.append(Entity(starts[first], starts[end], type_))
     return NERExample("".join(tokens), entities)
+
+
+def not_in_labels(type_):
+    """The filter reason of an entity type outside the task's labels; a dotted type
+    (Weibo's `PER.NAM`) says which options turn it into a bare label."""
+    reason = f"entity type {type_!r} is not in the task's labels"
+    if "." in type_:
+        base, _, suffix = type_.rpartition(".")
+        reason += (f" (a typed suffix: options.keep_suffix: {suffix} keeps these as {base!r}, "
+                   f"strip_suffix: true keeps every {base}.* as {base!r})")
+    return reason
 
 
 def entity_type(type_, options, report):

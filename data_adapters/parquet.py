@@ -65,6 +65,7 @@ class ParquetAdapter(Adapter):
         "skip_labels": (list, []),  # as jsonl
         "label_map": (dict, {}),  # as jsonl: label name -> the task's label name
         "join": (str, "，"),  # between joined columns / list items of a text field
+        "text_b_optional": (bool, False),  # a record without text_b: one text (mtl predict sets it)
         "label_is_text": (bool, False),  # multiple_choice: the label is the answer's text (c3)
         "group_ids": (bool, False),  # id shared by consecutive rows (c3: one document): number them
         "answer_text_stripped": (bool, False),  # mrc_span: text stripped, answer_start not (hub clue)

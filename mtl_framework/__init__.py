@@ -4,6 +4,12 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+# As quiet as `mtl`: TensorFlow's own log lines (absl's notice, oneDNN, CUDA probes) are
+# held back from the moment TensorFlow is imported, unless MTL_VERBOSE=1 (tf_log_filter).
+from mtl_framework import tf_log_filter  # noqa: E402  (the standard library only)
+
+tf_log_filter.quiet_on_tensorflow_import()
+
 __version__ = "0.1.0"
 
 

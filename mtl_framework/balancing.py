@@ -32,14 +32,27 @@ import numpy as np
 
 
 class _Deferred:
-    """TensorFlow, imported on first use: the experiment schema reads this table before
-    `mtl train` imports TensorFlow (a refused experiment costs no TensorFlow start-up)."""
+    """A module imported on first use: the experiment schema reads this table before
+    `mtl train` imports Keras and its backend (a refused experiment costs no start-up)."""
+
+    def __init__(self, name):
+        self.name = name
 
     def __getattr__(self, name):
-        return getattr(importlib.import_module("tensorflow"), name)
+        return getattr(importlib.import_module(self.name), name)
 
 
-tf = _Deferred()
+ops = _Deferred("keras.ops")  # traced scales: the backend's ops (TensorFlow's or JAX's)
+tf = _Deferred("tensorflow")  # pcgrad's TensorFlow accumulators (step/tensorflow.py)
+
+
+def _on_tensorflow():
+    return importlib.import_module("keras").backend.backend() == "tensorflow"
+
+
+def _read(variable):
+    """A state variable's value as the traced step takes it."""
+    return tf.convert_to_tensor(variable) if _on_tensorflow() else variable.value
 
 
 class BalancingError(ValueError):
@@ -99,7 +112,7 @@ class Method:
 
     def scale(self, loss, norm, finite, state):
         """Traced: (the micro-batch's scale, {extra results for after_micro_step})."""
-        return tf.constant(1.0), {}
+        return ops.convert_to_tensor(1.0), {}
 
     def after_micro_step(self, task, results):
         """Eager, after each micro-batch in micro-batch order."""
@@ -152,7 +165,7 @@ class GradientNorm(Method):
     promise = "the shared update is invariant to each task's loss scale"
 
     def scale(self, loss, norm, finite, state):
-        return 1.0 / tf.maximum(norm, 1e-12), {}
+        return 1.0 / ops.maximum(norm, 1e-12), {}
 
 
 class LossNorm(Method):
@@ -161,7 +174,7 @@ class LossNorm(Method):
     promise = "invariant to a task's loss scale (a multiplicative one)"
 
     def scale(self, loss, norm, finite, state):
-        return 1.0 / tf.maximum(tf.abs(loss), 1e-12), {}
+        return 1.0 / ops.maximum(ops.abs(loss), 1e-12), {}
 
 
 class InitialLoss(Method):
@@ -176,12 +189,12 @@ class InitialLoss(Method):
         self.initial = model.initial_losses
 
     def state(self, task):
-        return {"initial_loss": tf.convert_to_tensor(self.initial[task])}
+        return {"initial_loss": _read(self.initial[task])}
 
     def scale(self, loss, norm, finite, state):
         initial = state["initial_loss"]
-        initial = tf.where(tf.equal(initial, 0.0) & finite, loss, initial)
-        return 1.0 / tf.maximum(tf.abs(initial), 1e-12), {"initial_loss": initial}
+        initial = ops.where(ops.logical_and(ops.equal(initial, 0.0), finite), loss, initial)
+        return 1.0 / ops.maximum(ops.abs(initial), 1e-12), {"initial_loss": initial}
 
     def after_micro_step(self, task, results):
         self.initial[task].assign(results["initial_loss"])
@@ -198,7 +211,7 @@ class WeightMethod(Method):
         self.weight = self.per_task("weight", 1.0)
 
     def state(self, task):
-        return {"weight": tf.convert_to_tensor(self.weight[task])}
+        return {"weight": _read(self.weight[task])}
 
     def scale(self, loss, norm, finite, state):
         return state["weight"], {}
@@ -348,30 +361,40 @@ class RandomLossWeighting(WeightMethod):
 
 class GradNorm(WeightMethod):
     """`gradnorm` (Chen et al. 2018, "GradNorm"; LibMTL GradNorm, alpha 1.5):
-    G_k = λ_k ||g_k||, r_k = (L_k / L_k(0)) / mean_j (L_j / L_j(0)), and λ descends
-    Σ_k |G_k - mean_j(G_j) · r_k^α| with the target held constant, then Σ λ_k = K.
+    G_k = λ_k ||n_k g_k||, r_k = (L_k / L_k(0)) / mean_j (L_j / L_j(0)), and λ descends
+    Σ_k |G_k - target_k| with the targets held constant, then Σ λ_k = K.
 
-    The norms ||g_k|| are taken on ALL backbone (shared) variables, as LibMTL does by
-    default (the paper suggests the last shared layer), over the whole raw gradient of
-    the task's micro-batches in the update (mean over them; a task absent from the
-    update keeps its last norm and loss). Approximated: the norms come from each task's
-    own micro-batches, not one batch; the step on λ is sign-based scaled by
-    ||g_k|| / mean ||g|| and `lr` (the paper uses Adam on λ, whose first steps are
-    sign-like), so it does not depend on the overall gradient scale."""
+    n_k g_k is the task's backbone gradient as the update takes it before its weight:
+    under `none` the raw gradient (the paper, LibMTL), under `gradient_norm` g_k/||g_k||
+    (so G_k = λ_k), under `loss_norm` g_k/|L_k|: the magnitudes balanced are those the
+    update sums. The norms are taken on ALL backbone (shared) variables, as LibMTL does
+    by default (the paper suggests the last shared layer), mean over the task's
+    micro-batches in the update; a task absent from the update keeps its last norm and
+    loss. The step on λ_k is the L1 term's sign times `lr` · ||n_k g_k|| / mean ||n g||
+    (the paper uses Adam on λ, whose first steps are sign-like; so it does not depend on
+    the overall gradient scale) and stops at the target (no overshoot: with norms 100x
+    apart a fixed step jumped across it every update). The targets are
+    mean_j(G_j) · r_k^α rescaled to sum Σ_j G_j: the renormalisation to Σ λ = K undoes
+    their common scale anyway, and without it the clamped steps settle away from
+    G_k ∝ r_k^α. With steady norms and losses the weights reach the paper's balance
+    λ_k = K (r_k^α / ||n_k g_k||) / Σ_j (r_j^α / ||n_j g_j||) and stay there.
+    The λ also scale the task's head gradient (the paper's Σ_k λ_k L_k; LibMTL weights
+    only the shared gradient)."""
     name, libmtl = "gradnorm", "GradNorm"
     paper = "Chen et al., ICML 2018"
     options = {"alpha": 1.5, "lr": 0.025}
     cost = "O(tasks) per update (norms come with every micro-step)"
     memory = "4 scalars per task"
-    promise = "equal training rates: gradient magnitudes pulled toward mean · r_k^α"
+    promise = "equal training rates: the gradient magnitudes the update sums pulled toward " \
+              "∝ r_k^α"
 
     def build(self, model):
         super().build(model)
         self.initial_loss, self.last_loss = self.per_task("initial_loss"), self.per_task("last_loss")
-        self.last_norm = self.per_task("last_norm")
+        self.last_norm = self.per_task("last_norm")  # ||n_k g_k||, normalised as the update
 
     def after_update(self, logs, update):
-        losses, norms = task_means(logs, "loss"), task_means(logs, "gradient_norm")
+        losses, norms = task_means(logs, "loss"), task_means(logs, "normalized_gradient_norm")
         for task, loss in losses.items():
             if float(self.initial_loss[task].numpy()) <= 0:
                 self.initial_loss[task].assign(np.float32(loss))
@@ -387,7 +410,9 @@ class GradNorm(WeightMethod):
         ratio = ratio / ratio.mean()
         magnitude = weight * norm
         target = magnitude.mean() * ratio ** self.alpha
-        weight = weight - self.lr * np.sign(magnitude - target) * norm / norm.mean()
+        target = target * magnitude.sum() / target.sum()
+        step = self.lr * norm / norm.mean()
+        weight = weight - np.clip(weight - target / norm, -step, step)  # stops at the target
         weight = np.maximum(weight, 1e-3)
         weights = {t: float(self.weight[t].numpy()) for t in self.tasks}
         weights.update(zip(seen, weight))
@@ -399,8 +424,11 @@ class PCGrad(Method):
     """`pcgrad` (Yu et al. 2020, "Gradient Surgery for Multi-Task Learning"; LibMTL
     PCGrad): each task's backbone gradient of the update, g_i, is projected off every
     other task's g_j it conflicts with (g_i·g_j < 0: g_i ← g_i - (g_i·g_j)/||g_j||² g_j,
-    j in a random order per i, drawn from (seed, update)), and the projected gradients
-    are summed. Heads are not shared: their gradients are summed as they come.
+    j ≠ i in a random order per i, drawn from (seed, update): Algorithm 1), and the
+    projected gradients are summed. Heads are not shared: their gradients are summed as
+    they come. With two tasks no conflict survives; with three or more a projected g_i
+    can conflict again with a g_j it was projected off earlier (the paper's promise is
+    for two tasks).
 
     It needs each task's backbone gradient at once: one backbone-sized accumulator per
     task present in an update, at most min(tasks, tasks_per_update) of them. That memory
@@ -413,8 +441,8 @@ class PCGrad(Method):
     options = {"max_memory": None}
     cost = "a Gram matrix of the update's task gradients (tasks² dot products over the backbone)"
     memory = "min(tasks, tasks_per_update) × backbone size"
-    promise = "no task's projected gradient conflicts with another's (for 2 tasks: the sum " \
-              "has a non-negative dot product with each)"
+    promise = "2 tasks: neither projected gradient conflicts with the other task's, nor the " \
+              "sum with either; 3+ tasks: conflicts can remain"
 
     def __init__(self, tasks, seed=0, max_memory=None):
         super().__init__(tasks, seed)
@@ -445,6 +473,7 @@ class PCGrad(Method):
         self.slots = min(len(self.tasks), model.tasks_per_update)
         self.task_accumulators = [
             [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"pcgrad_{s}_{i}")
+             if _on_tensorflow() else model._accumulator(v, f"pcgrad_{s}_{i}")
              for i, v in enumerate(variables)] for s in range(self.slots)]
         self.shared = model.accumulators[:len(variables)]
         self._slot_of = {}
@@ -464,33 +493,51 @@ class PCGrad(Method):
         if not order:
             return
         slots = [s for _, s in order]
-        gram = self._gram(slots).numpy().astype(np.float64)
+        gram = np.asarray(self._gram(slots), np.float64)
         update = int(model.optimizer.iterations.numpy()) + 1
-        coefficients = pcgrad_coefficients(gram, np.random.default_rng([self.seed, update]))
+        orders = pcgrad_orders(len(slots), np.random.default_rng([self.seed, update]))
+        coefficients = pcgrad_coefficients(gram, orders)
         self._combine(slots, coefficients)
 
     def _gram(self, slots):
         grads = [self.task_accumulators[s] for s in slots]
+        if not _on_tensorflow():  # JAX: float64 in NumPy (JAX has no float64 without x64)
+            flat = [np.concatenate([np.asarray(a.value, np.float64).ravel() for a in g]) for g in grads]
+            return np.array([[a @ b for b in flat] for a in flat])
         return tf.stack([tf.stack([tf.add_n([tf.reduce_sum(tf.cast(a, tf.float64) * tf.cast(b, tf.float64))
                                             for a, b in zip(gi, gj)]) for gj in grads]) for gi in grads])
 
     def _combine(self, slots, coefficients):
         """shared += Σ_j c_j g_j; every slot used is zeroed."""
         for j, slot in enumerate(slots):
+            if not _on_tensorflow():
+                c = np.float32(coefficients[j])
+                for shared, g in zip(self.shared, self.task_accumulators[slot]):
+                    shared.assign(shared.value + g.value * c)
+                    g.assign(ops.zeros_like(g.value))
+                continue
             c = tf.constant(coefficients[j], tf.float32)
             for shared, g in zip(self.shared, self.task_accumulators[slot]):
                 shared.assign_add(g * c)
                 g.assign(tf.zeros_like(g))
 
 
-def pcgrad_coefficients(gram, rng):
+def pcgrad_orders(k, rng):
+    """Each task's random order of the OTHER tasks (PCGrad's Algorithm 1: T_j in B minus
+    T_i): one permutation of all k drawn per task, the task itself left out."""
+    return [[int(j) for j in rng.permutation(k) if j != i] for i in range(k)]
+
+
+def pcgrad_coefficients(gram, orders):
     """Coefficients c with Σ_i PCGrad(g_i) = Σ_j c_j g_j, from the Gram matrix G (G_ij =
-    g_i·g_j): each projected g_i is held as a row of coefficients over the originals, so
-    its dot product with g_j is (row @ G)_j. Same loop as LibMTL's (j includes i, a no-op)."""
+    g_i·g_j) and each task's order of the others (pcgrad_orders): each projected g_i is
+    held as a row of coefficients over the originals, so its dot product with g_j is
+    (row @ G)_j. A task is never projected off its own gradient (LibMTL's loop visits
+    j = i too, which changes g_i once it conflicts with its original: 3+ tasks)."""
     k = len(gram)
     rows = np.eye(k)
     for i in range(k):
-        for j in rng.permutation(k):
+        for j in orders[i]:
             dot = rows[i] @ gram[:, j]
             if dot < 0 and gram[j, j] > 0:
                 rows[i, j] -= dot / gram[j, j]
@@ -590,7 +637,8 @@ class Balancing:
 
     def scale(self, loss, norm, finite, state):
         (a, first), (b, second) = (m.scale(loss, norm, finite, state) for m in self.methods)
-        return a * b, {**first, **second}
+        # the backbone gradient's norm as the update takes it before the task weight (gradnorm)
+        return a * b, {**first, **second, "normalized_gradient_norm": norm * a}
 
     def after_micro_step(self, task, results):
         for method in self.methods:

@@ -148,8 +148,8 @@ def load_suite(path, registry=None):
         if known is not None and task["name"] not in known:
             from mtl_framework.registry import did_you_mean
 
-            error(where, f"unknown task {task['name']!r}{did_you_mean(task['name'], list(known))} "
-                         "(`mtl tasks list` shows them all)")
+            error(where, f"unknown task {task['name']!r}{did_you_mean(task['name'], list(known))}"
+                         f"; {registry.searched()} (`mtl tasks list` shows them all)")
         if any(t["name"] == task["name"] for t in tasks):
             error(where, f"task {task['name']!r} is listed twice")
         tasks.append(task)
@@ -406,9 +406,10 @@ def benchmark(exports, suite_path, data_root, output, task_specs=(), cache_dir=N
     if not data_root:
         raise UserError("no data root: pass --data-root DIR (the folder holding the datasets, "
                         "e.g. ../shared/data) or set MTL_DATA_ROOT")
-    if not os.path.isdir(data_root):
-        raise UserError(f"{data_root}: data root not found; pass --data-root DIR (the folder "
-                        "holding the datasets, e.g. ../shared/data)")
+    if not os.path.isdir(data_root):  # a hint other than what was passed
+        raise UserError(f"--data-root {data_root}: no such folder ({os.path.abspath(data_root)}); "
+                        "give the folder that holds the suite's datasets, one folder per "
+                        "dataset (tnews/, ocnli/, ...; where to get them: docs/hub_data.md)")
     check_folder(output, "--output")  # where the results go, before anything is read
     check_exports(exports)
     try:

@@ -321,6 +321,39 @@ def cache_path(task, split, digest, cache_dir=None):
 # ---------------------------------------------------------------- build and load
 
 
+class CacheNotes:
+    """A `log` for many `cached_features` calls: cache hits are gathered into one summary
+    line (`summary`), each named once per CacheNotes (a run's later evaluations, which load
+    the same caches, add no line); every other message (a build) passes on at once."""
+
+    def __init__(self, log):
+        self.log, self.hits, self.reported = log, [], set()
+
+    def __call__(self, message):
+        self.log(message)
+
+    def hit(self, name, split, family, path):
+        if (name, split, family) not in self.reported:
+            self.hits.append((name, split, family, Path(path)))
+
+    def summary(self, what="features"):
+        """`train features from cache (DIR): tnews, afqmc; mlm: tnews, afqmc`."""
+        if not self.hits:
+            return
+        folders = {str(path.parent.parent) for *_, path in self.hits}
+        groups = {}
+        for name, split, family, _ in self.hits:
+            splits = {s for _, s, _, _ in self.hits}
+            label = (family or "") + ("" if len(splits) == 1 else f" {split}")
+            groups.setdefault(label.strip(), []).append(name)
+        names = "; ".join((f"{label}: " if label else "") + ", ".join(tasks)
+                          for label, tasks in groups.items())
+        self.log(f"{what} from cache ({folders.pop() if len(folders) == 1 else 'the cache'}): "
+                 f"{names}")
+        self.reported.update(hit[:3] for hit in self.hits)
+        self.hits = []
+
+
 def cached_features(task, split, tokenizer, data_root, cache_dir=None, max_length=None,
                     family=None, log=None, build=None, **settings):
     """Features of one task split: loaded (memory-mapped) when the cache has
@@ -337,7 +370,11 @@ def cached_features(task, split, tokenizer, data_root, cache_dir=None, max_lengt
             if log:
                 absent = [path for path, size, _ in inputs["data"] if size is None]
                 note = f" (optional file(s) absent: {', '.join(absent)})" if absent else ""
-                log(f"{task.name} {split}: features from cache {final}{note}")
+                if isinstance(log, CacheNotes):
+                    log.hit(task.name + note, split, family, final)
+                else:
+                    log(f"{task.name} {split}{f' ({family})' if family else ''}: features from "
+                        f"cache {final}{note}")
             return load_features(final)
         if problem:
             warn(f"{final}: {problem}; rebuilding it")

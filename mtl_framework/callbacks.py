@@ -23,7 +23,10 @@ in HF Trainer's `metric_for_best_model` / `greater_is_better` and jiant's
 checkpoint's trainer.json, so a resumed run keeps and stops exactly as an
 uninterrupted one.
 """
+import importlib
 import math
+import sys
+import time
 
 import keras
 import numpy as np
@@ -95,19 +98,59 @@ def _number(value):
 
 
 class Progress(keras.callbacks.ProgbarLogger):
-    """Keras's progress bar showing `loss` and the dev aggregate only (the per-task keys
-    would fill the line; metrics.jsonl and the evaluation tables have them)."""
+    """The run's console: a header per evaluation interval, `evaluation 2/4 (updates
+    61-120)` (Keras's epoch), then on a terminal Keras's progress bar with `loss` (the
+    per-task keys would fill the line; metrics.jsonl has them), ended before the
+    evaluation table prints; to a file or pipe plain lines instead, no control bytes: one
+    at the interval's end and one a minute while it runs. Put it before the run's own
+    callbacks, so the bar's line is closed when the evaluation writes."""
 
-    SHOWN = ("loss", "dev/aggregate")
+    SHOWN = ("loss",)
+    PLAIN_EVERY = 60.0  # seconds between plain lines within an interval
+
+    def __init__(self, run, interactive=None):
+        super().__init__()
+        self.run = run
+        self.interactive = sys.stdout.isatty() if interactive is None else interactive
+        self.first = self.last = self.started = self.said = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        exp = self.run.experiment
+        every = exp.eval_every or exp.steps
+        self.first, self.last = self.run.step + 1, min((epoch + 1) * every, exp.steps)
+        self.started = self.said = time.monotonic()
+        evaluations = math.ceil(exp.steps / every)
+        what = f"evaluation {epoch + 1}/{evaluations}" if exp.eval_every else "training"
+        print(f"{what} (updates {self.first}-{self.last})", flush=True)
+        self._reset_progbar()
+        if self.interactive:
+            self.target = self.last - self.first + 1
+            self._maybe_init_progbar()
 
     def on_train_batch_end(self, batch, logs=None):
-        super().on_train_batch_end(batch, self.shown(logs))
+        shown = self.shown(logs)
+        step = self.first + batch
+        if self.interactive:
+            if step >= self.last:  # the line ends before the evaluation prints
+                self.progbar.update(batch + 1, list(shown.items()), finalize=True)
+                self.progbar = None
+            elif self.progbar is not None:
+                self.progbar.update(batch + 1, list(shown.items()), finalize=False)
+            return
+        now = time.monotonic()
+        if step >= self.last or now - self.said >= self.PLAIN_EVERY:
+            self.said = now
+            print(f"update {step}/{self.run.experiment.steps}: "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in shown.items())
+                  + f" ({now - self.started:.0f} s since update {self.first - 1})", flush=True)
 
     def on_epoch_end(self, epoch, logs=None):
-        super().on_epoch_end(epoch, self.shown(logs))
+        if self.interactive and self.progbar is not None:  # stopped early (stop_training)
+            self.progbar.update(self.progbar._seen_so_far, [], finalize=True)
+        self.progbar = None
 
     def shown(self, logs):
-        return {key: value for key, value in (logs or {}).items() if key in self.SHOWN}
+        return {key: float(value) for key, value in (logs or {}).items() if key in self.SHOWN}
 
 
 class BestTracker:
@@ -155,3 +198,40 @@ class BestTracker:
         if state:
             self.best, self.best_step, self.since_best = \
                 state["best"], state["best_step"], state["since_best"]
+
+
+class ScalarLog:
+    """TensorBoard scalars of a run (run_dir/logs): tf.summary on TensorFlow (as always),
+    the tensorboard package's own writer on JAX (no TensorFlow needed; same event files,
+    same tags). Without the tensorboard package on JAX, `available` is False and nothing is
+    written (`mtl train` says so once)."""
+
+    def __init__(self, logdir):
+        self.step, self.available = 0, True
+        if keras.backend.backend() == "tensorflow":
+            self.tf = importlib.import_module("tensorflow")
+            self.writer = self.tf.summary.create_file_writer(logdir)
+            return
+        self.tf = None
+        try:
+            summary = importlib.import_module("tensorboard.summary")
+        except ImportError:
+            self.writer, self.available = None, False
+            return
+        self.writer = summary.Writer(logdir)
+
+    def write(self, step, scalars):
+        """{tag: value} at `step`."""
+        if self.tf is not None:
+            with self.writer.as_default(step=step):
+                for tag, value in scalars.items():
+                    self.tf.summary.scalar(tag, value)
+        elif self.writer is not None:
+            for tag, value in scalars.items():
+                self.writer.add_scalar(tag, float(value), step)
+            self.writer.flush()
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -8,7 +8,8 @@ message` line per problem on stderr and exit code 2, with no traceback; any
 other exception is a bug of ours and keeps its traceback. TensorFlow's own log
 lines are off unless `mtl --verbose ...` or MTL_VERBOSE=1: TF_CPP_MIN_LOG_LEVEL=2
 for what it silences, and `tf_log_filter` for the lines TensorFlow writes to fd 2
-regardless (the program only: a caller's `main([...])` keeps its own stderr).
+regardless (for the command; a caller's `main([...])` is the Python API, filtered from
+TensorFlow's import on as `import mtl_framework` does).
 """
 import argparse
 import importlib
@@ -16,7 +17,6 @@ import itertools
 import os
 import signal
 import sys
-import warnings
 
 from mtl_framework import tf_log_filter
 from mtl_framework.errors import Interrupted, UserError
@@ -58,13 +58,6 @@ def build_parser():
     return parser
 
 
-def quiet_tensorflow():
-    """TensorFlow's C++ start-up lines (CPU features, oneDNN) and Python-side noise off;
-    set before TensorFlow is imported. A level the user set in the environment wins."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    warnings.filterwarnings("ignore", module=r"(keras|tensorflow)(\.|$)")
-
-
 def verbose_requested(argv):
     """`--verbose` before the command, or MTL_VERBOSE set (known before parsing)."""
     options = itertools.takewhile(lambda arg: arg.startswith("-"), argv)
@@ -80,6 +73,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, terminated)
     try:
         if verbose_requested(sys.argv[1:]):
+            tf_log_filter.disabled = True  # nor on import (the library's filter)
             code = run_command(sys.argv[1:])
         else:
             with tf_log_filter.tensorflow_lines_dropped():
@@ -102,7 +96,7 @@ def run_command(argv):
     parser = build_parser()
     args = parser.parse_args(argv)
     if not verbose_requested(argv):
-        quiet_tensorflow()
+        tf_log_filter.quiet_tensorflow()
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2

@@ -11,6 +11,7 @@ truncation, dropped examples), through the feature cache so a second call is fas
 Nothing here imports TensorFlow: reading and featurizing are plain Python.
 """
 import os
+import re
 
 from data_adapters import ReadReport, read_task
 
@@ -18,6 +19,31 @@ DEFAULT_DATA_ROOT = "data"
 # Counted alongside the examples, in this order, when an adapter reports them.
 UNITS = ("questions", "texts", "entities", "triples", "events", "arguments", "unanswerable",
          "unlabelled")
+
+
+# Span tasks' texts are checked for characters glued to what the format put beside
+# them: Weibo NER's `科0技1` (position in the word) read without strip_position_digits,
+# or a tag column read into the text (`我O爱O北B-LOC`). Natural text rarely has three
+# such characters in a row; a spec that reads them so has it on most lines.
+SPAN_FIELDS = ("entities", "triples", "events")
+GLUE_SAMPLE = 200
+GLUED = {
+    "position digits": (re.compile(r"(?:[\u4e00-\u9fff]\d{1,2}){3,}"),
+                        "options.strip_position_digits: true (format tagged_chars) removes them"),
+    "tags": (re.compile(r"(?:[\u4e00-\u9fff][/_]?(?:[BIEMS][-_][A-Za-z.]+|O)){3,}"),
+             "check options.separator (between character and tag) and the format"),
+}
+
+
+def glued_warning(texts, share=0.3):
+    """A warning when at least `share` of the texts hold a run of characters glued to
+    position digits or tags, with an example; None otherwise."""
+    for kind, (pattern, fix) in GLUED.items():
+        found = [match.group() for match in map(pattern.search, texts) if match]
+        if texts and len(found) >= share * len(texts):
+            return (f"{len(found)} of the first {len(texts)} texts look glued to {kind} "
+                    f"(e.g. {found[0][:12]!r}): the model would read them as text; {fix}")
+    return None
 
 
 def default_data_root():
@@ -31,14 +57,23 @@ def split_stats(task, split, data_root, tokenizer=None, max_length=None, cache_d
            "files": read_names(task, split, data_root, named)}
     if row["files"] != named:  # a mirror's name (an alias) was read: say which file
         row["spec_files"] = named
-    report = ReadReport()
+    report, span_texts, values = ReadReport(), [], []
     try:
-        for _ in read_task(task, split, data_root, report):
-            pass
+        for example in read_task(task, split, data_root, report):
+            if len(span_texts) < GLUE_SAMPLE and any(hasattr(example, f) for f in SPAN_FIELDS):
+                span_texts.append(example.text)
+            if task.type == "regression" and isinstance(example.label, (int, float)):
+                values.append(float(example.label))
     except (OSError, ValueError, KeyError) as error:
         row["error"] = str(error)
         return row
     row.update(report.as_dict())
+    if values:  # a regression target's range: a 0-5 STS score read as 0-1 shows here
+        row["label_range"] = {"min": min(values), "max": max(values),
+                              "mean": round(sum(values) / len(values), 4)}
+    warning = glued_warning(span_texts)
+    if warning:
+        row["warnings"] = [warning]
     if tokenizer is not None:
         row["features"] = feature_stats(task, split, data_root, tokenizer, max_length, cache_dir)
     return row
@@ -99,6 +134,10 @@ def format_table(rows):
             notes[index] = [f"error: {row['error']}"]
             continue
         counts = ", ".join(f"{unit} {row[unit]}" for unit in UNITS if row.get(unit))
+        if row.get("label_range"):
+            span = row["label_range"]
+            counts += (", " if counts else "") + \
+                f"labels {span['min']:g}..{span['max']:g} (mean {span['mean']:g})"
         cells = (row["task"], row["split"], str(row["examples"]), str(row["skipped_total"]),
                  str(row["spans"]), str(row["spans_lost_total"]))
         lines = []
@@ -115,6 +154,7 @@ def format_table(rows):
         if row.get("spec_files"):
             lines.append(f"read: {', '.join(row['files'])} (the spec names "
                          f"{', '.join(row['spec_files'])}; a mirror's name for it)")
+        lines += [f"warning: {warning}" for warning in row.get("warnings", [])]
         for path in row.get("absent", []):
             lines.append(f"absent: {path} (optional; the split's other files were read)")
         if with_features:

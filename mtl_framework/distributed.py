@@ -16,20 +16,34 @@ loss by its share of the global loss denominator (rows, or masked tokens for
 mlm), so the per-replica gradients SUM to the gradient of the global-batch loss.
 """
 import contextlib
+import importlib
 import os
 
 import keras
-import tensorflow as tf
 
 from mtl_framework.experiment import DISTRIBUTION, PRECISION, ExperimentError
 from mtl_framework.families import family
 
 
+class _Deferred:
+    """TensorFlow on first use: on the JAX backend it is never imported."""
+
+    def __getattr__(self, name):
+        return getattr(importlib.import_module("tensorflow"), name)
+
+
+tf = _Deferred()
+
+
 def make_strategy(distribution="none"):
     """None (no strategy) or a tf.distribute strategy. MultiWorkerMirroredStrategy must be
-    made before any other TensorFlow op runs in the process (it configures collectives)."""
+    made before any other TensorFlow op runs in the process (it configures collectives).
+    On JAX: `mirrored` sets keras.distribution.DataParallel over the local devices (and
+    returns None: the step shards batches itself, step/jax.py); multi_worker is refused."""
     if distribution in (None, "none"):
         return None
+    if keras.backend.backend() == "jax":
+        return _jax_data_parallel(distribution)
     if distribution == "mirrored":
         return tf.distribute.MirroredStrategy()
     if distribution == "multi_worker":
@@ -39,6 +53,16 @@ def make_strategy(distribution="none"):
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=tf.distribute.experimental.CommunicationImplementation.AUTO)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
+
+
+def _jax_data_parallel(distribution):
+    if distribution == "mirrored":
+        keras.distribution.set_distribution(keras.distribution.DataParallel())
+        return None
+    if distribution == "multi_worker":
+        raise ExperimentError("distribution: multi_worker is TensorFlow's (tf.distribute); on "
+                              "KERAS_BACKEND=jax use mirrored (the local devices) or none")
     raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
 
 
@@ -100,14 +124,44 @@ def check_same_on_every_worker(strategy, value, what):
             "filesystem or copy its checkpoints/ to each host before --resume")
 
 
+# /proc/cpuinfo flags of x86 CPUs that multiply bfloat16 matrices natively (Intel AMX
+# tiles; AVX512-BF16 dot products): oneDNN's bfloat16 matmuls run about 2x float32 there.
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def native_bf16_flags(cpuinfo="/proc/cpuinfo"):
+    """The `NATIVE_BF16_FLAGS` this CPU reports ([] where none, or where cpuinfo is unreadable)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:
+        return []
+    return [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+
+
+def resolve_precision(precision, cpuinfo="/proc/cpuinfo"):
+    """(Keras dtype policy, why) for an experiment's `precision`: itself, or for `auto`
+    mixed_bfloat16 where the CPU does bfloat16 matrix work natively, float32 elsewhere."""
+    if precision not in PRECISION:
+        raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
+    if precision != "auto":
+        return precision, "as the experiment says"
+    flags = native_bf16_flags(cpuinfo)
+    if flags:
+        return "mixed_bfloat16", f"auto: the CPU multiplies bfloat16 natively ({', '.join(flags)})"
+    return "float32", ("auto: the CPU reports neither " + " nor ".join(NATIVE_BF16_FLAGS)
+                       + " (bfloat16 would be emulated, slower than float32)")
+
+
 @contextlib.contextmanager
 def precision_policy(precision="float32"):
     """Layers made inside take the Keras dtype policy `precision` (mixed_*: float32
-    variables, 16-bit compute); the global policy is restored on exit."""
-    if precision not in PRECISION:
-        raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
+    variables, 16-bit compute; `auto`: `resolve_precision`); the global policy is
+    restored on exit."""
+    policy, _ = resolve_precision(precision)
     previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(precision)
+    keras.config.set_dtype_policy(policy)
     try:
         yield
     finally:

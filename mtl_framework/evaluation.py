@@ -30,13 +30,13 @@ generic metric's).
 import os
 import time
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
 from mtl_framework import scorers
-from mtl_framework.cache import cached_features
+from mtl_framework.cache import CacheNotes, cached_features
 from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import load_experiment
@@ -61,13 +61,16 @@ class TaskPredictor:
 
     def __init__(self, model):
         self.model = model
-        # Relation/choice batches vary in two dims; TF's retracing warning
-        # counts the first relaxed retrace of each task as a problem.
-        tf.get_logger().setLevel("ERROR")
+        if keras.backend.backend() == "tensorflow":
+            # Relation/choice batches vary in two dims; TF's retracing warning
+            # counts the first relaxed retrace of each task as a problem.
+            import tensorflow as tf
+
+            tf.get_logger().setLevel("ERROR")
 
     def __call__(self, task, batch):
-        inputs = {k: tf.convert_to_tensor(v) for k, v in batch.items()}
-        return tf.nest.map_structure(lambda x: x.numpy(), self.model.traced_outputs(task, inputs))
+        inputs = self.model._to_tensors(batch)
+        return keras.tree.map_structure(np.asarray, self.model.traced_outputs(task, inputs))
 
 
 def evaluation_rows(features, max_examples=None):
@@ -264,9 +267,13 @@ def ranking_entry(predictor, task, features, rows, batch_size, train_features=No
 
 def evaluate_tasks(model, tasks, tokenizer, data_root, split="dev", batch_size=32, max_examples=None,
                    cache_dir=None, max_length=None, train_features=None, log=None):
-    """{task name: entry} for every task with `split` in its files (others get a note)."""
+    """{task name: entry} for every task with `split` in its files (others get a note).
+    The caches loaded are one line of `log` (a CacheNotes, as a Run keeps: only the first
+    time)."""
     predictor = TaskPredictor(model)
     results = {}
+    if log is not None and not isinstance(log, CacheNotes):
+        log = CacheNotes(log)
     for task in tasks:
         if split not in task.files:
             results[task.name] = {"metric": task.metric, "score": None,
@@ -281,6 +288,8 @@ def evaluate_tasks(model, tasks, tokenizer, data_root, split="dev", batch_size=3
             model, task, features, predictor, batch_size, max_examples,
             (train_features or {}).get(task.name), scoring)
         results[task.name]["seconds"] = round(time.time() - started, 2)
+    if log is not None:
+        log.summary(f"{split} features")
     return results
 
 
@@ -364,9 +373,12 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
                 f"(--max-length {settings['max_length']} asked)")
     model = checkpoint_model(checkpoint, experiment, **backbone_overrides(settings))
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
-    train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=log,
+    notes = CacheNotes(log) if log else None
+    train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=notes,
                                         max_length=min(task.max_length, experiment.max_length))
              for task in selected}
+    if notes:
+        notes.summary("train features (majority baselines)")
     results = evaluate_tasks(model, selected, tokenizer, data_root, split, batch_size, max_examples,
                              cache_dir, settings.get("max_length", experiment.max_length), train,
                              log=log)

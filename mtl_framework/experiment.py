@@ -84,7 +84,7 @@ OPTIMIZER_KEYS = {
 SCHEDULE_KEYS = ("name", "lr", "warmup_steps", "final_lr_fraction", "clipnorm", "global_clipnorm",
                  "clipvalue")
 DISTRIBUTION = ("none", "mirrored", "multi_worker")
-PRECISION = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISION = ("float32", "mixed_bfloat16", "mixed_float16", "auto")
 DEFAULTS = dict(sampling="proportional", balancing="gradient_norm", tasks_per_update=8,
                 batch_size=16, max_length=128, steps=100, seed=0, checkpoint_every=50,
                 keep_checkpoints=3, eval_every=0, eval_batches=20, task_specs=[],

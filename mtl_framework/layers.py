@@ -7,6 +7,7 @@ import math
 import random
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -53,6 +54,10 @@ def resolve_exact_padding(option, compute_dtype):
         return option
     if keras.backend.standardize_dtype(compute_dtype) != "float32":
         return False
+    if keras.backend.backend() == "jax":  # float64 only with x64 on; a CPU only
+        import jax
+
+        return bool(jax.config.jax_enable_x64) and jax.default_backend() == "cpu"
     import tensorflow as tf
 
     return not tf.config.list_logical_devices("GPU")
@@ -136,19 +141,33 @@ def rotary_tables(length, head_size, base=10000.0, dtype="float32", scaling=None
 
 
 def swap_pairs(x):
-    """(x0, x1, x2, x3, ...) -> (x1, x0, x3, x2, ...) along the last axis."""
+    """(x0, x1, x2, x3, ...) -> (x1, x0, x3, x2, ...) along the last axis, as a reverse of
+    a [..., d/2, 2] view (bench/variants.py's earlier rotary; `apply_rotary` multiplies
+    by `pair_swap_matrix` instead)."""
     shape = ops.shape(x)
     pairs = ops.reshape(x, (*shape[:-1], shape[-1] // 2, 2))
     return ops.reshape(ops.flip(pairs, axis=-1), shape)
+
+
+def pair_swap_matrix(d, dtype="float32"):
+    """The [d, d] permutation P with x @ P = `swap_pairs(x)`. Exact in any float dtype:
+    each output is one input times 1 plus zeros."""
+    return ops.cast(np.eye(d, dtype="float32")[np.arange(d) ^ 1], dtype)
 
 
 def apply_rotary(x, cos, sin):
     """Rotate adjacent pairs (2i, 2i+1) of x [..., length, d] by the `rotary_tables`:
 
     (x_2i, x_2i+1) -> (x_2i c_i - x_2i+1 s_i, x_2i+1 c_i + x_2i s_i), bit for bit
-    the products and sums of the textbook form.
+    the products and sums of the textbook form. The pair swap is one [N, d] x [d, d]
+    matmul by a permutation (`pair_swap_matrix`): on TF's CPU kernels its forward and
+    backward run faster than a reverse of a [..., d/2, 2] view and its gradient
+    (bench/results/backbone.json's ablation).
     """
-    return x * cos + swap_pairs(x) * sin
+    shape = ops.shape(x)
+    d = x.shape[-1]
+    swapped = ops.matmul(ops.reshape(x, (-1, d)), pair_swap_matrix(d, x.dtype))
+    return x * cos + ops.reshape(swapped, shape) * sin
 
 
 def transposed(kernel):

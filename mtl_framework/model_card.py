@@ -24,14 +24,16 @@ from mtl_framework.provenance import describe, provenance
 from mtl_framework.scorers import score_name
 
 LICENSE = "apache-2.0"
-# Our task families as the Hub's task types (model-index `task.type`).
+# Our task families as the Hub's task types (model-index `task.type`, and the card's
+# tags). regression is STS-style similarity of a pair (STS-B's own Hub task), not a
+# classification; cloze here picks one of the candidates (ChID), a multiple choice.
 HUB_TASK_TYPE = {"classification": "text-classification", "matching": "text-classification",
-                 "regression": "text-classification", "coreference": "text-classification",
+                 "regression": "sentence-similarity", "coreference": "text-classification",
                  "extraction_ner": "token-classification",
                  "extraction_relation": "token-classification",
                  "extraction_event": "token-classification",
                  "mrc_span": "question-answering", "multiple_choice": "multiple-choice",
-                 "cloze": "fill-mask", "mlm": "fill-mask"}
+                 "cloze": "multiple-choice", "mlm": "fill-mask"}
 HUB_DATASETS = "https://huggingface.co/datasets/"
 def last_dev_evaluation(run_dir, step=None):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
@@ -117,7 +119,8 @@ def card_data(run_dir, state, fmt):
     results = eval_results(last_dev_evaluation(run_dir, state["step"]), state.get("heads"), datasets)
     return ModelCardData(
         language="zh", license=LICENSE, library_name=formats.FORMATS[fmt].library,
-        tags=[tag, "multi-task", "mtl_framework", fmt],
+        tags=[tag, "multi-task", "mtl_framework", fmt,
+              *sorted({r.task_type for r in results})],
         datasets=list(dict.fromkeys(datasets.values())) or None, base_model=base_model,
         model_name=model_name, eval_results=results or None)
 

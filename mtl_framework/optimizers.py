@@ -1,6 +1,8 @@
 """Optimizers from Keras: LAMB (what Su used) and AdamW, with warm-up then linear decay."""
 import keras
-import tensorflow as tf
+
+if keras.backend.backend() == "tensorflow":  # AdamW's fused kernel; JAX takes Keras's own path
+    import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package="mtl_framework")
@@ -39,10 +41,13 @@ class AdamW(keras.optimizers.AdamW):
     so the traced update grew by ~2.9 MiB per task (bench/mtl_overhead.py); here a
     variable costs a handful of ops. ResourceApplyAdam computes exactly Keras's step:
     m += (g - m)(1 - b1); v += (g^2 - v)(1 - b2); var -= m lr sqrt(1 - b2^t) / (1 - b1^t)
-    / (sqrt(v) + eps). AMSGrad and sparse gradients take Keras's own path.
+    / (sqrt(v) + eps). AMSGrad and sparse gradients take Keras's own path, and so does
+    every step on JAX (inside its jitted update the ops fuse anyway).
     """
 
     def _apply_weight_decay(self, variables):
+        if keras.backend.backend() != "tensorflow":
+            return super()._apply_weight_decay(variables)
         if self.weight_decay is None:
             return
         decay = self.learning_rate * self.weight_decay
@@ -78,7 +83,8 @@ class AdamW(keras.optimizers.AdamW):
         return self._step_scalars[dtype]
 
     def update_step(self, gradient, variable, learning_rate):
-        if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
+        if keras.backend.backend() != "tensorflow" or self.amsgrad or \
+                isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         index = self._get_variable_index(variable)
         return tf.raw_ops.ResourceApplyAdam(

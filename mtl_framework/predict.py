@@ -3,6 +3,7 @@
     model = load_model("runs/demo")                       # a run directory or a keras export
     model.predict_file("cluener", "my.json", "out.jsonl")  # one JSON line per input example
     model.predict_texts("cluener", ["浙商银行企业信贷部叶老桂博士"])  # raw strings, in Python
+    model.predict_text_lines("afqmc", ["花呗|||借呗"], "|||")  # `mtl predict --text`: JSON lines
     model.predict_clue("submit/")                          # CLUE 1.1 files (see clue.py)
 
 The input is read by the task's adapter (the spec's format, options and fields), its
@@ -157,8 +158,8 @@ class PredictModel:
             raise UserError(f"{self.source}: no head for task {name!r}; its tasks: "
                             f"{', '.join(self.heads) or 'none'}")
         if name not in self.registry.tasks:
-            raise UserError(f"{self.source}: task {name!r} has a head but no task spec here: "
-                            "pass --specs DIR with its YAML")
+            raise UserError(f"{self.source}: task {name!r} has a head but no task spec here "
+                            f"({self.registry.searched()}): pass --specs DIR with its YAML")
         return self.registry.tasks[name]
 
     def labels(self, task):
@@ -183,7 +184,8 @@ class PredictModel:
     def read(self, task, paths, report=None):
         """The examples of `paths` in the task's format, in file order. Gold filters
         (skip_labels) are off, labels unchecked and the adapter's predict_options on
-        (e.g. CLUE test placeholders read as no gold): every row is predicted.
+        (e.g. CLUE test placeholders read as no gold): every row is predicted. A text task's
+        text_b is optional unless the task is matching (it compares two texts).
         `report.order` (an OrderedReport) then holds, in input order, each example's
         index or an unreadable row's (reason, place)."""
         from data_adapters import get_adapter, read_files
@@ -193,8 +195,11 @@ class PredictModel:
             if not os.path.isfile(path):
                 raise UserError(f"{path}: no such file (task {task.name!r} reads "
                                 f"format {task.format!r})")
+        adapter = get_adapter(task.format)
         options = {**{k: v for k, v in task.options.items() if k != "skip_labels"},
-                   **get_adapter(task.format).predict_options}
+                   **adapter.predict_options}
+        if "text_b_optional" in adapter.option_keys and task.type != "matching":
+            options["text_b_optional"] = True  # only the fields a prediction needs: tnews' title
         where = f"{', '.join(map(str, paths))} (task {task.name!r}, format {task.format!r})"
         try:
             examples = []
@@ -252,29 +257,74 @@ class PredictModel:
 
     TEXT_TYPES = ("classification", "matching", "regression")
 
+    def text_examples(self, task, texts):
+        """TextExamples (text tasks: a string or a (text, text_b) pair each) or NERExamples
+        (extraction_ner: strings) of raw texts; a UserError for other families, and for a
+        matching task given single strings (it compares two texts)."""
+        from data_adapters.examples import NERExample, TextExample
+
+        texts = list(texts)
+        pair = next((t for t in texts if not isinstance(t, str)), None)
+        single = next((t for t in texts if isinstance(t, str)), None)
+        if task.type in self.TEXT_TYPES:
+            if task.type == "matching" and single is not None:
+                raise UserError(f"task {task.name!r} (matching) compares two texts, got one: "
+                                f"{single!r} (mtl predict: --separator SEP and `TEXT SEP TEXT_B`)")
+            return [TextExample(*t) if isinstance(t, (tuple, list)) else TextExample(t)
+                    for t in texts]
+        if task.type == "extraction_ner":
+            if pair is not None:
+                raise UserError(f"task {task.name!r} (extraction_ner): one string per text, "
+                                f"not {pair!r}")
+            return [NERExample(t) for t in texts]
+        raise UserError(f"task {task.name!r} ({task.type}): raw texts are for "
+                        f"{', '.join(self.TEXT_TYPES)} and extraction_ner tasks; write the "
+                        f"input in the task's format and use predict_file (mtl predict --input)")
+
     def predict_texts(self, task_name: str, texts: Iterable[str | tuple[str, str]],
                       batch_size: int = 32) -> list[Any]:
         """Predictions for raw strings, in order (shaped as `predict_file` writes them): for
         text tasks a string or, for a pair task, (text, text_b) per example; for NER a
         string. A string the featurizer cannot take gets None."""
-        from data_adapters.examples import NERExample, TextExample
-
         task = self.task(task_name)
-        examples: list[TextExample] | list[NERExample]
-        if task.type in self.TEXT_TYPES:
-            examples = [TextExample(*t) if isinstance(t, (tuple, list)) else TextExample(t)
-                        for t in texts]
-        elif task.type == "extraction_ner":
-            texts = list(texts)
-            pair = next((t for t in texts if not isinstance(t, str)), None)
-            if pair is not None:
-                raise UserError(f"task {task_name!r} (extraction_ner): one string per text, not {pair!r}")
-            examples = [NERExample(t) for t in texts if isinstance(t, str)]
-        else:
-            raise UserError(f"task {task_name!r} ({task.type}): raw strings are for "
-                            f"{', '.join(self.TEXT_TYPES)} and extraction_ner tasks; write the "
-                            f"input in the task's format and use predict_file")
+        examples = self.text_examples(task, texts)
         return [prediction for _, prediction, _ in self.predict(task, examples, batch_size)]
+
+    def predict_text_lines(self, task_name: str, texts: Sequence[str], separator: str | None = None,
+                           output_path: str | None = None, batch_size: int = 32) -> dict[str, Any]:
+        """`mtl predict --text`: one JSON line per text, `{"text", ["text_b",] "prediction"}`
+        (and `"error"` when the featurizer could not take it), to `output_path` (written
+        whole) or stdout. `separator` splits each text once into text and text_b."""
+        task = self.task(task_name)
+        if separator is not None:
+            missing = next((t for t in texts if separator not in t), None)
+            if missing is not None:
+                raise UserError(f"--text {missing!r}: no {separator!r} in it: with --separator, "
+                                f"each text is `TEXT{separator}TEXT_B`")
+            texts = [tuple(t.split(separator, 1)) for t in texts]
+        started = time.time()
+        rows = self.predict(task, self.text_examples(task, texts), batch_size)
+        lines = []
+        for example, prediction, error in rows:
+            line = {"text": example.text}
+            if getattr(example, "text_b", None) is not None:
+                line["text_b"] = example.text_b
+            line["prediction"] = prediction
+            if error is not None:
+                line["error"] = error
+            lines.append(json.dumps(line, ensure_ascii=False))
+        if output_path is None:
+            sys.stdout.write("".join(line + "\n" for line in lines))
+            sys.stdout.flush()
+        else:
+            write_atomic(output_path, "\n".join(lines) + "\n")
+        summary = {"task": task.name, "output": output_path or "stdout", "examples": len(rows),
+                   "lines": len(lines), "skipped_rows": {},
+                   "not_featurized": sum(error is not None for _, _, error in rows),
+                   "truncated": self.truncated, "seconds": round(time.time() - started, 2)}
+        if output_path is not None or summary["not_featurized"] or summary["truncated"]:
+            self.log(summary_line(summary, ReadReport(), self.length(task)))
+        return summary
 
     # --- files ------------------------------------------------------------------
 
@@ -446,20 +496,12 @@ def summary_line(summary, report, max_length):
 
 
 def progress_bar(total, description):
-    """(update(n), close()) of a progress bar on stderr: tqdm when installed, else Keras's."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        import keras
+    """(update(n), close()) of a progress bar on stderr: tqdm on a terminal, else nothing
+    (the summary line says what was done)."""
+    from mtl_framework.console import progress_bar as bar
 
-        bar, done = keras.utils.Progbar(total, unit_name="example"), [0]
-
-        def update(n):
-            done[0] += n
-            bar.update(done[0])
-        return update, lambda: None
-    bar = tqdm(total=total, desc=description, unit="example", file=sys.stderr, leave=False)
-    return bar.update, bar.close
+    shown = bar(description, total, leave=False, unit="example")
+    return shown.update, shown.close
 
 
 def write_atomic(path, text):

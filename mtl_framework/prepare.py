@@ -443,11 +443,9 @@ def _count_with_size(item):
 
 
 def progress_bar(stage, total=None):
-    from tqdm import tqdm
+    from mtl_framework.console import progress_bar as bar
 
-    interactive = sys.stderr.isatty()
-    return tqdm(total=total, desc=stage, unit="ex", unit_scale=True, dynamic_ncols=True,
-                mininterval=0.5 if interactive else 15, file=sys.stderr)
+    return bar(stage, total)
 
 
 def prepare(jobs, tokenizer, data_root, cache_dir=None, workers=None, log=print, workers_pool=None):

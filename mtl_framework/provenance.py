@@ -10,12 +10,13 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+import sys
 
 from mtl_framework import __version__
 
 # Import names whose versions are recorded; TensorFlow's comes from whichever
 # distribution provides it (tensorflow, tensorflow-cpu, ...).
-DEPENDENCIES = ("tensorflow", "keras", "tokenizers")
+DEPENDENCIES = ("tensorflow", "keras", "tokenizers", "jax")
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -53,7 +54,16 @@ def _provenance():
     record = {"mtl_framework": __version__, "commit": commit, "dirty": dirty,
               "python": platform.python_version()}
     record.update({name: installed_version(name) for name in DEPENDENCIES})
+    record["keras_backend"] = keras_backend()
     return record
+
+
+def keras_backend():
+    """The Keras backend this process runs on (KERAS_BACKEND, else Keras's default)."""
+    keras = sys.modules.get("keras")
+    if keras is not None:
+        return keras.backend.backend()
+    return os.environ.get("KERAS_BACKEND", "tensorflow")
 
 
 def provenance():

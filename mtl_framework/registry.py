@@ -138,10 +138,21 @@ class DatasetSpec:
 
 
 class Registry:
-    def __init__(self, datasets, tasks, data_root=None):
+    def __init__(self, datasets, tasks, data_root=None, spec_paths=()):
         self.datasets = datasets  # id -> DatasetSpec
         self.tasks = tasks  # name -> TaskSpec, in file order
         self.data_root = data_root
+        self.spec_paths = [str(p) for p in spec_paths]  # the folders/files read, in order
+
+    def searched(self):
+        """Where task names were looked for, for an unknown name's error: the spec
+        folders beyond the built-in ones, or how to add one."""
+        builtin = [p for p in self.spec_paths if Path(p).resolve() == BUILTIN_SPECS.resolve()]
+        extra = [p for p in self.spec_paths if p not in builtin]
+        if not extra:
+            return ("searched the built-in specs only: for a task of your own, pass its spec "
+                    "folder (--specs DIR, or task_specs: in an experiment)")
+        return f"searched {'the built-in specs and ' if builtin else ''}{', '.join(extra)}"
 
     def __len__(self):
         return len(self.tasks)
@@ -162,7 +173,8 @@ class Registry:
         if unknown:
             known = list(self.tasks) + list(self.datasets)
             problems = [f"unknown task or dataset {n!r}{did_you_mean(n, known)}" for n in unknown]
-            raise UnknownTaskError("; ".join(problems) + " (`mtl tasks list` shows them all)")
+            raise UnknownTaskError("; ".join(problems) + f"; {self.searched()} (`mtl tasks list "
+                                   "[--specs DIR]` shows them all)")
         return list(chosen.values())
 
 
@@ -177,7 +189,7 @@ def load_paths(paths, data_root=None):
     loader.load([Path(p) for p in paths])
     if loader.errors:
         raise SpecValidationError(loader.errors)
-    return Registry(loader.datasets, loader.tasks, data_root)
+    return Registry(loader.datasets, loader.tasks, data_root, paths)
 
 
 def validate_paths(paths, data_root=None):

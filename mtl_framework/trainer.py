@@ -25,6 +25,7 @@ many runs one after another.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import math
 import os
@@ -36,15 +37,27 @@ from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from mtl_framework import architectures
 from mtl_framework import run_dir as files
 from mtl_framework.balancing import Balancing, BalancingError
 from mtl_framework.balancing import describe as describe_balancing
-from mtl_framework.cache import cached_features
-from mtl_framework.callbacks import EPOCH_CUT_WARNING, BestTracker, EvaluationEpochs, Progress, TaskLogs
-from mtl_framework.distributed import check_same_on_every_worker, is_chief, make_strategy, precision_policy
+from mtl_framework.cache import CacheNotes, cached_features
+from mtl_framework.callbacks import (
+    EPOCH_CUT_WARNING,
+    BestTracker,
+    EvaluationEpochs,
+    Progress,
+    ScalarLog,
+    TaskLogs,
+)
+from mtl_framework.distributed import (
+    check_same_on_every_worker,
+    is_chief,
+    make_strategy,
+    precision_policy,
+    resolve_precision,
+)
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
 from mtl_framework.families import MLM
@@ -120,6 +133,30 @@ def build_backbone(experiment, tokenizer):
         architectures.backbone_config(spec.pop("architecture", None), size, **spec))
 
 
+def update_counter(updates, strategy=None):
+    """What fit iterates: its elements are never read (the mixture draws the micro-batches),
+    it only counts updates. On TensorFlow a repeated tf.data range (NumPy input made fit
+    stall seconds per epoch, ../shared/PITFALLS.md), batched by the strategy's replicas; on
+    JAX an endless generator with one element per data-parallel device."""
+    if keras.backend.backend() != "tensorflow":
+        rows = keras.distribution.distribution()
+        rows = rows.device_mesh.shape[0] if rows is not None else 1
+
+        def counter():
+            while True:
+                yield (np.zeros((rows,), "float32"),)
+        return counter()
+    tf = importlib.import_module("tensorflow")
+    steps = tf.data.Dataset.range(updates).repeat()
+    if strategy is not None:  # a strategy distributes batches; fit's elements go unread
+        steps = steps.batch(strategy.num_replicas_in_sync)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        steps = steps.with_options(options)
+    return steps
+
+
 def no_rows_message(task, features):
     """A train split nothing could be learned from, with what the adapter skipped and where."""
     read = features.meta.get("read", {})
@@ -140,7 +177,9 @@ class RunLogger(keras.callbacks.Callback):
         self.evaluated = None  # step of the last evaluation
         self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
         self.metrics = open(os.path.join(run.work_dir, files.METRICS), "a", encoding="utf-8")
-        self.writer = tf.summary.create_file_writer(os.path.join(run.work_dir, "logs"))
+        self.writer = ScalarLog(os.path.join(run.work_dir, "logs"))
+        if not self.writer.available:
+            run.log("TensorBoard logs: not written (no tensorboard package in this environment)")
 
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
@@ -182,12 +221,11 @@ class RunLogger(keras.callbacks.Callback):
         self.metrics.flush()
         # the update a Ctrl-C reports (commands/train.py) is the last one metrics.jsonl holds
         self.run.step = self.step
-        with self.writer.as_default(step=self.step):
-            tf.summary.scalar("loss", record["loss"] or 0.0)
-            for name, stats in record["tasks"].items():
-                tf.summary.scalar(f"{name}/loss", stats["loss"])
-                tf.summary.scalar(f"{name}/gradient_norm", stats["gradient_norm"])
-                tf.summary.scalar(f"{name}/sampling_rate", stats["rate"])
+        scalars = {"loss": record["loss"] or 0.0}
+        for name, stats in record["tasks"].items():
+            scalars.update({f"{name}/loss": stats["loss"], f"{name}/gradient_norm":
+                            stats["gradient_norm"], f"{name}/sampling_rate": stats["rate"]})
+        self.writer.write(self.step, scalars)
         eval_every, steps = self.run.experiment.eval_every, self.run.experiment.steps
         if eval_every and (self.step % eval_every == 0 or self.step == steps):
             self.evaluate()  # before this step's checkpoint, which keeps keep_best's state
@@ -203,12 +241,11 @@ class RunLogger(keras.callbacks.Callback):
         exp = self.run.experiment
         results = self.run.evaluate("dev", max_examples=exp.eval_batches * exp.batch_size)
         line = evaluation.record(self.run.run_dir, self.step, "dev", results)
-        with self.writer.as_default(step=self.step):
-            for name, entry in results.items():
-                if entry.get("score") is not None:
-                    tf.summary.scalar(f"{name}/dev_score", entry["score"])
-            if line["aggregate"] is not None:
-                tf.summary.scalar("dev_aggregate", line["aggregate"])
+        scalars = {f"{name}/dev_score": entry["score"] for name, entry in results.items()
+                   if entry.get("score") is not None}
+        if line["aggregate"] is not None:
+            scalars["dev_aggregate"] = line["aggregate"]
+        self.writer.write(self.step, scalars)
         self.run.log("\n" + evaluation.format_results(line))
         self.evaluated = self.step
         self.run.last_evaluation = line
@@ -260,6 +297,7 @@ class Run:
                  data_root: str | None = None, resume: bool | None = None, plan: Plan | None = None,
                  callbacks: Iterable[keras.callbacks.Callback] | None = None) -> None:
         self.log = log
+        self.eval_cache_notes = CacheNotes(log)  # one "dev features from cache" line per run
         self.callbacks = list(callbacks or [])  # Keras callbacks for fit, after the run's own
         plan = plan or plan_run(experiment, output, data_root, resume)
         self.plan, self.experiment, experiment = plan, plan.experiment, plan.experiment
@@ -280,6 +318,9 @@ class Run:
             log(f"distribution: {self.distribution}, "
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
+        elif keras.distribution.distribution() is not None:  # JAX: DataParallel (distributed.py)
+            log(f"distribution: {self.distribution}, keras.distribution.DataParallel over "
+                f"{len(keras.distribution.list_devices())} device(s)")
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)
         self.step = 0
         self.last_evaluation = None  # the latest evaluations.jsonl line of this process
@@ -350,7 +391,7 @@ class Run:
         return evaluate_tasks(self.model, self.scored_tasks(tasks), self.tokenizer, self.data_root,
                               split, batch_size or 2 * exp.batch_size, max_examples,
                               exp.resolve_path(exp.raw.get("cache_dir")), exp.max_length,
-                              train, log=self.log)
+                              train, log=self.eval_cache_notes)
 
     def scored_tasks(self, tasks=None):
         """The run's TaskSpecs named by `tasks` (names or specs; None: all), in run order."""
@@ -369,6 +410,8 @@ class Run:
         keras.utils.set_random_seed(exp.seed)
         cache_dir = exp.resolve_path(exp.raw.get("cache_dir"))
         streams, sizes, heads, loss_weights, fixed = {}, {}, {}, {}, {}
+        if exp.precision == "auto":
+            self.log("precision: {} ({})".format(*resolve_precision(exp.precision)))
         with precision_policy(exp.precision):
             self.backbone = build_backbone(exp, self.tokenizer)
         self.backbone.build()
@@ -383,11 +426,12 @@ class Run:
 
         prepare(experiment_jobs(exp, self.tasks), self.tokenizer, self.data_root, cache_dir,
                 log=self.log)
+        notes = CacheNotes(self.log)  # the caches loaded: one line
         for i, task in enumerate(self.tasks):
             entry = entries.get(task.name) or entries.get(task.dataset) or {}
             length = min(task.max_length, exp.max_length)
             features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
-                                       max_length=length, log=self.log)
+                                       max_length=length, log=notes)
             if len(features) == 0:
                 raise UserError(no_rows_message(task, features))
             streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
@@ -400,13 +444,14 @@ class Run:
             if rate is not None:
                 fixed[task.name] = rate
         if MLM_TASK in entries:
-            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK])
+            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK], notes)
             with precision_policy(exp.precision):
                 heads[MLM_TASK] = build_head(MLM, self.tokenizer.vocab_size, hidden,
                                              name=MLM_TASK, embeddings=self.backbone.token_embedding)
             loss_weights[MLM_TASK] = entries[MLM_TASK].get("loss_weight", 1.0)
             if "rate" in entries[MLM_TASK]:
                 fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
+        notes.summary("train features")
         self.head_types = {**{t.name: t.type for t in self.tasks}, MLM_TASK: MLM}
         if exp.backbone.get("init"):  # heads of same-named tasks from a --with-heads export
             from mtl_framework.trained_model import init_heads
@@ -443,7 +488,7 @@ class Run:
         step = max(0, sampler.step + offset)
         return dict(zip(self.mixture.names, map(float, sampler.rates_at(step))))
 
-    def mlm_stream(self, cache_dir, entry):
+    def mlm_stream(self, cache_dir, entry, log=None):
         """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
         from every task's train texts in turn. Size for the rates: documents / examples."""
         exp = self.experiment
@@ -451,7 +496,7 @@ class Run:
         sources = [mlm_corpus_task(exp, entry)] if entry.get("corpus") else self.tasks
         features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
                                     max_length=min(exp.max_length, t.max_length), family=MLM,
-                                    log=self.log, **settings) for t in sources]
+                                    log=log or self.log, **settings) for t in sources]
         streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
                    for i, f in enumerate(features) if len(f)]
         if not streams:
@@ -552,9 +597,10 @@ class Run:
             self.release()  # on every way out: another process may write the run now
 
     def _train(self, resume):
-        # Each task's micro-step traces once on its first batch; TF's generic
-        # "N calls triggered retracing" warning counts those as a problem.
-        tf.get_logger().setLevel("ERROR")
+        if keras.backend.backend() == "tensorflow":
+            # Each task's micro-step traces once on its first batch; TF's generic
+            # "N calls triggered retracing" warning counts those as a problem.
+            importlib.import_module("tensorflow").get_logger().setLevel("ERROR")
         if self.is_chief:  # before writing anything (again: cheap, and it may have changed)
             self.plan.checkpoints = self.checkpoint_dirs()
             check_run_dir(self.plan, resume)
@@ -578,13 +624,7 @@ class Run:
             for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
                 files.trim_records(os.path.join(self.run_dir, name), start, self.log)
             self.write_run_files()
-        steps = tf.data.Dataset.range(remaining).repeat()
-        if self.strategy is not None:  # a strategy distributes batches; fit's elements go unread
-            steps = steps.batch(self.strategy.num_replicas_in_sync)
-            options = tf.data.Options()
-            options.experimental_distribute.auto_shard_policy = \
-                tf.data.experimental.AutoShardPolicy.OFF
-            steps = steps.with_options(options)
+        steps = update_counter(remaining, self.strategy)
         logger = RunLogger(self, self.experiment.checkpoint_every,
                            self.experiment.keep_checkpoints, start)
         # A Keras epoch: eval_every updates, so an epoch's logs hold its evaluation.
@@ -592,7 +632,7 @@ class Run:
         callbacks = [logger, EvaluationEpochs(self, epoch), TaskLogs(self), *self.callbacks]
         verbose = 1 if self.log and self.is_chief else 0
         if verbose and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
-            callbacks.append(Progress())
+            callbacks.insert(0, Progress(self))  # first: its bar's line ends before evaluations print
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=EPOCH_CUT_WARNING)

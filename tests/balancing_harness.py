@@ -11,11 +11,13 @@ minus the accumulated gradient):
    update), or for pcgrad the NumPy projection of the tasks' tape gradients;
 2. the case's oracle: the method's weights after each update recomputed in NumPy from
    the update logs (its paper's formula);
-3. scaling: task a's loss multiplied by 1000 (loss_weight) gives the same backbone when
-   the method promises invariance, a different one when it does not;
+3. scaling: the model's named state put back to its initial values and task a's loss
+   multiplied by 1000 (loss_weight): the same updates give the same backbone when the
+   method promises invariance, a different one when it does not (the same model, not a
+   second one: a model's traced step costs most of a case);
 4. checkpoint round trip and exact resume: the named state after update 2 restored by
-   name into the model of step 3 (so anything kept outside the named variables would
-   show), which then makes updates 3.. bit for bit as the first model.
+   name into the model as step 3 left it (so anything kept outside the named variables
+   would show), which then makes updates 3.. bit for bit as in step 1.
 Bit-exact resume of `mtl train` after SIGKILL: tests/test_balancing_resume.py.
 """
 from dataclasses import dataclass
@@ -106,12 +108,15 @@ def expected_first_update(case, model, weights):
 
 
 def pcgrad_numpy(grads, rng):
-    """Yu et al. 2020 on flattened gradients, as LibMTL loops (j includes i)."""
+    """Yu et al. 2020, Algorithm 1, on flattened gradients: each g_i projected off every
+    other g_j it conflicts with, j ≠ i in the order of one permutation drawn per i."""
     shapes = [g.shape for g in grads[0]]
     flat = [np.concatenate([g.ravel() for g in task]) for task in grads]
     projected = [f.copy() for f in flat]
     for i in range(len(flat)):
         for j in rng.permutation(len(flat)):
+            if j == i:
+                continue
             dot = projected[i] @ flat[j]
             if dot < 0:
                 projected[i] -= dot / (flat[j] @ flat[j]) * flat[j]
@@ -132,6 +137,19 @@ def train(model, updates, start=0):
     return history
 
 
+def restore(model, arrays):
+    """Every named state variable set to its value in `arrays` (a checkpoint, by name)."""
+    named = model.named_state_variables
+    assert set(named) == set(arrays)
+    for name, variable in named.items():
+        variable.assign(arrays[name])
+
+
+def set_loss_weight(model, task, value):
+    model.loss_weights[task] = value
+    model._group_trace_steps()  # its loss weight tensors (inputs of the traced step)
+
+
 def named_arrays(model):
     return {name: np.array(v.numpy()) for name, v in model.named_state_variables.items()}
 
@@ -139,6 +157,7 @@ def named_arrays(model):
 def run_balancing_test(case):
     # 1. finite updates; the first equals the tape computation
     model = make_model(case.config)
+    initial = named_arrays(model)  # for step 3
     before = {id(v): np.asarray(v, np.float64) for v in model.all_variables}
     first_weights = {t: case.initial_weight for t in TASKS}
     if case.weights_oracle is not None:
@@ -166,20 +185,20 @@ def run_balancing_test(case):
             for t in want:
                 np.testing.assert_allclose(got[t], want[t], rtol=1e-4, atol=1e-7,
                                            err_msg=f"update {u} {t}")
-    # 3. loss scale
-    scaled = make_model(case.config, loss_weights={"a": 1000.0})
+    # 3. loss scale: from the initial state again, task a's loss x 1000
+    scaled = model
+    restore(scaled, initial)
+    set_loss_weight(scaled, "a", 1000.0)
     train(scaled, UPDATES)
     same = all(np.allclose(np.asarray(v), final[n], rtol=1e-3, atol=1e-5)
                for n, v in scaled.named_state_variables.items() if n.startswith("backbone"))
     assert same == case.invariant, f"invariant: promised {case.invariant}, measured {same}"
-    # 4. checkpoint round trip (by name) and exact continuation, in the model of step 3:
-    # whatever it kept outside its named variables would show
-    scaled.loss_weights["a"] = 1.0
-    scaled._group_trace_steps()  # its loss weight tensors (inputs of the traced step)
+    # 4. checkpoint round trip (by name) and exact continuation, in the model as step 3
+    # left it: whatever it kept outside its named variables would show
+    set_loss_weight(scaled, "a", 1.0)
     named = scaled.named_state_variables
     assert set(named) == set(snapshot)
-    for name, variable in named.items():
-        variable.assign(snapshot[name])
+    restore(scaled, snapshot)
     assert all(np.array_equal(a, named_arrays(scaled)[n]) for n, a in snapshot.items())
     train(scaled, UPDATES, start=2)
     for name, value in named_arrays(scaled).items():

@@ -1,12 +1,12 @@
 """Every balancing method through the balancing harness (tests/balancing_harness.py), each
-with its paper's formula recomputed in NumPy; the config schema; PCGrad's algebra and its
-memory refusal."""
+with its paper's formula recomputed in NumPy; the config schema; PCGrad's memory refusal.
+PCGrad's projection and GradNorm's balance against the papers: test_balancing_references.py."""
 import numpy as np
 import pytest
 from balancing_harness import SEED, TASKS, BalancingCase, make_model, run_balancing_test
 
 from mtl_framework import balancing
-from mtl_framework.balancing import BalancingError, pcgrad_coefficients, resolve
+from mtl_framework.balancing import BalancingError, resolve
 
 K = len(TASKS)
 
@@ -63,13 +63,15 @@ def rlw(history):
     return dict(zip(TASKS, K * softmax(z)))
 
 
-def gradnorm(history, alpha=1.5, lr=0.025):
+def gradnorm(history, alpha=1.5, lr=0.025, norm_of=lambda log: log["gradient_norm"]):
+    """norm_of: ||g_k|| of a micro-batch's gradient as the update takes it (`none`: raw)."""
     if not history:
         return None
     w = {t: 1.0 for t in TASKS}
     first, last, norm = {}, {}, {}
     for logs in history:
-        losses, norms = means(logs), means(logs, "gradient_norm")
+        losses = means(logs)
+        norms = means([{"task": log["task"], "norm": norm_of(log)} for log in logs], "norm")
         for t in losses:
             first.setdefault(t, losses[t])
             last[t], norm[t] = losses[t], norms[t]
@@ -77,8 +79,10 @@ def gradnorm(history, alpha=1.5, lr=0.025):
         r = r / r.mean()
         n = np.array([norm[t] for t in TASKS])
         g = np.array([w[t] for t in TASKS]) * n
-        new = np.maximum(np.array([w[t] for t in TASKS])
-                         - lr * np.sign(g - g.mean() * r ** alpha) * n / n.mean(), 1e-3)
+        target = g.mean() * r ** alpha
+        target = target * g.sum() / target.sum()
+        step = lr * n / n.mean()
+        new = np.maximum(np.array([w[t] for t in TASKS]) - np.clip(g / n - target / n, -step, step), 1e-3)
         w = dict(zip(TASKS, K * new / new.sum()))
     return w
 
@@ -101,6 +105,10 @@ CASES = {
     "gradient_norm x rlw": BalancingCase({"normalize": "gradient_norm", "weights": "rlw"}, True,
                                          lambda loss, norm, first: 1 / norm, weights_oracle=rlw),
     "gradnorm": BalancingCase("gradnorm", False, weights_oracle=gradnorm),
+    # g_k/||g_k|| has norm 1: G_k = λ_k, whatever the raw norms (a x 1000 changes nothing)
+    "gradient_norm x gradnorm": BalancingCase(
+        {"normalize": "gradient_norm", "weights": "gradnorm"}, True, lambda loss, norm, first: 1 / norm,
+        weights_oracle=lambda history: gradnorm(history, norm_of=lambda log: 1.0)),
     "pcgrad": BalancingCase("pcgrad", False, pcgrad=True),
 }
 
@@ -137,23 +145,6 @@ def test_bad_balancing_config_is_one_line(config, message):
     assert "\n" not in str(error.value)
 
 
-def test_pcgrad_coefficients_match_the_projection_on_vectors():
-    rng = np.random.default_rng(0)
-    grads = rng.standard_normal((3, 20))
-    grads[1] = -grads[0] + 0.1 * grads[1]  # a strong conflict
-    coefficients = pcgrad_coefficients(grads @ grads.T, np.random.default_rng([1, 2]))
-    order = np.random.default_rng([1, 2])
-    projected = grads.copy()
-    for i in range(3):
-        for j in order.permutation(3):
-            dot = projected[i] @ grads[j]
-            if dot < 0:
-                projected[i] -= dot / (grads[j] @ grads[j]) * grads[j]
-    np.testing.assert_allclose(coefficients @ grads, projected.sum(0), rtol=1e-10)
-    two = pcgrad_coefficients(grads[:2] @ grads[:2].T, np.random.default_rng(3)) @ grads[:2]
-    assert two @ grads[0] >= -1e-9 and two @ grads[1] >= -1e-9  # the promise, for 2 tasks
-
-
 def test_pcgrad_over_its_memory_budget_is_refused_before_any_allocation():
     with pytest.raises(BalancingError, match=r"pcgrad needs .* MiB for 2 task gradient "
                                              r"accumulators .* over max_memory") as error:
@@ -161,22 +152,23 @@ def test_pcgrad_over_its_memory_budget_is_refused_before_any_allocation():
     assert "\n" not in str(error.value)
 
 
-def test_mtl_train_refuses_pcgrad_over_budget_in_one_line_exit_2(tmp_path):
-    import subprocess
-    import sys
+def test_mtl_train_refuses_pcgrad_over_budget_in_one_line_exit_2(tmp_path, capsys):
+    """In this process (cli.main, as tests/test_faults.py runs refusals): a subprocess
+    cost a TensorFlow start-up for the same line and exit status."""
+    from mtl_framework import cli
 
-    from conftest import REPO, write_tiny_experiment
+    from conftest import write_tiny_experiment
 
     experiment = write_tiny_experiment(
         tmp_path / "e.yaml", balancing={"normalize": "none", "weights": "pcgrad", "max_memory": "1KiB"})
     run_dir = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "mtl_framework.cli", "train", str(experiment),
-                             "--output", str(run_dir)], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode == 2, result.stderr[-2000:]
-    # the last line (TensorFlow's start-up lines and the vocab's progress bar come first)
-    line = result.stderr.strip().splitlines()[-1]
+    assert cli.main(["train", str(experiment), "--output", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    # the last line (the vocab's progress lines may come first)
+    line = err.strip().splitlines()[-1]
     assert line.startswith(f"error: {experiment}:1: pcgrad needs ") and "over max_memory (0.0 MiB)" in line
-    assert "Traceback" not in result.stderr
+    assert [x for x in err.splitlines() if x.startswith("error:")] == [line]
+    assert "Traceback" not in err
     assert not run_dir.exists()
 
 

@@ -17,12 +17,13 @@ from conftest import DEMO_DATA, write_tiny_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS, EVERY = 9, 3
-# dwa (the most state: window sums and counts, two window means) runs by default; the
-# others are `slow` (make test-slow): tests/balancing_harness.py already resumes every
-# method exactly from its named state in process, this adds the kill and the files.
-STATEFUL = [pytest.param({"normalize": "none", "weights": "dwa", "window": 2}, id="dwa")] + [
-    pytest.param(name, id=name, marks=pytest.mark.slow)
-    for name in ("loss_rate", "uncertainty", "rlw", "gradnorm")]
+# All `slow` (make test-slow): in the default suite tests/test_resume.py kills and
+# resumes a run with dwa (the most state: window sums and counts, two window means),
+# and tests/balancing_harness.py resumes every method exactly from its named state in
+# process; this adds the kill and the files for each stateful method.
+STATEFUL = [pytest.param(config, id=name, marks=pytest.mark.slow) for name, config in (
+    ("dwa", {"normalize": "none", "weights": "dwa", "window": 2}), ("loss_rate", "loss_rate"),
+    ("uncertainty", "uncertainty"), ("rlw", "rlw"), ("gradnorm", "gradnorm"))]
 
 
 def train(experiment, run_dir, log, resume=False):

@@ -164,28 +164,6 @@ eval_batches: 2
     assert len(files.read_evaluations(run_dir)) == 3
 
 
-def test_training_into_a_finished_run_needs_resume(tmp_path, capsys):
-    from mtl_framework.cli import main
-
-    experiment = tmp_path / "tiny.yaml"
-    experiment.write_text(f"""
-data_root: {DEMO_DATA}
-cache_dir: {tmp_path / 'cache'}
-backbone: {{num_layers: 1, hidden_size: 16, num_heads: 2, intermediate_size: 32}}
-tasks: [tnews]
-batch_size: 2
-tasks_per_update: 1
-max_length: 32
-steps: 1
-""", encoding="utf-8")
-    run_dir = tmp_path / "run"
-    assert main(["train", str(experiment), "--output", str(run_dir)]) == 0
-    capsys.readouterr()
-    assert main(["train", str(experiment), "--output", str(run_dir)]) == 2
-    err = capsys.readouterr().err
-    assert "already holds checkpoints" in err and "--resume" in err and str(run_dir) in err
-
-
 def test_mrr_ranks_the_candidates_of_each_question(tmp_path):
     """nlpcc_dbqa-style pairs: candidates grouped by their question, ranked by the head's
     score for the right label; a question without a right candidate or an unlabelled row

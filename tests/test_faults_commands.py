@@ -215,7 +215,7 @@ def test_predict_checks_its_output_before_loading_the_model(trained, five, tmp_p
 
 def test_predict_writes_a_null_line_for_each_unreadable_row(trained, tmp_path, capsys):
     good = demo_lines("tnews", "dev", 4)
-    rows = [good[0], "{not json", good[1], '{"sentence": 5}', good[2], good[3]]
+    rows = [good[0], "{not json", good[1], '{"keywords": "no sentence"}', good[2], good[3]]
     source = write(tmp_path / "in.json", "\n".join(rows) + "\n")
     out = tmp_path / "out.jsonl"
     assert cli.main(["predict", str(trained["run"]), "--task", "tnews", "--input", str(source),

@@ -339,7 +339,7 @@ def test_cjrc_span_and_classification_tasks_share_one_rule(tmp_path):
     path = write(tmp_path / "cjrc.json", json.dumps(
         {"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}, ensure_ascii=False))
     adapter = get_adapter("squad")()
-    options = {"placeholder_answers": "skip", "scorer": "cjrc"}
+    options = {"placeholder_answers": "skip", "scorer": "cjrc", "unlocated_questions": "skip"}
     spans = list(adapter.read([str(path)], options, {}, "mrc_span", None, ReadReport()))
     kinds = list(adapter.read([str(path)], options, {}, "classification",
                               ["span", "YES", "NO", "unknown"], ReadReport()))

@@ -107,3 +107,16 @@ def test_no_absolute_path_anywhere_in_an_export(runs):
             data = path.read_bytes()
             found = [place for place in places if place.encode() in data]
             assert not found, f"{path} holds {found}"
+
+
+def test_hub_task_types_per_family_regression_is_similarity_not_classification():
+    from mtl_framework.model_card import eval_results
+
+    families = {"tnews": "classification", "stsb_zh": "regression", "chid": "cloze",
+                "cluener": "extraction_ner", "cmrc2018": "mrc_span", "c3_d": "multiple_choice"}
+    evaluation = {"tasks": {task: {"metric": "m", "score": 0.5} for task in families}}
+    heads = {task: {"type": family} for task, family in families.items()}
+    types = {r.dataset_name: r.task_type for r in eval_results(evaluation, heads, {})}
+    assert types == {"tnews": "text-classification", "stsb_zh": "sentence-similarity",
+                     "chid": "multiple-choice", "cluener": "token-classification",
+                     "cmrc2018": "question-answering", "c3_d": "multiple-choice"}

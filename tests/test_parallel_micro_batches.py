@@ -47,6 +47,8 @@ def micro_batches(seed, length=10):
 
 
 def train(model, updates=3):
+    """(losses, state after the last update, the threads launches ran in, state after the
+    first update)."""
     launched_in = []
     launch = model._launch
 
@@ -54,13 +56,25 @@ def train(model, updates=3):
         launched_in.append(threading.current_thread().name)
         return launch(task, batch, count)
     model._launch = recording_launch
-    losses = [[log["loss"] for log in model.run_update(micro_batches(seed))] for seed in range(updates)]
-    return losses, [np.asarray(v) for v in model.state_variables], launched_in
+    losses, first = [], None
+    for seed in range(updates):
+        losses.append([log["loss"] for log in model.run_update(micro_batches(seed))])
+        first = first or [np.asarray(v) for v in model.state_variables]
+    model._launch = launch
+    return losses, [np.asarray(v) for v in model.state_variables], launched_in, first
 
 
-def test_two_lanes_make_the_update_of_one():
-    one_losses, one_state, one_threads = train(make_model(1))
-    two_losses, two_state, two_threads = train(make_model(2))
+@pytest.fixture(scope="module")
+def runs():
+    """Three updates with one lane and with two, shared by the tests below (each model's
+    tracing was most of this file's time); the two-lane model comes along."""
+    one, two = make_model(1), make_model(2)
+    return {"one": train(one), "two": train(two), "two_model": two}
+
+
+def test_two_lanes_make_the_update_of_one(runs):
+    one_losses, one_state, one_threads, _ = runs["one"]
+    two_losses, two_state, two_threads, _ = runs["two"]
     assert not any(name.startswith("micro_step") for name in one_threads)
     # the first update traces, one at a time; the later ones run in the two threads
     assert sum(name.startswith("micro_step") for name in two_threads) >= 10
@@ -85,25 +99,26 @@ def test_lanes_default_and_errors():
         make_model(2, balancing="initial_loss")
 
 
-def test_micro_steps_then_apply_update_make_run_updates_update():
+def test_micro_steps_then_apply_update_make_run_updates_update(runs):
     """The public pieces of run_update (micro_step per micro-batch, then apply_update) give
-    its update, and close() stops the lanes' threads without breaking a later update."""
-    whole, parts = make_model(1), make_model(1)
-    whole.run_update(micro_batches(0))
+    its update (the one-lane run's first), and close() stops the lanes' threads without
+    breaking a later update."""
+    whole = runs["one"][3]  # state after run_update(micro_batches(0)) of a fresh model
+    parts = make_model(1)
     for task, batch in micro_batches(0):
         parts.micro_step(task, {k: keras.ops.convert_to_tensor(v) for k, v in batch.items()})
     parts.apply_update()
-    for a, b in zip(whole.state_variables, parts.state_variables):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=1e-7)
+    for a, b in zip(whole, parts.state_variables):
+        np.testing.assert_allclose(np.asarray(b), a, rtol=1e-6, atol=1e-7)
     assert parts.tracing_counts()["apply_update"] == 1
 
     def new_lane_threads():  # other tests' models may still hold theirs
         return [t for t in set(threading.enumerate()) - before if t.name.startswith("micro_step")]
 
+    model = runs["two_model"]  # traced by its three updates
+    model.close()
     before = set(threading.enumerate())
-    model = make_model(2)
-    model.run_update(micro_batches(0))
-    model.run_update(micro_batches(1))  # traced: this one runs in the lanes' threads
+    model.run_update(micro_batches(3))  # in the lanes' threads, started anew
     assert new_lane_threads()
     model.close()
     assert not new_lane_threads()

@@ -217,8 +217,16 @@ def test_select_takes_task_names_and_dataset_ids():
     with pytest.raises(registry.UnknownTaskError) as error:
         reg.select(["demo_spam", "nothing_like_it"])
     assert str(error.value) == ("unknown task or dataset 'demo_spam' (did you mean 'demo_span'?); "
-                                "unknown task or dataset 'nothing_like_it' "
-                                "(`mtl tasks list` shows them all)")
+                                "unknown task or dataset 'nothing_like_it'; searched "
+                                f"{SPECS / 'valid'} (`mtl tasks list [--specs DIR]` shows them all)")
+    builtin = registry.Registry({}, {}, spec_paths=[registry.BUILTIN_SPECS, SPECS / "valid"])
+    with pytest.raises(registry.UnknownTaskError, match=f"; searched the built-in specs and "
+                                                          f"{SPECS / 'valid'} "):
+        builtin.select(["nothing_like_it"])
+    with pytest.raises(registry.UnknownTaskError, match="searched the built-in specs only: for a "
+                                                          "task of your own, pass its spec folder "
+                                                          r"\(--specs DIR"):
+        registry.Registry({}, {}, spec_paths=[registry.BUILTIN_SPECS]).select(["nothing_like_it"])
 
 
 def test_load_registry_raises_with_every_error(monkeypatch):

@@ -1,6 +1,8 @@
 """Kill-and-resume exactness: `mtl train` killed (SIGKILL) between checkpoints and
 run again with --resume ends with the very same state as an uninterrupted run:
-model, optimizer, residual alpha, dropout seeds, sampler and stream positions."""
+model, optimizer, residual alpha, dropout seeds, sampler and stream positions, and the
+balancing's state (dwa: window sums and counts, two window means, the weights;
+tests/test_balancing_resume.py does the same for the other stateful methods, `slow`)."""
 import json
 import os
 import signal
@@ -30,6 +32,7 @@ backbone:
   vocab_size: 2000
   alpha_warmup_steps: 6
 tasks: [tnews, afqmc, cluener]
+balancing: {{normalize: gradient_norm, weights: dwa, window: 2}}
 sampling: uniform
 tasks_per_update: 2
 batch_size: 4
@@ -115,3 +118,10 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path):
     assert len(state_a) == len(state_b) == len(differences)
     worst = {name: d for name, d in differences.items() if d > 1e-6}
     assert not worst, f"killed at checkpoint steps {steps_at_kill}; differing variables: {worst}"
+    own = [name for name in trainer_a["variables"] if name.startswith("balancing/dwa/")]
+    assert len(own) == 5 * 3, "dwa's state is checkpointed under balancing/dwa/<field>/<task>"
+    assert all(differences[name] == 0 for name in own), {name: differences[name] for name in own}
+    logged = [[json.loads(line).get("balancing_weights") for line in open(run / "metrics.jsonl")]
+              for run in (a, b)]
+    assert logged[0][-1] is not None and len(set(map(str, logged[0][-1].values()))) > 1
+    assert logged[0][-1] == logged[1][-1]

@@ -17,15 +17,19 @@ from mtl_framework import cli
 from mtl_framework.experiment import Experiment
 from mtl_framework.trainer import Run
 
-from conftest import DEMO_DATA, TINY_BACKBONE
+from conftest import DEMO_DATA
 
 EVAL_EVERY = 2
+# What these tests check (callbacks, logs, --set, threads) does not depend on the model's
+# size: the smallest backbone and rows keep each run's tracing and steps cheap.
+BACKBONE = {"num_layers": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 32,
+            "dropout": 0.0, "vocab_size": 800, "alpha_warmup_steps": 0}
 
 
 def config(tmp_path, **changes):
     return {"name": "tiny", "data_root": str(DEMO_DATA), "cache_dir": str(tmp_path / "cache"),
-            "backbone": {**TINY_BACKBONE, "alpha_warmup_steps": 0}, "tasks": ["tnews", "afqmc"],
-            "batch_size": 4, "max_length": 48, "tasks_per_update": 2, "steps": 12,
+            "backbone": dict(BACKBONE), "tasks": ["tnews", "afqmc"],
+            "batch_size": 4, "max_length": 24, "tasks_per_update": 2, "steps": 12,
             "checkpoint_every": 0, "eval_every": EVAL_EVERY, "eval_batches": 1, "seed": 0,
             "optimizer": {"name": "adamw", "lr": 0.003}, **changes}
 

@@ -5,6 +5,7 @@ process runs the real `mtl` program with an import hook that writes absl's lines
 fd 2 (as TensorFlow's C++ code does, bypassing Python) while `tensorflow` is imported,
 and the tests check what reaches the child's stderr.
 """
+import contextlib
 import os
 import signal
 import subprocess
@@ -141,3 +142,106 @@ def test_python_stderr_stays_a_terminal_inside_the_filter(tmp_path):
     os.close(terminal)
     os.close(controller)
     assert done.stdout.decode().split() == ["True", "False", "True", "True"]
+
+
+def test_the_filter_ends_with_mtl_while_a_child_still_holds_its_pipe(tmp_path):
+    # multiprocessing's resource tracker (started by `mtl data prepare --workers 2`) inherits
+    # fd 2 and lives until `mtl` exits. Here a child holds the pipe for two minutes: the
+    # filter must still copy every line written before the end of the `with` and then end,
+    # so the test's stderr pipe (the filter's stdout) closes long before the child does.
+    holder_code = (f"import os, time; os.write(2, {b'from the child' + bytes([10]) + ONEDNN!r}); "
+                   "print('written', flush=True); time.sleep(120)")
+    code = textwrap.dedent(f"""\
+        import os, subprocess, sys
+        from mtl_framework import tf_log_filter as f
+        with f.tensorflow_lines_dropped():
+            holder = subprocess.Popen([sys.executable, "-c", {holder_code!r}],
+                                      stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            print(holder.pid, flush=True)
+            holder.stdout.readline()
+            for i in range(3000):
+                os.write(2, b"line %d\\n" % i + ({ONEDNN!r} if i % 7 == 0 else b""))
+            os.write(2, b"last, unfinished")
+        """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env)
+    holder = int(child.stdout.readline())
+    try:
+        stdout, stderr = child.communicate(timeout=60)
+        assert child.returncode == 0
+        alive = subprocess.run(["kill", "-0", str(holder)], capture_output=True).returncode == 0
+        assert alive  # the pipe was still held when the filter ended
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(holder, signal.SIGKILL)
+    expected = b"from the child\n" + b"".join(b"line %d\n" % i for i in range(3000)) + b"last, unfinished"
+    assert stderr == expected
+
+
+def python_api(tmp_path, body, **env_extra):
+    """A child Python that imports mtl_framework, then `tensorflow` (a stand-in module
+    whose import writes `NOTICE + ONEDNN` to fd 2 as TensorFlow's C++ code does), then
+    runs `body`."""
+    script = tmp_path / "api.py"
+    script.write_text(textwrap.dedent(f"""\
+        import importlib.abc, importlib.util, os, sys, types
+
+        class NoisyTensorFlow(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                if name == "tensorflow":
+                    return importlib.util.spec_from_loader(name, self)
+            def create_module(self, spec):
+                return types.ModuleType(spec.name)
+            def exec_module(self, module):
+                os.write(2, {NOTICE + ONEDNN!r})
+
+        sys.meta_path.insert(0, NoisyTensorFlow())
+        import mtl_framework
+        import tensorflow
+        """) + textwrap.dedent(body), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "MTL_VERBOSE", tf_log_filter.FILTERED)}
+    env.update(PYTHONPATH=str(REPO), **env_extra)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, env=env,
+                          cwd=tmp_path, timeout=120)
+
+
+def test_the_python_api_drops_tensorflows_lines_from_its_import_on(tmp_path):
+    body = f"""
+        os.write(2, {CUDA!r} + b"a line of the user's\\n")  # TensorFlow at its first op
+        print("python's stderr", file=sys.stderr, flush=True)
+        print(os.environ["TF_CPP_MIN_LOG_LEVEL"], flush=True)
+        raise SystemExit(3)
+        """
+    done = python_api(tmp_path, body)
+    assert done.returncode == 3
+    # (python's stderr is the real one, fd 2 goes through the filter: their order may differ)
+    assert sorted(done.stderr.decode().splitlines()) == ["a line of the user's", "python's stderr"]
+    assert done.stdout.decode().split() == ["2"]
+    verbose = python_api(tmp_path, body, MTL_VERBOSE="1")
+    assert verbose.stderr.startswith(NOTICE + ONEDNN + CUDA)
+    assert b"a line of the user's" in verbose.stderr
+
+
+def test_the_python_api_shows_a_traceback_and_a_data_tool_starts_no_filter(tmp_path):
+    done = python_api(tmp_path, "raise ValueError('shown')\n")
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines()[-1] == "ValueError: shown"
+    assert NOTICE not in done.stderr and ONEDNN not in done.stderr
+    # without TensorFlow imported, no filter process runs (the data tools stay light)
+    code = ("import mtl_framework, os; from mtl_framework import tf_log_filter as f; "
+            "print(f.active is None, os.environ.get(f.FILTERED))")
+    # (this pytest process may run a filter of its own, once an earlier test imported
+    # TensorFlow: its variable must not reach the child)
+    env = {k: v for k, v in os.environ.items() if k != "MTL_STDERR_FILTERED"}
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                           env={**env, "PYTHONPATH": str(REPO)})
+    assert quiet.stdout.decode().split() == ["True", "None"]
+
+
+def test_a_child_whose_stderr_is_elsewhere_filters_on_its_own(tmp_path):
+    # A filtered process starting a child with stderr=PIPE: the child's fd 2 is not the
+    # filter's pipe, so the parent's MTL_STDERR_FILTERED does not stop it filtering.
+    done = python_api(tmp_path, "", MTL_STDERR_FILTERED="0:1")
+    assert done.returncode == 0 and done.stderr == b""

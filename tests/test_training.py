@@ -68,6 +68,8 @@ def test_update_equals_independent_tape_computation(balancing, scale_fn):
         np.testing.assert_allclose(np.asarray(v) - b0, -g, rtol=2e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # default suite: test_scale_invariance.py (AdamW, mtl train) and the
+# balancing harness's loss-scale step (SGD, in process) check this promise both ways
 def test_loss_weight_does_not_change_update_under_gradient_norm():
     micro = [("a", batch(1, 3)), ("b", batch(2, 2)), ("a", batch(3, 3))]
     results = {}

@@ -1,4 +1,5 @@
 """`mtl data stats`: read tasks' data and report examples, skipped rows and lost spans.
+`mtl data show`: a task's first examples as the adapter parsed them (and their tokens).
 `mtl data prepare`: build an experiment's vocab and feature caches in worker processes.
 
     mtl data stats cmrc2018 cluener --data-root ../shared/data
@@ -8,6 +9,9 @@
 With --vocab, every split is also turned into features (through the feature
 cache) and each row says how many examples truncation cut and how many
 answer/entity spans it cost, at the spec's max_length or --max-length.
+
+    mtl data show cluener --split dev -n 3 --data-root experiments/demo/data
+    mtl data show tnews -n 2 --vocab runs/demo/vocab.txt --data-root experiments/demo/data
 
     mtl data prepare experiments/demo.yaml --workers 2
 
@@ -25,7 +29,7 @@ from mtl_framework.commands import at_least
 
 def register(subparsers):
     parser = subparsers.add_parser("data", help="inspect what the adapters read from task data")
-    commands = parser.add_subparsers(dest="data_command", metavar="{stats,prepare}")
+    commands = parser.add_subparsers(dest="data_command", metavar="{stats,show,prepare}")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
 
     stats = commands.add_parser("stats", help="per task and split: examples, skipped rows, lost spans")
@@ -48,6 +52,25 @@ def register(subparsers):
                             "default ~/.cache/mtl_framework/features)")
     stats.add_argument("--json", action="store_true", help="a JSON list of rows instead of a table")
     stats.set_defaults(func=run_stats)
+
+    show = commands.add_parser("show", help="a task's first examples as the model sees them: "
+                                            "texts, labels, spans with their characters, tokens")
+    show.add_argument("task", metavar="TASK", help="a task name (see `mtl tasks list`)")
+    show.add_argument("--split", default="train", help="default: train")
+    show.add_argument("-n", type=at_least(1), default=5, metavar="N",
+                      help="how many examples (default 5)")
+    show.add_argument("--specs", nargs="+", action="extend", default=[], metavar="DIR",
+                      help="extra spec directories or files (added to the built-in task_specs/)")
+    show.add_argument("--data-root", metavar="DIR", default=None,
+                      help="folder the specs' file paths are relative to "
+                           f"(default: $MTL_DATA_ROOT, else ./{data_stats.DEFAULT_DATA_ROOT})")
+    show.add_argument("--vocab", metavar="VOCAB_TXT", default=None,
+                      help="also show the tokens each example is fed as ([CLS] ... [SEP], cut at "
+                           "max_length)")
+    show.add_argument("--max-length", type=at_least(4), metavar="N", default=None,
+                      help="with --vocab: this max_length instead of the spec's")
+    show.add_argument("--json", action="store_true", help="one JSON object per example")
+    show.set_defaults(func=run_show)
 
     prepare = commands.add_parser(
         "prepare", help="build an experiment's vocab and feature caches in worker processes")
@@ -132,3 +155,46 @@ def run_stats(args):
     if failed:
         print(f"{len(failed)} split(s) could not be read; see `error` above", file=sys.stderr)
     return 1 if failed else 0
+
+
+def run_show(args):
+    import dataclasses
+
+    from mtl_framework import data_show
+    from mtl_framework.errors import UserError
+
+    data_root = args.data_root or data_stats.default_data_root()
+    try:
+        [task] = reg.load_registry(args.specs).select([args.task])[:1]
+    except reg.SpecValidationError as error:
+        raise UserError("\n".join(map(str, error.errors))) from None
+    if args.split not in (task.files or {}):
+        raise UserError(f"--split {args.split}: task {task.name!r} has no such split; its "
+                        f"splits: {', '.join(task.files or {}) or 'none'} ({task.spec_path})")
+    if args.max_length is not None and not args.vocab:
+        raise UserError("--max-length needs --vocab (it says where the tokens are cut)")
+    tokenizer = None
+    if args.vocab:
+        from mtl_framework.tokenizer import Tokenizer
+
+        try:
+            tokenizer = Tokenizer(args.vocab)
+        except (OSError, ValueError) as error:
+            raise UserError(f"--vocab {args.vocab}: {error}") from None
+    try:
+        if args.json:
+            found, _ = data_show.examples(task, args.split, data_root, args.n)
+            encoder = data_show.featurizer(task, tokenizer, data_root, args.max_length) \
+                if tokenizer else None
+            for example in found:
+                row = {"type": type(example).__name__, **dataclasses.asdict(example)}
+                if encoder is not None:
+                    row["tokens"] = data_show.token_lines(example, encoder)
+                print(json.dumps(row, ensure_ascii=False, default=str))
+            return 0
+        for lines in data_show.show(task, args.split, data_root, args.n, tokenizer,
+                                    args.max_length):
+            print("\n".join(lines))
+    except (OSError, ValueError, KeyError) as error:
+        raise UserError(str(error).strip("'\"")) from None
+    return 0

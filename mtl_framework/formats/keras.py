@@ -43,7 +43,8 @@ def read_config(directory):
     path = os.path.join(directory, CONFIG_FILE)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} not found: a preset folder is what `mtl export RUN_DIR "
-                                "--format keras --output DIR` writes")
+                                "--format keras --output DIR` writes (or give a size name: "
+                                "small, base, large, for a new backbone)")
     return dict(_config(directory)["backbone"])
 
 

@@ -177,7 +177,15 @@ class RoFormerV2Backbone(keras.Model):
     @classmethod
     def from_preset(cls, directory: str | os.PathLike[str], **overrides: Any) -> RoFormerV2Backbone:
         """Load our exported keras preset folder (config.json + model.weights.h5);
-        `overrides` replace config values that are not shapes (e.g. rope_scaling)."""
+        `overrides` replace config values that are not shapes (e.g. rope_scaling).
+        A size name (`small`, `base`, `large`; no such folder) is a new, randomly
+        initialised backbone of that size, as keras-hub's `from_preset` takes a name."""
+        import os
+
+        from mtl_framework.architectures.roformer_v2.presets import PRESETS
+
+        if str(directory) in PRESETS and not os.path.isdir(directory):
+            return cls.from_size(str(directory), **overrides)
         return cls.from_folder(preset, directory, **overrides)
 
     def save_preset(self, directory: str | os.PathLike[str], vocab_path: str | None = None,

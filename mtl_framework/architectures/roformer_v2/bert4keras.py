@@ -4,6 +4,7 @@ Variable names are the BERT ones bert4keras maps RoFormerV2 to (biases,
 LayerNorm and position tables are absent in RoFormerV2). Kernels are (in, out).
 Su's released RoFormerV2 checkpoints are in this format (with vocab.txt).
 """
+import importlib.util
 import json
 import os
 import shutil
@@ -176,7 +177,19 @@ def write_checkpoint(weights, checkpoint_path):
 
 
 def check(config, source):
-    """A bert4keras checkpoint holds every config of ours (rope_scaling aside: export.py)."""
+    """A bert4keras checkpoint holds every config of ours (rope_scaling aside: export.py);
+    writing it takes TensorFlow (KERAS_BACKEND=jax may run without it)."""
+    needs_tensorflow(source, "write")
+
+
+def needs_tensorflow(source, what):
+    """A TensorFlow checkpoint is read and written by TensorFlow: a one-line refusal where it
+    is not installed (a JAX-only environment), before anything is written."""
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UserError(f"{source}: a bert4keras checkpoint is a TensorFlow checkpoint and "
+                        f"TensorFlow is not installed here, so this cannot {what} one: use "
+                        "an environment with TensorFlow (any KERAS_BACKEND; run directories "
+                        "and exports are backend-neutral), or another format")
 
 
 def save(backbone, directory, vocab_path=None, trained_length=None):
@@ -222,6 +235,7 @@ def trained_length(directory):
 
 
 def load_weights(backbone, directory):
+    needs_tensorflow(os.path.join(directory, CHECKPOINT), "read")
     _, weights = read_checkpoint(os.path.join(directory, CONFIG_FILE),
                                  os.path.join(directory, CHECKPOINT))
     assign_weights(backbone, weights, source=os.path.join(directory, CHECKPOINT))

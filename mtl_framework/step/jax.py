@@ -1,0 +1,274 @@
+"""The JAX step (step/__init__.py says what a Step provides; TensorFlow is not imported).
+
+A micro-step is one pure function of the variables' values, jitted once per trace group
+and batch shape (JAX compiles per shape; TensorFlow's step relaxes every axis): the
+backbone's trainable values and the task's own head values are differentiated
+(jax.value_and_grad) with every variable read through a StatelessScope, as Keras's own
+JAX trainer does with stateless_call; the step returns the loss, the backbone gradient's
+norm, the balancing's scale and the accumulators with this micro-batch's scaled
+gradients added, which `_finish` writes back in micro-batch order. The optimizer's
+update is `optimizer.stateless_apply`, jitted once. The update is the TensorFlow one:
+same per-task norm over the backbone, same balancing (balancing.py), same dropout seeds
+per micro-batch number (the masks differ: the backends draw differently).
+
+Several devices: `keras.distribution.DataParallel` (distribution: mirrored) replicates
+the variables and `_to_tensors` shards each micro-batch's rows over the devices (whole
+batches only when the rows divide evenly, else the batch is replicated); XLA then
+computes each device's rows and sums the gradients, so the update is one process's.
+Micro-steps run one at a time (`parallel_micro_batches` is TensorFlow's: JAX already
+dispatches asynchronously).
+"""
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+
+
+class JaxStep:
+    """JAX's half of MultiTaskModel (a base class of it)."""
+
+    # The micro-batches' logs are read once all are launched: reading one waits for its
+    # step, and JAX would otherwise queue the next only after it (GPU: one idle gap each).
+    checks_after_update = True
+
+    def _current_strategy(self):
+        return None  # several devices: keras.distribution (see the module doc)
+
+    @staticmethod
+    def _on_gpu():
+        return jax.default_backend() != "cpu"
+
+    def _accumulator(self, variable, name):
+        return keras.Variable(np.zeros(variable.shape, keras.backend.standardize_dtype(variable.dtype)),
+                              trainable=False, name=name, autocast=False)
+
+    def _state_variable(self, value, name, dtype="float32"):
+        if dtype == "int64" and not jax.config.jax_enable_x64:
+            dtype = "int32"  # JAX's integers are 32-bit unless x64 is on
+        return keras.Variable(np.array(value, dtype), trainable=False, name=name, dtype=dtype,
+                              autocast=False)
+
+    @staticmethod
+    def _constant(value):
+        return jnp.float32(value)
+
+    @staticmethod
+    def _to_tensors(batch):
+        distribution = keras.distribution.distribution()
+        return {k: _placed(v, distribution) for k, v in batch.items()}
+
+    def _check_lanes(self, lanes):
+        if lanes > 1:
+            raise ValueError("parallel_micro_batches > 1 runs TensorFlow micro-steps in threads; "
+                             "on JAX (which dispatches asynchronously) set it to 1 or leave it out")
+        return lanes
+
+    def _default_lanes(self):
+        return 1
+
+    def _on_replicas(self, fn):
+        return fn()
+
+    # --- the micro-step --------------------------------------------------------------
+
+    def _take_counts(self, n):
+        """The numbers of the next n micro-batches (their dropout seeds), in order."""
+        first = int(np.asarray(self.micro_batches_seen.value))
+        self.micro_batches_seen.assign(first + n)
+        return [np.int32(first + i) for i in range(n)]
+
+    def _fixed_backbone_variables(self):
+        """The backbone's variables read but not trained (residual_alpha): arguments of the
+        traced functions, so their current values are read, never values of the trace."""
+        if getattr(self, "_fixed_variables", None) is None:
+            seeds = {id(s) for s in self._seed_states}
+            trained = {id(v) for v in self.backbone_variables}
+            self._fixed_variables = [v for v in self.backbone.variables
+                                     if id(v) not in trained and id(v) not in seeds]
+        return self._fixed_variables
+
+    def _launch(self, task, batch, count):
+        key = self._step_key(task, batch)
+        if key not in self._micro_steps:
+            self._micro_steps[key] = self._trace_micro_step(key)
+        slot = self.balancing.accumulator_slot(task)  # None: the shared accumulators
+        n_backbone = len(self.backbone_variables)
+        targets = self.accumulators[:n_backbone] if slot is None else \
+            self.balancing.slot_accumulators(slot)
+        heads = [self.accumulators[s] for s in self._head_slots[task]]
+        results, new_targets, new_heads = self._micro_steps[key](
+            [v.value for v in self.backbone_variables],
+            [v.value for v in self._fixed_backbone_variables()],
+            self._own_head_values(task), [s.value for s in self._seed_states], batch,
+            self._task_state(task), count, [a.value for a in targets], [a.value for a in heads])
+        results["accumulated"] = list(zip(targets + heads, new_targets + new_heads))
+        return results
+
+    def _task_state(self, task):
+        """What the traced step reads of the task besides its weights (scalars)."""
+        state = {"loss_weight": self._loss_weight_tensors[task], **self.balancing.state(task)}
+        if self.dynamic_loss_scale:
+            state["loss_scale"] = self.loss_scales[task].value
+            state["finite_in_a_row"] = self._finite_in_a_row[task].value
+        return state
+
+    def _own_head_values(self, task):
+        return [v.value for v in self.head_variables[task]]
+
+    def _finish(self, task, results):
+        """The step's accumulators written back, the task's state updated (micro-batch order)."""
+        for accumulator, value in results.pop("accumulated"):
+            accumulator.assign(value)
+        self.balancing.after_micro_step(task, results)
+        if "loss_scale" in results:
+            self.loss_scales[task].assign(results["loss_scale"])
+            self._finite_in_a_row[task].assign(results["finite_in_a_row"])
+        return {k: results[k] for k in ("loss", "gradient_norm", "normalized_gradient_norm", "finite")}
+
+    def _trace_micro_step(self, key):
+        tasks = self.trace_groups[key[0]]
+        template = self.heads[tasks[0]]
+        backbone, fixed_variables = self.backbone_variables, self._fixed_backbone_variables()
+        n_backbone, seed_states = len(backbone), self._seed_states
+
+        def step(trainable, fixed, own, seeds, batch, state, count, targets, head_sums):
+            self._traces[key] = self._traces.get(key, 0) + 1  # runs only when JAX traces
+            offset = jnp.stack([jnp.zeros_like(count), count * 1024])
+            seeds = [(s, value + offset.astype(value.dtype)) for s, value in zip(seed_states, seeds)]
+
+            def losses(trainable, own):
+                values = list(zip(backbone, trainable)) + list(zip(fixed_variables, fixed))
+                raw_loss = self._loss(template, batch, True,
+                                      self._head_values(template, own, values), seeds, values)
+                loss = raw_loss * state["loss_weight"]
+                scaled = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
+                return scaled, (raw_loss, loss)
+
+            (_, (raw_loss, loss)), (backbone_grads, own_grads) = jax.value_and_grad(
+                losses, argnums=(0, 1), has_aux=True)(trainable, own)
+            gradients = [g.astype(v.dtype) for g, v in zip(backbone_grads + own_grads, trainable + own)]
+            if self.dynamic_loss_scale:
+                gradients = [g / state["loss_scale"].astype(g.dtype) for g in gradients]
+            norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype("float32"))) for g in gradients[:n_backbone]))
+            finite = jnp.isfinite(loss) & jnp.isfinite(norm)
+            for g in gradients[n_backbone:]:
+                finite = finite & jnp.all(jnp.isfinite(g))
+            results = {"loss": raw_loss, "gradient_norm": norm, "finite": finite}
+            scale, extra = self.balancing.scale(loss, norm, finite, state)
+            results.update(extra)
+            if self.dynamic_loss_scale:
+                results.update(_next_loss_scale(state["loss_scale"], state["finite_in_a_row"], finite))
+            targets = [jnp.where(finite, a + g * scale.astype(a.dtype), a)
+                       for a, g in zip(targets, gradients[:n_backbone])]
+            head_sums = [a + jnp.where(finite, g * scale.astype(g.dtype), jnp.zeros_like(g))
+                         for a, g in zip(head_sums, gradients[n_backbone:])]
+            return results, targets, head_sums
+
+        return jax.jit(step)
+
+    # --- forward (evaluation) ------------------------------------------------------------
+
+    def traced_outputs(self, task, batch):
+        """The task's outputs (training=False) from one jitted forward pass per trace group
+        and batch shape."""
+        batch = self._to_tensors(batch)
+        key = self._step_key(task, batch)
+        if key not in self._forward_steps:
+            template = self.heads[self.trace_groups[key[0]][0]]
+            backbone, fixed_variables = self.backbone_variables, self._fixed_backbone_variables()
+
+            def forward(trainable, fixed, own, batch):
+                self._traces[("forward", key)] = self._traces.get(("forward", key), 0) + 1
+                values = list(zip(backbone, trainable)) + list(zip(fixed_variables, fixed))
+                return self._outputs(template, batch, False, self._head_values(template, own, values),
+                                     None, values)
+            self._forward_steps[key] = jax.jit(forward)
+        return self._forward_steps[key](
+            [v.value for v in self.backbone_variables],
+            [v.value for v in self._fixed_backbone_variables()], self._own_head_values(task), batch)
+
+    # --- the optimizer's update ----------------------------------------------------------
+
+    def _zero_accumulators(self):
+        for a in self.accumulators:
+            a.assign(jnp.zeros_like(a.value))
+
+    def _drop_update(self):
+        self._zero_accumulators()
+
+    def apply_update(self):
+        """One optimizer update from the accumulators (the balancing's before_apply first);
+        the accumulators are zero after it (as TensorFlow's apply_update)."""
+        self.balancing.before_apply(self)  # pcgrad: the tasks' gradients into the shared ones
+        if self._apply_update_fn is None:
+            def apply(optimizer_values, gradients, values):
+                self._traces["apply_update"] = self._traces.get("apply_update", 0) + 1
+                return self.optimizer.stateless_apply(optimizer_values, gradients, values)
+            self._apply_update_fn = jax.jit(apply)
+        values, optimizer_values = self._apply_update_fn(
+            [v.value for v in self.optimizer.variables], [a.value for a in self.accumulators],
+            [v.value for v in self.all_variables])
+        for variable, value in zip(self.all_variables, values):
+            variable.assign(value)
+        for variable, value in zip(self.optimizer.variables, optimizer_values):
+            variable.assign(value)
+        self._zero_accumulators()
+        self.backbone.update_residual_alpha(self.optimizer.iterations)
+
+    def tracing_counts(self):
+        """How often each jitted function has been traced (JAX traces once per batch shape)."""
+        traces = getattr(self, "_traces", {})
+        return {"micro_step": {k: traces.get(k, 0) for k in self._micro_steps},
+                "forward": {k: traces.get(("forward", k), 0) for k in self._forward_steps},
+                "apply_update": traces.get("apply_update", 0)}
+
+    # --- Keras's fit ---------------------------------------------------------------------
+
+    def make_train_function(self, force=False):
+        """Keras's JAX fit calls train_function(state, data) -> (logs, state), state being
+        the values of (trainable, non-trainable, optimizer, metrics) variables, and takes
+        the variables' values away while an epoch runs (it writes them back at its end).
+        Here an update runs on the variables themselves: they get the state's values back
+        first, and the state returned is theirs after the update."""
+        if self.train_function is not None and not force:
+            return self.train_function
+
+        def groups():
+            return (self.trainable_variables, self.non_trainable_variables,
+                    self.optimizer.variables, self.metrics_variables)
+
+        def train_function(state, data):
+            for variables, values in zip(groups(), state):
+                for variable, value in zip(variables, values):
+                    variable.assign(value)
+            self._count_epoch_update()
+            logs = self.train_step_logs()
+            return logs, tuple([v.value for v in variables] for variables in groups())
+
+        self.train_function = train_function
+        return train_function
+
+
+def _placed(value, distribution):
+    """A batch array on the devices: its rows split over the data-parallel devices when
+    they divide evenly, else the whole array on each."""
+    if isinstance(value, jax.Array):
+        return value  # placed already
+    if distribution is None:
+        return jnp.asarray(value)
+    value = np.asarray(value)
+    layout = distribution.get_data_layout(value.shape)
+    devices = distribution.device_mesh.shape[0]
+    if value.shape[0] % devices:
+        layout = keras.distribution.TensorLayout([None] * value.ndim, distribution.device_mesh)
+    return keras.distribution.distribute_tensor(value, layout)
+
+
+def _next_loss_scale(scale, finite_in_a_row, finite):
+    """TensorFlow step's schedule (step/tensorflow.py): halve on a non-finite micro-batch,
+    double after 2000 finite ones in a row."""
+    count = jnp.where(finite, finite_in_a_row + 1, 0)
+    grow = count >= 2000
+    factor = jnp.where(finite, jnp.where(grow, 2.0, 1.0), 0.5)
+    return {"loss_scale": jnp.clip(scale * factor, 1.0, 2.0 ** 24),
+            "finite_in_a_row": jnp.where(grow, 0, count).astype(finite_in_a_row.dtype)}

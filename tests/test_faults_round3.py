@@ -4,7 +4,7 @@ same before and after, or comes out right (nothing lost, nothing read wrong).
 
 One tiny run (tnews from a copy of the demo data, 2 updates) serves the module; cases that
 damage something copy it first. Subprocesses only where a real process is the point
-(SIGTERM, a closed pipe).
+(SIGTERM, a closed pipe, permissions seen by a user who is not root).
 """
 import json
 import os
@@ -15,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
-from test_faults import DEMO_DATA, REPO, experiment, refused, snapshot, write
+from test_faults import DEMO_DATA, REPO, experiment, line_of, refused, snapshot, write
 from test_faults_commands import refused_late
 
 from data_adapters import ReadReport, get_adapter, read_files
@@ -547,3 +548,166 @@ def test_a_refused_finetune_names_its_settings_not_a_deleted_yaml(trained, tmp_p
                                "--dropout", "5", "--output", tmp_path / "ft"])
     assert message.startswith("the fine-tune's settings (finetune.yaml, not written):")
     assert "mtl-finetune-" not in message and not (tmp_path / "ft").exists()
+
+
+# --- permissions, honestly: a child `mtl` as an unprivileged user (root reads everything) ---
+
+# Runs each argv of argv[1] (JSON) through cli.main in this one process (one start-up for
+# all of them) and prints [{code, err}]: what a user's `mtl ...` would print and return.
+AS_USER = """
+import contextlib, io, json, sys
+from mtl_framework import cli
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    results.append({"code": code, "err": err.getvalue()})
+print("RESULTS " + json.dumps(results))
+"""
+NOBODY = 65534
+
+
+def runnable_by_others(path):
+    """`path` (links followed) can be run by a user who is neither its owner nor in its group."""
+    path = os.path.realpath(path)
+    folders = [os.path.dirname(path)]
+    while folders[-1] != os.path.dirname(folders[-1]):
+        folders.append(os.path.dirname(folders[-1]))
+    return os.stat(path).st_mode & 0o005 == 0o005 and all(
+        os.stat(folder).st_mode & 0o001 for folder in folders)
+
+
+def unprivileged_python():
+    """An interpreter uid 65534 can start: this one, or the system's of the same minor
+    version (the venv's under /root is not), given this venv's packages by PYTHONPATH."""
+    import sysconfig
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+        if os.path.exists(candidate) and runnable_by_others(candidate):
+            return candidate, [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    pytest.skip(f"no {version} that uid {NOBODY} can run (this one is {sys.executable})")
+
+
+def run_unprivileged(commands, home):
+    """`commands` ([[arg, ...], ...]) through cli.main in one child process that cannot
+    read a chmod 000 file: as uid/gid 65534 when this process is root, else as this user.
+    Returns [(code, [non-empty stderr lines])]; skips when no unprivileged child can start."""
+    drop, python, env = {}, sys.executable, {**child_env(), "HOME": str(home),
+                                             "PYTHONDONTWRITEBYTECODE": "1"}
+    if os.geteuid() == 0:
+        drop = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+        os.chown(home, NOBODY, NOBODY)
+        python, packages = unprivileged_python()
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *packages])
+    done = subprocess.run([python, "-s", "-c", AS_USER, json.dumps(commands)],
+                          capture_output=True, text=True, env=env, cwd=home, timeout=300, **drop)
+    marker = [line for line in done.stdout.splitlines() if line.startswith("RESULTS ")]
+    if not marker and "PermissionError" in done.stderr and drop:
+        pytest.skip(f"uid {NOBODY} cannot read the venv or the repository: {done.stderr[-300:]}")
+    assert done.returncode == 0 and marker, done.stdout[-2000:] + done.stderr[-3000:]
+    return [(r["code"], [line for line in r["err"].splitlines() if line.strip()])
+            for r in json.loads(marker[0][len("RESULTS "):])]
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder another user can traverse (pytest's tmp_path is 0700 under root's)."""
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix="mtl-perm-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    shutil.rmtree(folder)
+
+
+def test_unreadable_files_and_read_only_outputs_as_an_unprivileged_user(trained, shared_tmp):
+    data, home = shared_tmp / "data", shared_tmp / "home"
+    shutil.copytree(trained["data"], data)
+    home.mkdir()
+    cache = shared_tmp / "cache"
+    cache.mkdir()
+    if os.geteuid() == 0:
+        os.chown(cache, NOBODY, NOBODY)
+    locked_data = shared_tmp / "locked"
+    shutil.copytree(trained["data"], locked_data)
+    locked_train = locked_data / "tnews" / "train.json"
+    vocab = write(shared_tmp / "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n的\n")
+    run = shared_tmp / "run"  # a finished run, then made read-only
+    shutil.copytree(trained["run"], run)
+    read_only = shared_tmp / "read-only"
+    read_only.mkdir()
+    backbone = shared_tmp / "backbone"  # what finetune starts from
+    assert cli.main(["export", str(trained["run"]), "--format", "keras", "--output",
+                     str(backbone)]) == 0
+    paths = {
+        "data": experiment(shared_tmp, "data.yaml", data_root=str(locked_data),
+                           cache_dir=str(cache)),
+        "vocab": experiment(shared_tmp, "vocab.yaml", data_root=str(data), cache_dir=str(cache),
+                            vocab=str(vocab)),
+        "ok": experiment(shared_tmp, "ok.yaml", data_root=str(data), cache_dir=str(cache))}
+    commands = {
+        "data": ["train", paths["data"], "--output", shared_tmp / "out-data"],
+        "vocab": ["train", paths["vocab"], "--output", shared_tmp / "out-vocab"],
+        "train into a read-only folder": ["train", paths["ok"], "--output", read_only / "run"],
+        "resume a read-only run": ["train", shutil.copy(trained["experiment"], shared_tmp),
+                                   "--output", run, "--resume",
+                                   "--set", "steps=3", "--set", f"data_root={data}",
+                                   "--set", f"cache_dir={cache}"],
+        "finetune into a read-only folder": ["finetune", backbone, "tnews", "--data-root", data,
+                                             "--output", read_only / "ft"]}
+    for path in (locked_train, vocab):
+        path.chmod(0o000)
+    for folder in (read_only, run):
+        folder.chmod(0o555)
+    def files():  # all but the child's HOME (matplotlib's and Keras's caches)
+        return {k: v for k, v in snapshot(shared_tmp).items() if k.split(os.sep)[0] != "home"}
+    before = files()
+    results = run_unprivileged([[str(a) for a in argv] for argv in commands.values()], home)
+    assert files() == before  # nothing written anywhere, the run included
+    outcome = dict(zip(commands, results))
+    for name, (code, lines) in outcome.items():
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (name, lines)
+    message = {name: lines[0][len("error: "):] for name, (code, lines) in outcome.items()}
+    spec = REPO / "task_specs" / "tnews.yaml"  # its task entry, which names the files
+    assert message["data"] == (f"{spec}:{line_of(spec, 'name: tnews')}: train file of task "
+                               "'tnews' is not readable "
+                               f"(permissions): {locked_train}; `chmod +r` it")
+    assert message["vocab"] == (f"{vocab}: cannot be read (Permission denied); named at "
+                                f"{paths['vocab']}:{line_of(paths['vocab'], 'vocab:')}")
+    assert message["train into a read-only folder"] == (
+        f"--output {read_only / 'run'}: {read_only} is not writable: give another path")
+    assert message["resume a read-only run"] == (
+        f"--output {run}: {run} is not writable: give another path")
+    assert message["finetune into a read-only folder"] == (
+        f"--output {read_only / 'ft'}: {read_only} is not writable: give another path")
+
+
+# --- case 12 in mixed_float16 itself: an overflowing micro-batch below the stop threshold ---
+
+def test_mixed_float16_overflow_is_said_on_the_console_and_training_goes_on(tmp_path, capsys):
+    # loss_weight 100 x the starting scale 2^15 overflows float16 in the backward pass:
+    # the dynamic scale halves on each skipped micro-batch until the gradients fit
+    path = experiment(tmp_path, precision="mixed_float16", tasks=[{"name": "tnews",
+                      "loss_weight": 100}], steps=5, tasks_per_update=2, batch_size=2,
+                      max_length=16, checkpoint_every=0, eval_every=0, seed=1,
+                      backbone=dict(num_layers=1, hidden_size=16, num_heads=2,
+                                    intermediate_size=32, vocab_size=300),
+                      cache_dir=str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    capsys.readouterr()
+    assert cli.main(["train", str(path), "--output", str(run)]) == 0
+    err = capsys.readouterr().err
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    skipped = records[-1]["skipped"]["tnews"]
+    assert 0 < skipped < 20  # below the stop threshold (20 in a row)
+    first_bad = next(r["step"] for r in records if r["skipped"]["tnews"])
+    warnings = [line for line in err.splitlines() if line.startswith("warning: update ")]
+    assert warnings == [f"warning: update {first_bad}: a micro-batch of tnews had a non-finite "
+                        "loss or gradient and was skipped (2 skipped so far; metrics.jsonl "
+                        "counts them)"], err  # one line for the run of skips, not one each
+    assert np.isfinite(records[-1]["loss"])  # it went on once the scale fit
+    state = np.load(run / "checkpoints" / f"step-{5:08d}" / "state.npz")
+    assert float(state["loss_scale/tnews"]) == 2.0 ** 15 / 2 ** skipped  # halved per skip

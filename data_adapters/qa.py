@@ -150,7 +150,7 @@ class SquadAdapter(Adapter):
                 if kind == "unknown":  # most annotators: no answer
                     yield SpanQAExample(question, context, [], id_)
                     continue
-                if kind in YES_NO:
+                if kind in YES_NO and not keep_unlocated:  # training; scoring keeps it below
                     report.skip("YES/NO answer, not a span", path, f"id {id_}")  # by most
                     continue
                 empty = [a for a in given if isinstance(a, dict) and not a.get("text")]

@@ -216,8 +216,10 @@ def _write_folder(run_dir, name, step, arrays, trainer, replace=False):
             json.dump({"format": FORMAT, "step": step, **trainer, "variables": list(arrays)},
                       f, indent=1)
         os.replace(temporary, final)
-    except OSError as error:
+    except BaseException as error:  # a Ctrl-C or SIGTERM mid-write too: no .tmp- folder left
         shutil.rmtree(temporary, ignore_errors=True)
+        if not isinstance(error, OSError):
+            raise
         earlier = checkpoint_dirs(run_dir)
         kept = (f"{os.path.join(root, earlier[-1])} is intact" if earlier
                 else "no earlier checkpoint exists")

@@ -184,8 +184,10 @@ class RunLogger(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.step += 1
         model = self.run.model
+        alpha = getattr(model.backbone, "residual_alpha", None)  # RoFormerV2's alone
         record = {"step": self.step, "time": time.time(), "loss": (logs or {}).get("loss"),
-                  "alpha": float(getattr(model.backbone, "residual_alpha", 1.0)),  # RoFormerV2's
+                  # .numpy(): float() fails on the MirroredVariable a strategy holds
+                  "alpha": 1.0 if alpha is None else float(alpha.numpy()),
                   "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
                   "tasks": {}}
         # annealed sampling moves the rates: those of this update's first draw

@@ -22,7 +22,8 @@ def run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("long")
     backbone = {**TINY_BACKBONE, "rope_scaling": {"type": "linear", "factor": 2}}
     experiment = write_tiny_experiment(folder / "tiny.json", backbone=backbone,
-                                       tasks=["cmrc2018", "cluener"])
+                                       tasks=["cmrc2018", "cluener"],
+                                       eval_every=3)  # one full dev evaluation, as trained
     assert main(["train", str(experiment), "--output", str(folder / "run")]) == 0
     return folder / "run"
 
@@ -127,11 +128,16 @@ def test_keras_export_and_finetune_keep_and_override_it(run, tmp_path, capsys):
     config = json.loads((export / "config.json").read_text())
     assert config["backbone"]["rope_scaling"]["type"] == "linear"
     assert config["run"]["max_length"] == TRAINED
-    # the model card cites the last dev line scored as trained, not a --max-length one
+    # the model card cites the last dev line scored as trained, not a --max-length one, nor
+    # a partial one (the --max-examples evaluations above): the training run's own
     lines = files.read_evaluations(run)
     assert files.other_settings(lines[-1])
-    plain = [line for line in lines if not files.other_settings(line)][-1]
-    assert f"aggregate {plain['aggregate']:.4f}" in (export / "README.md").read_text()
+    plain = [line for line in lines if line.get("split") == "dev" and not files.other_settings(line)
+             and "max_examples" not in line and "tasks_asked" not in line][-1]
+    card = (export / "README.md").read_text()
+    assert f"aggregate {plain['aggregate']:.4f}" in card
+    assert not any(f"aggregate {line['aggregate']:.4f}" in card for line in lines
+                   if "max_examples" in line and line["aggregate"] != plain["aggregate"])
     backbone = RoFormerV2Backbone.from_preset(str(export))
     assert backbone.config["rope_scaling"] == {"type": "linear", "factor": 2.0,
                                                "original_max_length": TRAINED}

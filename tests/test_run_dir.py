@@ -121,6 +121,19 @@ def test_written_checkpoint_reads_back_by_name_and_rotates(tmp_path):
     assert values is None and "'other'" in mismatch and "tnews/dense/kernel" in mismatch
 
 
+def test_a_ctrl_c_mid_checkpoint_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    """SIGTERM is Ctrl-C (cli.terminated): one landing inside save_arrays left
+    checkpoints/.tmp-<hex> behind (test_sigterm_in_train_is_ctrl_c, now and then)."""
+    def interrupted(path, values):
+        Path(path).write_bytes(b"PK\x03\x04")  # part of the file lands, then the signal
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files, "save_arrays", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        files.write_checkpoint(tmp_path, 2, {"a": np.ones(2)}, {"mixture": {}}, keep=2)
+    assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
 def test_evaluations_tolerate_a_cut_last_line_but_not_a_broken_one(tmp_path):
     files.append_evaluation(tmp_path, {"step": 1})
     with open(tmp_path / files.EVALUATIONS, "a", encoding="utf-8") as f:

@@ -162,8 +162,12 @@ def apply_rotary(x, cos, sin):
     the products and sums of the textbook form. The pair swap is one [N, d] x [d, d]
     matmul by a permutation (`pair_swap_matrix`): on TF's CPU kernels its forward and
     backward run faster than a reverse of a [..., d/2, 2] view and its gradient
-    (bench/results/backbone.json's ablation).
+    (bench/results/backbone.json's ablation). On JAX the reverse stays: with the matmul,
+    XLA's two-device DataParallel drifted 3.3e-5 (relative, 10 updates) from one device
+    against 5e-7 with the reverse (tests/test_jax.py), and its speed was measured on TF only.
     """
+    if keras.backend.backend() == "jax":
+        return x * cos + swap_pairs(x) * sin
     shape = ops.shape(x)
     d = x.shape[-1]
     swapped = ops.matmul(ops.reshape(x, (-1, d)), pair_swap_matrix(d, x.dtype))

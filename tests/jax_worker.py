@@ -35,8 +35,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mtl_framework import RoFormerV2Backbone  # noqa: E402
+from mtl_framework.backbone import backbone_config  # noqa: E402
 from mtl_framework.heads import build_head  # noqa: E402
-from mtl_framework.presets import backbone_config  # noqa: E402
 from mtl_framework.run_dir import layer_variable_names  # noqa: E402
 from mtl_framework.training import MultiTaskModel  # noqa: E402
 

@@ -142,8 +142,8 @@ def test_jax_trained_run_evaluates_exports_and_loads_under_tensorflow(runs):
     environments have it) loads here with the run's backbone weights: equal outputs within
     1e-5. On JAX the bert4keras export is refused in one line, exit 2, nothing written."""
     from mtl_framework import RoFormerV2Backbone
-    from mtl_framework.formats import layout, load_backbone
-    from mtl_framework.formats.keras_hub import keras_hub_available
+    from mtl_framework.architectures import layout, load_backbone
+    from mtl_framework.architectures.roformer_v2.keras_hub import keras_hub_available
     from mtl_framework.run_dir import layer_variable_names
 
     root, a, _, _ = runs

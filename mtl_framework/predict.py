@@ -49,7 +49,6 @@ from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
 from mtl_framework.families import family, featurizer_for_task
 from mtl_framework.outputs import check_file, check_folder, usual_mode
-from mtl_framework.rope_scaling import parse as parse_rope_scaling
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -65,54 +64,16 @@ def load_model(path: str, data_root: str | None = None, specs: Iterable[str] = (
     """A PredictModel from a run directory (its latest checkpoint) or a keras export
     written with `mtl export --with-heads`. UserError when it is neither.
     rope_scaling: `none` or TYPE:FACTOR[:ORIGINAL] instead of the backbone's own."""
-    from mtl_framework import trained_model
+    from mtl_framework.assemble import open_trained
 
-    if os.path.isfile(os.path.join(path, "experiment.yaml")):
-        return _load_run(path, data_root, specs, max_length, log, rope_scaling)
-    if os.path.isfile(os.path.join(path, "config.json")):
-        metadata, weights = trained_model.load_heads(path)
-        if metadata is None:
-            raise UserError(f"{path}: no {trained_model.HEADS_CONFIG}: this export holds the backbone "
-                            "only; export with `mtl export RUN_DIR --format keras --with-heads`, "
-                            "or predict from the run directory")
-        from mtl_framework.architectures import load_preset
-
-        overrides = {}
-        if rope_scaling is not None:
-            from mtl_framework.formats import keras as preset
-
-            try:
-                overrides["rope_scaling"] = parse_rope_scaling(rope_scaling,
-                                                               preset.trained_length(path))
-            except ValueError as error:
-                raise UserError(f"{path}: {error}") from None
-        backbone = load_preset(path, **overrides)
-        root = data_root or default_data_root()
-        return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
-                            list(specs), root, max_length, log)
-    raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
-                    "(config.json): give what `mtl train` or `mtl export --with-heads` wrote")
-
-
-def _load_run(path, data_root, specs, max_length, log, rope_scaling=None):
-    from mtl_framework import trained_model
-    from mtl_framework.experiment import ExperimentError, load_experiment
-
-    try:
-        experiment = load_experiment(os.path.join(path, "experiment.yaml"))
-        overrides = evaluation.backbone_overrides(
-            evaluation.run_overrides(experiment, None, rope_scaling))
-        checkpoint = trained_model.read_run(path, log)
-        trained_model.check_run_vocab(path, checkpoint)
-        backbone = trained_model.checkpoint_backbone(checkpoint, **overrides)
-        metadata, weights = trained_model.run_heads(checkpoint)
-    except (FileNotFoundError, ValueError, ExperimentError) as error:
-        raise UserError(str(error)) from None
+    trained = open_trained(path, log=log, rope_scaling=rope_scaling)
+    experiment = trained.experiment
+    if experiment is None:  # an export: the specs and data given
+        return PredictModel(trained, list(specs), data_root or default_data_root(), max_length, log)
     spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs] + list(specs)
     root = data_root or experiment.resolve_path(experiment.raw.get("data_root")) or \
         default_data_root()
-    return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
-                        spec_dirs, root, max_length or experiment.max_length, log)
+    return PredictModel(trained, spec_dirs, root, max_length or experiment.max_length, log)
 
 
 # ------------------------------------------------------------------ the model
@@ -121,30 +82,23 @@ def _load_run(path, data_root, specs, max_length, log, rope_scaling=None):
 class PredictModel:
     """A backbone with its task heads, the run's vocabulary and the task specs."""
 
-    def __init__(self, source, backbone, metadata, weights, vocab, spec_dirs, data_root,
-                 max_length=None, log=print):
-        from mtl_framework import trained_model
+    def __init__(self, trained, spec_dirs, data_root, max_length=None, log=print):
         from mtl_framework.registry import SpecValidationError, load_registry
         from mtl_framework.tokenizer import Tokenizer
-        from mtl_framework.training import MultiTaskModel
 
-        self.source, self.data_root, self.max_length = source, data_root, max_length
+        self.source, self.data_root, self.max_length = trained.source, data_root, max_length
         self.log = log or (lambda message: None)
-        if not os.path.isfile(vocab):
-            raise UserError(f"{source}: no vocab.txt beside the weights: copy the run's vocab.txt "
-                            "there (mtl train and mtl export write it)")
-        self.tokenizer = Tokenizer(vocab)
+        trained.saved_heads()  # a backbone-only export is refused before anything is built
+        if not os.path.isfile(trained.vocab):
+            raise UserError(f"{self.source}: no vocab.txt beside the weights: copy the run's "
+                            "vocab.txt there (mtl train and mtl export write it)")
+        self.tokenizer = Tokenizer(trained.vocab)
         try:
             self.registry = load_registry(spec_dirs)
         except SpecValidationError as error:
             raise UserError(str(error).splitlines()[0]) from None
-        self.heads = trained_model.build_heads(metadata, weights, backbone, source,
-                                               scored_only=True)  # mlm predicts no task outputs
-        self.model = MultiTaskModel(backbone, self.heads)
-        # build_all (trace groups, which traced_outputs uses) builds the optimizer too:
-        # plain SGD holds no slot variables, and nothing is trained here
-        self.model.compile(optimizer="sgd")
-        self.model.build_all()
+        self.model = trained.model(scored_only=True)  # mlm predicts no task outputs
+        self.heads = self.model.heads
         self.predictor = evaluation.TaskPredictor(self.model)
 
     @property

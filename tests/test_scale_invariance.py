@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mtl_framework import cli
-from mtl_framework.trained_model import load_run_backbone
+from mtl_framework.assemble import load_run_backbone
 
 DEMO_DATA = Path(__file__).resolve().parents[1] / "experiments" / "demo" / "data"
 

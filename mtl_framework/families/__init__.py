@@ -1,6 +1,6 @@
 """Task families, one module each; FAMILIES is the one table of them.
 
-    family("extraction_ner").featurizer      # what a task type needs, from one record
+    family(task.type).featurizer             # what a task type needs, from one record
     featurizer = featurizer_for_task(task, tokenizer, data_root)
     features = load_features(folder)         # cached arrays, batchable
 

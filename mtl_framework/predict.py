@@ -262,8 +262,9 @@ class PredictModel:
         texts = list(texts)
         record = family(task.type)
         if record.from_texts is None:
-            raw = ", ".join(name for name, f in FAMILIES.items() if f.from_texts)
-            raise UserError(f"task {task.name!r} ({task.type}): raw texts are for {raw} tasks; "
+            *most, last = [name for name, f in FAMILIES.items() if f.from_texts]
+            raise UserError(f"task {task.name!r} ({task.type}): raw texts are for "
+                            f"{', '.join(most)} and {last} tasks; "
                             f"write the input in the task's format and use predict_file "
                             f"(mtl predict --input)")
         single = next((t for t in texts if isinstance(t, str)), None)

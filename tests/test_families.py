@@ -88,6 +88,31 @@ def test_a_head_from_its_constructor_or_config_knows_its_family():
         H.ClassificationHead(3, family="regression")
 
 
+def test_raw_texts_become_examples_as_the_family_says():
+    """`mtl predict --text` / predict_texts read the family's `from_texts` and `two_texts`."""
+    from types import SimpleNamespace
+
+    from mtl_framework.errors import UserError
+    from mtl_framework.predict import PredictModel
+
+    raw = [name for name, record in FAMILIES.items() if record.from_texts]
+    for name, record in FAMILIES.items():
+        task = SimpleNamespace(name="t", type=name)
+        if record.from_texts is None:
+            with pytest.raises(UserError, match=f"task 't' .{name}.: raw texts are for "
+                                                f"{', '.join(raw[:-1])} and {raw[-1]} tasks"):
+                PredictModel.text_examples(None, task, ["一"])
+            continue
+        if record.two_texts:
+            with pytest.raises(UserError, match=r"compares two texts, got one: '一'"):
+                PredictModel.text_examples(None, task, ["一", ("二", "三")])
+        [example] = PredictModel.text_examples(None, task, [("二", "三") if record.two_texts else "一"])
+        assert isinstance(example, record.featurizer.example_types)
+        assert example.text == ("二" if record.two_texts else "一")
+    with pytest.raises(UserError, match=r"\(extraction_ner\): one string per text, not \('a', 'b'\)"):
+        PredictModel.text_examples(None, SimpleNamespace(name="t", type="extraction_ner"), [("a", "b")])
+
+
 PACKAGE = Path(mtl_framework.__file__).parent
 
 

@@ -6,7 +6,7 @@ Reads top to bottom as one training run uses it:
     rates = rates_from_config(sizes, "temperature")             # or task_rates(...)
     sampler = TaskSampler([rates[t] for t in features], seed=42)
     streams = {t: TaskStream(features[t], batch_size=32, seed=i) for i, t in ...}
-    streams["mlm"] = RoundRobin([TaskStream(...), ...])        # mlm text from every task
+    streams[MLM_TASK] = RoundRobin([TaskStream(...), ...])     # mlm text from every task
     mixture = Mixture(streams, sampler)
     task, batch = mixture.next()                                # batch: docs/batches.md
     state = mixture.state()          # JSON-able, in every checkpoint's trainer.json

@@ -47,7 +47,7 @@ from data_adapters.report import place
 from mtl_framework import clue, evaluation
 from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
-from mtl_framework.families import family, featurizer_for_task
+from mtl_framework.families import FAMILIES, family, featurizer_for_task
 from mtl_framework.outputs import check_file, check_folder, usual_mode
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ class PredictModel:
         """The examples of `paths` in the task's format, in file order. Gold filters
         (skip_labels) are off, labels unchecked and the adapter's predict_options on
         (e.g. CLUE test placeholders read as no gold): every row is predicted. A text task's
-        text_b is optional unless the task is matching (it compares two texts).
+        text_b is optional unless the task compares two texts (its family's `two_texts`).
         `report.order` (an OrderedReport) then holds, in input order, each example's
         index or an unreadable row's (reason, place)."""
         from data_adapters import get_adapter, read_files
@@ -152,7 +152,7 @@ class PredictModel:
         adapter = get_adapter(task.format)
         options = {**{k: v for k, v in task.options.items() if k != "skip_labels"},
                    **adapter.predict_options}
-        if "text_b_optional" in adapter.option_keys and task.type != "matching":
+        if "text_b_optional" in adapter.option_keys and not family(task.type).two_texts:
             options["text_b_optional"] = True  # only the fields a prediction needs: tnews' title
         where = f"{', '.join(map(str, paths))} (task {task.name!r}, format {task.format!r})"
         try:
@@ -209,31 +209,26 @@ class PredictModel:
 
     # --- raw strings (Python) -----------------------------------------------------
 
-    TEXT_TYPES = ("classification", "matching", "regression")
-
     def text_examples(self, task, texts):
-        """TextExamples (text tasks: a string or a (text, text_b) pair each) or NERExamples
-        (extraction_ner: strings) of raw texts; a UserError for other families, and for a
-        matching task given single strings (it compares two texts)."""
-        from data_adapters.examples import NERExample, TextExample
-
+        """The examples of raw texts, made as the task's family makes them (families:
+        `from_texts`; text tasks: a string or a (text, text_b) pair each, NER: strings);
+        a UserError for other families, and for a pair task given single strings."""
         texts = list(texts)
-        pair = next((t for t in texts if not isinstance(t, str)), None)
+        record = family(task.type)
+        if record.from_texts is None:
+            *most, last = [name for name, f in FAMILIES.items() if f.from_texts]
+            raise UserError(f"task {task.name!r} ({task.type}): raw texts are for "
+                            f"{', '.join(most)} and {last} tasks; "
+                            f"write the input in the task's format and use predict_file "
+                            f"(mtl predict --input)")
         single = next((t for t in texts if isinstance(t, str)), None)
-        if task.type in self.TEXT_TYPES:
-            if task.type == "matching" and single is not None:
-                raise UserError(f"task {task.name!r} (matching) compares two texts, got one: "
-                                f"{single!r} (mtl predict: --separator SEP and `TEXT SEP TEXT_B`)")
-            return [TextExample(*t) if isinstance(t, (tuple, list)) else TextExample(t)
-                    for t in texts]
-        if task.type == "extraction_ner":
-            if pair is not None:
-                raise UserError(f"task {task.name!r} (extraction_ner): one string per text, "
-                                f"not {pair!r}")
-            return [NERExample(t) for t in texts]
-        raise UserError(f"task {task.name!r} ({task.type}): raw texts are for "
-                        f"{', '.join(self.TEXT_TYPES)} and extraction_ner tasks; write the "
-                        f"input in the task's format and use predict_file (mtl predict --input)")
+        if record.two_texts and single is not None:
+            raise UserError(f"task {task.name!r} ({task.type}) compares two texts, got one: "
+                            f"{single!r} (mtl predict: --separator SEP and `TEXT SEP TEXT_B`)")
+        try:
+            return record.from_texts(texts)
+        except ValueError as error:
+            raise UserError(f"task {task.name!r} ({task.type}): {error}") from None
 
     def predict_texts(self, task_name: str, texts: Iterable[str | tuple[str, str]],
                       batch_size: int = 32) -> list[Any]:

@@ -57,7 +57,12 @@ from mtl_framework.callbacks import (
     ScalarLog,
     TaskLogs,
 )
-from mtl_framework.distributed import check_same_on_every_worker, is_chief, make_strategy
+from mtl_framework.distributed import (
+    check_same_on_every_worker,
+    describe_jax_distribution,
+    is_chief,
+    make_strategy,
+)
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
 from mtl_framework.mixture import Mixture
@@ -269,8 +274,7 @@ class Run:
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
         elif keras.distribution.distribution() is not None:  # JAX: DataParallel (distributed.py)
-            log(f"distribution: {self.distribution}, keras.distribution.DataParallel over "
-                f"{len(keras.distribution.list_devices())} device(s)")
+            log(f"distribution: {self.distribution}, {describe_jax_distribution()}")
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)  # plan -> prepare
         self.step = 0
         self.last_evaluation = None  # the latest evaluations.jsonl line of this process
@@ -473,9 +477,11 @@ class Run:
             os.makedirs(self.run_dir, exist_ok=True)
             self.lock = files.RunLock(self.run_dir)  # one writer per run directory
             files.remove_leftovers(self.run_dir, self.log)
+        if resume and self.strategy is None:  # JAX's processes restore in step: agree first
+            check_same_on_every_worker(None, files.newest_checkpoint_step(self.run_dir),
+                                       "step to start from")
         start = self.restore_latest() if resume else 0
-        if self.strategy is not None:
-            check_same_on_every_worker(self.strategy, start, "step to start from")
+        check_same_on_every_worker(self.strategy, start, "step to start from")  # one process: no-op
         remaining = self.experiment.steps - start
         if remaining <= 0:  # a resume that does nothing writes nothing
             self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")

@@ -263,7 +263,8 @@ class Trained:
         self.max_length, self.rope_scaling = max_length, rope_scaling
         # what the model computes in: the run's precision, float32 for an export folder
         self.precision = precision or (experiment.precision if experiment else "float32")
-        self._build, self._saved_heads, self._backbone = build, saved_heads, None
+        self._build, self._read_heads = build, saved_heads
+        self._backbone = self._heads_read = None
 
     @property
     def backbone(self):
@@ -281,16 +282,18 @@ class Trained:
     def head_metadata(self):
         """{task: head metadata} in the run's task order (type, num_labels, config,
         variables); a UserError when there is none (a backbone-only export, an old run)."""
-        return self._saved_heads()[0]
+        return self.saved_heads()[0]
 
     def saved_heads(self):
-        """(head metadata, {variable name: array})."""
-        return self._saved_heads()
+        """(head metadata, {variable name: array}), read once."""
+        if self._heads_read is None:
+            self._heads_read = self._read_heads()
+        return self._heads_read
 
     def heads(self, scored_only=False):
         """{task: head}, rebuilt with their weights at the run's precision."""
         with precision_policy(self.precision):
-            return saved_heads(*self._saved_heads(), self.backbone, self.source,
+            return saved_heads(*self.saved_heads(), self.backbone, self.source,
                                scored_only=scored_only)
 
     def model(self, scored_only=False):

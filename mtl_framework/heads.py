@@ -226,10 +226,9 @@ class ClassificationHead(TaskHead):
         return {**super().get_config(), "multi_label": self.multi_label}
 
 
-@head_for("regression")
-class RegressionHead(TaskHead):
-    """[CLS] -> Dense(1) with bias; MSE."""
-
+class ScoreHead(TaskHead):
+    """A head scoring [CLS] by one Dense(1) with bias (regression; each choice of a
+    multiple-choice task)."""
 
     def __init__(self, num_labels=None, **kwargs):
         super().__init__(num_labels, **kwargs)
@@ -238,6 +237,11 @@ class RegressionHead(TaskHead):
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
+
+
+@head_for("regression")
+class RegressionHead(ScoreHead):
+    """[CLS] -> Dense(1) with bias; MSE."""
 
     def call(self, hidden, batch, training=False):
         return self.dense(hidden[:, 0])[:, 0]
@@ -321,20 +325,11 @@ class SpanHead(TaskHead):
 
 
 @head_for("multiple_choice", "cloze")
-class ChoiceHead(TaskHead):
+class ChoiceHead(ScoreHead):
     """[CLS] of each (context, question, choice) -> Dense(1), softmax over the
     choices, as bert4keras's CLUE c3. The backbone runs on the choices folded
     into the batch axis ([B * C, L], see backbone_inputs); choice_mask [B, C]
     keeps padded choices out of the softmax."""
-
-
-    def __init__(self, num_labels=None, **kwargs):
-        super().__init__(num_labels, **kwargs)
-        self.dense = keras.layers.Dense(
-            1, kernel_initializer=self.initializer, name="dense")
-
-    def build(self, hidden_shape):
-        self.dense.build((None, hidden_shape[-1]))
 
     def call(self, hidden, batch, training=False):
         cls = hidden[:, :, 0] if len(hidden.shape) == 4 else hidden[:, 0]

@@ -16,8 +16,8 @@ Serve mode: python -m bench.jax_train_worker --serve
 import argparse
 import json
 import os
-import sys
-import time
+
+from bench.step_worker import Runner, serve
 
 
 def check_environment():
@@ -25,38 +25,20 @@ def check_environment():
         raise SystemExit("run with KERAS_BACKEND=jax (and .venv-jax's python: make interop-jax)")
 
 
-class Runner:
-    def __init__(self):
-        self.models = {}
-        self.data = {}
+def build(config, precision):
+    """bench/backbone.py's `ours` classifier of the dims in the JSON file `config`."""
+    from bench.backbone import build_system
 
-    def batch(self, data_path, seq):
-        import numpy as np
+    with open(config, encoding="utf-8") as f:
+        return build_system("ours", json.load(f), precision=precision)
 
-        if data_path not in self.data:
-            self.data[data_path] = np.load(data_path)
-        d = self.data[data_path]
-        return {"token_ids": d[f"token_ids_{seq}"], "segment_ids": d[f"segment_ids_{seq}"]}, \
-            d["labels"]
 
-    def run(self, config, data, seq, steps, precision="float32"):
-        from bench.backbone import backbone_params, build_system
+def make_runner():
+    from bench.backbone import backbone_params
 
-        if (config, precision) not in self.models:
-            with open(config, encoding="utf-8") as f:
-                self.models[config, precision] = build_system("ours", json.load(f),
-                                                              precision=precision)
-        model = self.models[config, precision]
-        x, y = self.batch(data, seq)
-        step_seconds, cpu_seconds, losses = [], [], []
-        for _ in range(steps):
-            wall, cpu = time.perf_counter(), time.process_time()
-            loss = model.train_on_batch(x, y)  # a NumPy float: the step is done
-            step_seconds.append(time.perf_counter() - wall)
-            cpu_seconds.append(time.process_time() - cpu)
-            losses.append(float(loss))
-        return {"step_seconds": step_seconds, "cpu_seconds": cpu_seconds, "losses": losses,
-                "params": backbone_params(model)}
+    return Runner(build, lambda token_ids, segment_ids: {"token_ids": token_ids,
+                                                         "segment_ids": segment_ids},
+                  backbone_params)
 
 
 def environment():
@@ -72,20 +54,7 @@ def main(argv=None):
     parser.add_argument("--serve", action="store_true", required=True)
     parser.parse_args(argv)
     check_environment()
-    runner = Runner()
-    print(json.dumps({"ready": True, "environment": environment()}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        if request.get("cmd") == "quit":
-            break
-        try:
-            reply = runner.run(request["config"], request["data"], request["seq"], request["steps"],
-                               request.get("precision", "float32"))
-        except Exception as error:  # report, keep serving
-            reply = {"error": f"{type(error).__name__}: {error}"}
-        print(json.dumps(reply), flush=True)
+    serve(make_runner().run, environment())
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ $(JAX_STAMP): requirements-jax.txt setup.py
 # ruff (ruff.toml) first: line length, import order, unused names over the whole tree.
 test: install interop interop-torch interop-jax
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 test-slow: install interop
 	$(BIN)/python -m pytest -q -m slow tests

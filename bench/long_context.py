@@ -13,7 +13,7 @@
    trained checkpoint at 128 (none: every scaling is the identity at the trained
    length, factor 1), and at 256 and 512 with none / linear / ntk / dynamic_ntk, factor
    = length / 128, each as `mtl evaluate RUN --max-length L --rope-scaling TYPE:F`
-   builds it (evaluation.checkpoint_model + evaluate_features). Time per example is
+   builds it (assemble.open_run(...).model() + evaluate_features). Time per example is
    the forward passes and decoding of those questions after a warm-up batch has traced
    the step (features already built).
 
@@ -88,13 +88,11 @@ def train(args, work, log):
 
 def evaluate(args, run_dir, log):
     from mtl_framework import evaluation
+    from mtl_framework.assemble import open_run
     from mtl_framework.cache import cached_features
-    from mtl_framework.experiment import load_experiment
     from mtl_framework.rope_scaling import describe
-    from mtl_framework.trained_model import read_run
 
-    experiment = load_experiment(str(run_dir / "experiment.yaml"))
-    checkpoint = read_run(str(run_dir), log=None)
+    experiment = open_run(str(run_dir), log=None).experiment
     task = load_registry().select([TASK])[0]
     tokenizer = Tokenizer(str(run_dir / "vocab.txt"))
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
@@ -102,9 +100,8 @@ def evaluate(args, run_dir, log):
                                         max_length=length) for length in LENGTHS}
     rows = []
     for length, scaling in settings():
-        overrides = evaluation.backbone_overrides(
-            evaluation.run_overrides(experiment, length, scaling))
-        model = evaluation.checkpoint_model(checkpoint, experiment, **overrides)
+        trained = open_run(str(run_dir), log=None, rope_scaling=scaling)
+        model = trained.model()
         predictor = evaluation.TaskPredictor(model)
         evaluation.evaluate_features(model, task, features[length], predictor,  # traces
                                      args.batch_size, max_examples=args.batch_size // 2)
@@ -112,7 +109,7 @@ def evaluate(args, run_dir, log):
         entry = evaluation.evaluate_features(model, task, features[length], predictor,
                                              args.batch_size, max_examples=args.dev_examples)
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
-        row = {"max_length": length, "rope_scaling": describe(overrides["rope_scaling"]),
+        row = {"max_length": length, "rope_scaling": describe(trained.rope_scaling),
                "em": entry["result"]["em"], "f1": entry["result"]["f1"],
                "examples": entry["examples"], "windows": entry["windows"],
                "ms_per_example": round(1000 * seconds / entry["examples"], 2),

@@ -14,6 +14,7 @@ import os
 import re
 
 from data_adapters import ReadReport, read_task
+from mtl_framework.families import family
 
 DEFAULT_DATA_ROOT = "data"
 # Counted alongside the examples, in this order, when an adapter reports them.
@@ -58,17 +59,18 @@ def split_stats(task, split, data_root, tokenizer=None, max_length=None, cache_d
     if row["files"] != named:  # a mirror's name (an alias) was read: say which file
         row["spec_files"] = named
     report, span_texts, values = ReadReport(), [], []
+    numeric = family(task.type).numeric_label
     try:
         for example in read_task(task, split, data_root, report):
             if len(span_texts) < GLUE_SAMPLE and any(hasattr(example, f) for f in SPAN_FIELDS):
                 span_texts.append(example.text)
-            if task.type == "regression" and isinstance(example.label, (int, float)):
+            if numeric and isinstance(example.label, (int, float)):
                 values.append(float(example.label))
     except (OSError, ValueError, KeyError) as error:
         row["error"] = str(error)
         return row
     row.update(report.as_dict())
-    if values:  # a regression target's range: a 0-5 STS score read as 0-1 shows here
+    if values:  # a numeric target's range: a 0-5 STS score read as 0-1 shows here
         row["label_range"] = {"min": min(values), "max": max(values),
                               "mean": round(sum(values) / len(values), 4)}
     warning = glued_warning(span_texts)

@@ -9,6 +9,10 @@ Experiment key `distribution`:
   mirrored      tf.distribute.MirroredStrategy over every local device (GPUs, else the CPU)
   multi_worker  tf.distribute.MultiWorkerMirroredStrategy, cluster from $TF_CONFIG
 
+On KERAS_BACKEND=jax no strategy: `mirrored` is keras.distribution.DataParallel over the
+local devices; `multi_worker` joins the processes $TF_CONFIG names (jax.distributed, CPU
+collectives over gloo) and DataParallel spans every process's devices (step/jax.py).
+
 How a micro-batch is split (MultiTaskModel under a strategy): every worker draws
 the same task and the same global batch (same seed, same streams); each replica
 computes on its own contiguous slice of the rows (`shard_batch`), weighting its
@@ -17,9 +21,11 @@ mlm), so the per-replica gradients SUM to the gradient of the global-batch loss.
 """
 import contextlib
 import importlib
+import json
 import os
 
 import keras
+import numpy as np
 
 from mtl_framework.experiment import DISTRIBUTION, PRECISION, ExperimentError
 from mtl_framework.families import family
@@ -38,8 +44,9 @@ tf = _Deferred()
 def make_strategy(distribution="none"):
     """None (no strategy) or a tf.distribute strategy. MultiWorkerMirroredStrategy must be
     made before any other TensorFlow op runs in the process (it configures collectives).
-    On JAX: `mirrored` sets keras.distribution.DataParallel over the local devices (and
-    returns None: the step shards batches itself, step/jax.py); multi_worker is refused."""
+    On JAX: keras.distribution.DataParallel over the local devices (`mirrored`) or over
+    every process's devices (`multi_worker`, `join_jax_cluster`); returns None (the step
+    places batches itself, step/jax.py)."""
     if distribution in (None, "none"):
         return None
     if keras.backend.backend() == "jax":
@@ -57,13 +64,71 @@ def make_strategy(distribution="none"):
 
 
 def _jax_data_parallel(distribution):
-    if distribution == "mirrored":
-        keras.distribution.set_distribution(keras.distribution.DataParallel())
-        return None
+    if distribution not in ("mirrored", "multi_worker"):
+        raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
     if distribution == "multi_worker":
-        raise ExperimentError("distribution: multi_worker is TensorFlow's (tf.distribute); on "
-                              "KERAS_BACKEND=jax use mirrored (the local devices) or none")
-    raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
+        join_jax_cluster(os.environ.get("TF_CONFIG"))
+    # fit's data only counts updates (trainer.update_counter): nothing for Keras to shard
+    keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
+    return None
+
+
+def jax_cluster(tf_config):
+    """(coordinator address, number of processes, this process's id) from a $TF_CONFIG, the
+    cluster spec the TensorFlow path reads: the processes in order `chief` then `worker`
+    entries, process 0 (the chief task, else worker 0) coordinating from its address."""
+    fix = "see docs/distributed.md"
+    if not tf_config:
+        raise ExperimentError("distribution: multi_worker needs $TF_CONFIG (the cluster and "
+                              f"this worker's task); {fix}")
+    try:
+        config = json.loads(tf_config)
+        cluster, task = config["cluster"], config["task"]
+        addresses = list(cluster.get("chief", [])) + list(cluster.get("worker", []))
+        offset = {"chief": 0, "worker": len(cluster.get("chief", []))}[task["type"]]
+        process_id = offset + int(task.get("index", 0))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ExperimentError('$TF_CONFIG must be JSON like {"cluster": {"worker": ["host:port", '
+                              '...]}, "task": {"type": "worker", "index": 0}} (on JAX: chief and '
+                              f'worker tasks only); {fix}') from None
+    if not 0 <= process_id < len(addresses):
+        raise ExperimentError(f"$TF_CONFIG: task {task['type']} {task.get('index', 0)} is not in "
+                              f"its cluster ({len(addresses)} process(es)); {fix}")
+    return addresses[0], len(addresses), process_id
+
+
+def join_jax_cluster(tf_config):
+    """Connects this process to the others (keras.distribution.initialize: jax.distributed,
+    whose CPU collectives are gloo's by default), before JAX computes anything. Once per
+    process: a second multi_worker run in it keeps the cluster it joined."""
+    import jax
+
+    if jax.distributed.is_initialized():
+        return
+    coordinator, processes, process_id = jax_cluster(tf_config)
+    keras.distribution.initialize(coordinator, processes, process_id)
+
+
+def jax_processes():
+    """(this process's index, how many) on KERAS_BACKEND=jax; (0, 1) on TensorFlow."""
+    if keras.backend.backend() != "jax":
+        return 0, 1
+    import jax
+
+    return jax.process_index(), jax.process_count()
+
+
+def describe_jax_distribution():
+    """The run log's line for keras.distribution on JAX (None without one)."""
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return None
+    line = f"keras.distribution.DataParallel over {len(keras.distribution.list_devices())} device(s)"
+    index, count = jax_processes()
+    if count > 1:
+        line += (f", process {index} of {count}, " +
+                 ("chief" if index == 0 else "worker (writes nothing to the run directory)"))
+    return line
 
 
 def worker_task(strategy=None):
@@ -76,7 +141,10 @@ def worker_task(strategy=None):
 
 
 def is_chief(strategy=None):
-    """The process that writes checkpoints and metrics: the `chief` task, else worker 0."""
+    """The process that writes checkpoints and metrics: the `chief` task, else worker 0
+    (on JAX process 0, which `jax_cluster` makes the chief task, else worker 0)."""
+    if strategy is None:
+        return jax_processes()[0] == 0
     task_type, task_id = worker_task(strategy)
     if task_type is None or task_type == "chief":
         return True
@@ -113,15 +181,28 @@ def shard_batch(head, batch, replica_id, num_replicas):
 
 def check_same_on_every_worker(strategy, value, what):
     """Raise on every worker alike when workers hold different values of `value` (a number),
-    e.g. the step they resumed from: they would otherwise wait for each other forever."""
+    e.g. the step they resumed from: they would otherwise wait for each other forever.
+    `strategy` None: JAX's processes (one process: nothing to check)."""
+    if strategy is None:
+        if jax_processes()[1] > 1:
+            from jax.experimental import multihost_utils
+
+            values = multihost_utils.process_allgather(np.array(value, np.float64))
+            if np.ptp(values) > 1e-6 * max(1.0, float(np.max(np.abs(values)))):
+                _disagree(what, value, float(np.mean(values)))
+        return
     per_replica = strategy.run(lambda: tf.constant([value, value * value], tf.float64))
     mean, mean_square = strategy.reduce("SUM", per_replica, axis=None).numpy() / \
         strategy.num_replicas_in_sync
     if mean_square - mean * mean > 1e-6 * max(1.0, mean_square):
-        raise RuntimeError(
-            f"the workers disagree on the {what} (this one: {value}, mean over workers: {mean:g}); "
-            "every worker must see the chief's checkpoints: put the run directory on a shared "
-            "filesystem or copy its checkpoints/ to each host before --resume")
+        _disagree(what, value, mean)
+
+
+def _disagree(what, value, mean):
+    raise RuntimeError(
+        f"the workers disagree on the {what} (this one: {value}, mean over workers: {mean:g}); "
+        "every worker must see the chief's checkpoints: put the run directory on a shared "
+        "filesystem or copy its checkpoints/ to each host before --resume")
 
 
 # /proc/cpuinfo flags of x86 CPUs that multiply bfloat16 matrices natively (Intel AMX

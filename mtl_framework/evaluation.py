@@ -33,13 +33,10 @@ import time
 import keras
 import numpy as np
 
-from mtl_framework import rope_scaling as rope
+from mtl_framework import assemble, scorers
 from mtl_framework import run_dir as files
-from mtl_framework import scorers
 from mtl_framework.cache import CacheNotes, cached_features
-from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
-from mtl_framework.experiment import load_experiment
 from mtl_framework.families import family
 from mtl_framework.metrics import compute_metric, majority_predictions, primary_score
 from mtl_framework.mixture import iterate_batches
@@ -47,8 +44,6 @@ from mtl_framework.preflight import missing_files
 from mtl_framework.registry import load_registry
 from mtl_framework.scorers import scoring_task
 from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.trained_model import build_heads, check_run_vocab, checkpoint_backbone, read_run
-from mtl_framework.training import MultiTaskModel
 
 # Lost spans that are not gold for the task (a type the task does not predict).
 NOT_GOLD = "not in the task's labels"
@@ -343,12 +338,12 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     Both are recorded in the line when given."""
     if data_root and not os.path.isdir(data_root):
         raise UserError(f"--data-root {data_root}: no such folder")
-    experiment = load_experiment(files.experiment_file(run_dir))
-    settings = run_overrides(experiment, max_length, rope_scaling)
-    checkpoint = read_run(run_dir, log)
+    trained = assemble.open_run(run_dir, log=log, rope_scaling=rope_scaling)
+    experiment, checkpoint = trained.experiment, trained.checkpoint
+    settings = {**({"max_length": int(max_length)} if max_length is not None else {}),
+                **({"rope_scaling": trained.rope_scaling} if rope_scaling is not None else {})}
     registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)
-    names = [task for task, meta in checkpoint_heads(checkpoint).items()
-             if family(meta["type"]).scored]
+    names = [task for task, meta in trained.head_metadata.items() if family(meta["type"]).scored]
     unknown = sorted(set(tasks or []) - set(names))
     if unknown:
         raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
@@ -366,12 +361,12 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
                              "pass --data-root DIR")
     if problems:
         raise UserError("\n".join(problems))
-    tokenizer = Tokenizer(check_run_vocab(run_dir, checkpoint))
+    tokenizer = Tokenizer(trained.vocab)
     for task in selected:
         if settings.get("max_length", 0) > task.max_length and log:
             log(f"{task.name}: scored at max_length {task.max_length}, its spec's cap "
                 f"(--max-length {settings['max_length']} asked)")
-    model = checkpoint_model(checkpoint, experiment, **backbone_overrides(settings))
+    model = trained.model()
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
     notes = CacheNotes(log) if log else None
     train = {task.name: cached_features(task, "train", tokenizer, data_root, cache_dir, log=notes,
@@ -385,42 +380,3 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     partial = {**({"max_examples": max_examples} if max_examples else {}),
                **({"tasks_asked": sorted(tasks)} if tasks else {})}  # not the model card's
     return record(run_dir, checkpoint.step, split, results, {**settings, **partial})
-
-
-def run_overrides(experiment, max_length=None, rope_scaling=None):
-    """{max_length, rope_scaling}: those given, checked (UserError), the rope scaling
-    normalised with the run's max_length as its trained length."""
-    settings = {}
-    if max_length is not None:
-        settings["max_length"] = int(max_length)
-    if rope_scaling is not None:
-        try:
-            settings["rope_scaling"] = rope.parse(rope_scaling, experiment.max_length)
-        except ValueError as error:
-            raise UserError(str(error)) from None
-    return settings
-
-
-def backbone_overrides(settings):
-    return {"rope_scaling": settings["rope_scaling"]} if "rope_scaling" in settings else {}
-
-
-def checkpoint_model(checkpoint, experiment, **backbone_overrides):
-    """A MultiTaskModel for predictions: the checkpoint's backbone (`backbone_overrides`:
-    rope_scaling) and heads (weights by name), in the run's precision; not compiled."""
-    with precision_policy(experiment.precision):
-        backbone = checkpoint_backbone(checkpoint, **backbone_overrides)
-        heads = build_heads(checkpoint_heads(checkpoint), checkpoint.arrays, backbone,
-                            checkpoint.path)
-    # predictions only: no balancing state (pcgrad's accumulators would be built for nothing)
-    model = MultiTaskModel(backbone, heads, experiment.tasks_per_update, "none")
-    model.build_all()
-    return model
-
-
-def checkpoint_heads(checkpoint):
-    """{task: head metadata} of a checkpoint, in the run's task order."""
-    if "heads" not in checkpoint.trainer:
-        raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
-                        "older mtl_framework): continue the run one step with `mtl train --resume`")
-    return checkpoint.trainer["heads"]

@@ -9,8 +9,9 @@ The other formats have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
 which is exact because both blocks end in a bias-free linear map.
 
-The run is read through trained_model.py (on run_dir.py): the newest readable checkpoint (a damaged newer
-one is named in a warning), its backbone and head arrays only. An export is written
+The run is opened by assemble.open_run (reading through trained_model.py and run_dir.py): the
+newest readable checkpoint (a damaged newer one is named in a warning), its backbone and head
+arrays only. An export is written
 into a temporary folder beside `output` and renamed into place; `output` must be new
 or empty, or (--force) wholly an earlier export: its `export-manifest.json` lists every
 file the export wrote, and a folder holding anything else (or no manifest) is refused,
@@ -30,17 +31,11 @@ from mtl_framework import architectures, formats
 from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
 from mtl_framework.architectures import architecture_of
+from mtl_framework.assemble import open_run
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import DEFAULTS
 from mtl_framework.model_card import relative_checkpoint, write_card
-from mtl_framework.trained_model import (
-    HEADS_CONFIG,
-    HEADS_WEIGHTS,
-    check_run_vocab,
-    checkpoint_backbone,
-    read_run,
-    run_heads,
-)
+from mtl_framework.trained_model import HEADS_CONFIG, HEADS_WEIGHTS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -86,9 +81,8 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
         raise UserError(f"--with-heads is for --format {' or '.join(holding)}; a {fmt} export "
                         "holds the backbone only")
     check_output(run_dir, output, force)
-    chosen = read_run(run_dir, log, checkpoint)
-    check_run_vocab(run_dir, chosen)  # every export holds it
-    backbone = checkpoint_backbone(chosen)
+    trained = open_run(run_dir, checkpoint, log, precision="float32")  # vocab checked too
+    chosen, backbone = trained.checkpoint, trained.backbone
     source = os.path.join(chosen.path, "trainer.json")
     if not formats.FORMATS[fmt].ours and backbone.config.get("rope_scaling"):
         raise UserError(f"{source}: backbone.rope_scaling "  # never dropped silently
@@ -97,7 +91,7 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
                         "rope_scaling")
     # refused before writing anything
     architectures.converter(fmt, architecture_of(backbone.config)).check(backbone.config, source)
-    heads = run_heads(chosen) if with_heads else None
+    heads = trained.saved_heads() if with_heads else None
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
     stem = os.path.basename(os.path.abspath(output)) + files.TEMPORARY

@@ -78,7 +78,7 @@ def finetune_experiment(export_dir: str, task: str, data_root: str | None = None
 def rope_setting(value):
     """The experiment's backbone.rope_scaling for --rope-scaling TEXT (a mapping as it is):
     `none` keeps the folder's rotary unscaled; the trained length, when TEXT does not give
-    it, is filled from the folder when the backbone is loaded (trained_model.init_backbone)."""
+    it, is filled from the folder when the backbone is loaded (assemble.folder_backbone)."""
     from mtl_framework import rope_scaling
 
     if not isinstance(value, str):

@@ -6,7 +6,7 @@ Reads top to bottom as one training run uses it:
     rates = rates_from_config(sizes, "temperature")             # or task_rates(...)
     sampler = TaskSampler([rates[t] for t in features], seed=42)
     streams = {t: TaskStream(features[t], batch_size=32, seed=i) for i, t in ...}
-    streams["mlm"] = RoundRobin([TaskStream(...), ...])        # mlm text from every task
+    streams[MLM_TASK] = RoundRobin([TaskStream(...), ...])     # mlm text from every task
     mixture = Mixture(streams, sampler)
     task, batch = mixture.next()                                # batch: docs/batches.md
     state = mixture.state()          # JSON-able, in every checkpoint's trainer.json
@@ -431,3 +431,23 @@ class Mixture:
         self.sampler.set_state(state["sampler"])
         for task, stream_state in state["streams"].items():
             self.streams[task].restore(stream_state)
+
+    @classmethod
+    def for_experiment(cls, experiment, streams, sizes, pinned, log=print):
+        """The run's mixture: rates from the experiment's `sampling` (annealed ones counted
+        in updates; the sampler counts micro-batches), `pinned` {task: rate} fixed under
+        every method; the rates table logged. (Mixture, {task: start rate})."""
+        from mtl_framework.errors import UserError
+
+        try:
+            rates, end, over = schedule_from_config(sizes, experiment.sampling, pinned or None)
+        except ValueError as error:  # pins over 1, a bad rate, cap or temperature
+            raise UserError(f"{experiment.path}: {error}") from None
+        sampling = experiment.sampling
+        method = sampling if isinstance(sampling, str) else sampling.get("method")
+        log(format_rates(rates, sizes, method, pinned=set(pinned), end=end, over=over,
+                         counted="examples (questions, documents), not windows or rows"))
+        sampler = TaskSampler([rates[t] for t in streams], seed=experiment.seed,
+                              end=[end[t] for t in streams] if over else None,
+                              over=over * experiment.tasks_per_update)
+        return cls(streams, sampler), rates

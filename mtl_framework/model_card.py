@@ -20,20 +20,14 @@ from mtl_framework import architectures, formats
 from mtl_framework import run_dir as files
 from mtl_framework.architectures import architecture_of
 from mtl_framework.errors import UserError
+from mtl_framework.families import FAMILIES
 from mtl_framework.provenance import describe, provenance
 from mtl_framework.scorers import score_name
 
 LICENSE = "apache-2.0"
 # Our task families as the Hub's task types (model-index `task.type`, and the card's
-# tags). regression is STS-style similarity of a pair (STS-B's own Hub task), not a
-# classification; cloze here picks one of the candidates (ChID), a multiple choice.
-HUB_TASK_TYPE = {"classification": "text-classification", "matching": "text-classification",
-                 "regression": "sentence-similarity", "coreference": "text-classification",
-                 "extraction_ner": "token-classification",
-                 "extraction_relation": "token-classification",
-                 "extraction_event": "token-classification",
-                 "mrc_span": "question-answering", "multiple_choice": "multiple-choice",
-                 "cloze": "multiple-choice", "mlm": "fill-mask"}
+# tags): each family's record says its own (families/: `hub_task`).
+HUB_TASK_TYPE = {name: record.hub_task for name, record in FAMILIES.items()}
 HUB_DATASETS = "https://huggingface.co/datasets/"
 def last_dev_evaluation(run_dir, step=None):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when

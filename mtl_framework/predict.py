@@ -47,9 +47,8 @@ from data_adapters.report import place
 from mtl_framework import clue, evaluation
 from mtl_framework.data_stats import default_data_root
 from mtl_framework.errors import UserError
-from mtl_framework.families import family, featurizer_for_task
+from mtl_framework.families import FAMILIES, family, featurizer_for_task
 from mtl_framework.outputs import check_file, check_folder, usual_mode
-from mtl_framework.rope_scaling import parse as parse_rope_scaling
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -65,54 +64,16 @@ def load_model(path: str, data_root: str | None = None, specs: Iterable[str] = (
     """A PredictModel from a run directory (its latest checkpoint) or a keras export
     written with `mtl export --with-heads`. UserError when it is neither.
     rope_scaling: `none` or TYPE:FACTOR[:ORIGINAL] instead of the backbone's own."""
-    from mtl_framework import trained_model
+    from mtl_framework.assemble import open_trained
 
-    if os.path.isfile(os.path.join(path, "experiment.yaml")):
-        return _load_run(path, data_root, specs, max_length, log, rope_scaling)
-    if os.path.isfile(os.path.join(path, "config.json")):
-        metadata, weights = trained_model.load_heads(path)
-        if metadata is None:
-            raise UserError(f"{path}: no {trained_model.HEADS_CONFIG}: this export holds the backbone "
-                            "only; export with `mtl export RUN_DIR --format keras --with-heads`, "
-                            "or predict from the run directory")
-        from mtl_framework.architectures import load_preset
-
-        overrides = {}
-        if rope_scaling is not None:
-            from mtl_framework.formats import keras as preset
-
-            try:
-                overrides["rope_scaling"] = parse_rope_scaling(rope_scaling,
-                                                               preset.trained_length(path))
-            except ValueError as error:
-                raise UserError(f"{path}: {error}") from None
-        backbone = load_preset(path, **overrides)
-        root = data_root or default_data_root()
-        return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
-                            list(specs), root, max_length, log)
-    raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
-                    "(config.json): give what `mtl train` or `mtl export --with-heads` wrote")
-
-
-def _load_run(path, data_root, specs, max_length, log, rope_scaling=None):
-    from mtl_framework import trained_model
-    from mtl_framework.experiment import ExperimentError, load_experiment
-
-    try:
-        experiment = load_experiment(os.path.join(path, "experiment.yaml"))
-        overrides = evaluation.backbone_overrides(
-            evaluation.run_overrides(experiment, None, rope_scaling))
-        checkpoint = trained_model.read_run(path, log)
-        trained_model.check_run_vocab(path, checkpoint)
-        backbone = trained_model.checkpoint_backbone(checkpoint, **overrides)
-        metadata, weights = trained_model.run_heads(checkpoint)
-    except (FileNotFoundError, ValueError, ExperimentError) as error:
-        raise UserError(str(error)) from None
+    trained = open_trained(path, log=log, rope_scaling=rope_scaling)
+    experiment = trained.experiment
+    if experiment is None:  # an export: the specs and data given
+        return PredictModel(trained, list(specs), data_root or default_data_root(), max_length, log)
     spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs] + list(specs)
     root = data_root or experiment.resolve_path(experiment.raw.get("data_root")) or \
         default_data_root()
-    return PredictModel(path, backbone, metadata, weights, os.path.join(path, "vocab.txt"),
-                        spec_dirs, root, max_length or experiment.max_length, log)
+    return PredictModel(trained, spec_dirs, root, max_length or experiment.max_length, log)
 
 
 # ------------------------------------------------------------------ the model
@@ -121,30 +82,23 @@ def _load_run(path, data_root, specs, max_length, log, rope_scaling=None):
 class PredictModel:
     """A backbone with its task heads, the run's vocabulary and the task specs."""
 
-    def __init__(self, source, backbone, metadata, weights, vocab, spec_dirs, data_root,
-                 max_length=None, log=print):
-        from mtl_framework import trained_model
+    def __init__(self, trained, spec_dirs, data_root, max_length=None, log=print):
         from mtl_framework.registry import SpecValidationError, load_registry
         from mtl_framework.tokenizer import Tokenizer
-        from mtl_framework.training import MultiTaskModel
 
-        self.source, self.data_root, self.max_length = source, data_root, max_length
+        self.source, self.data_root, self.max_length = trained.source, data_root, max_length
         self.log = log or (lambda message: None)
-        if not os.path.isfile(vocab):
-            raise UserError(f"{source}: no vocab.txt beside the weights: copy the run's vocab.txt "
-                            "there (mtl train and mtl export write it)")
-        self.tokenizer = Tokenizer(vocab)
+        trained.saved_heads()  # a backbone-only export is refused before anything is built
+        if not os.path.isfile(trained.vocab):
+            raise UserError(f"{self.source}: no vocab.txt beside the weights: copy the run's "
+                            "vocab.txt there (mtl train and mtl export write it)")
+        self.tokenizer = Tokenizer(trained.vocab)
         try:
             self.registry = load_registry(spec_dirs)
         except SpecValidationError as error:
             raise UserError(str(error).splitlines()[0]) from None
-        self.heads = trained_model.build_heads(metadata, weights, backbone, source,
-                                               scored_only=True)  # mlm predicts no task outputs
-        self.model = MultiTaskModel(backbone, self.heads)
-        # build_all (trace groups, which traced_outputs uses) builds the optimizer too:
-        # plain SGD holds no slot variables, and nothing is trained here
-        self.model.compile(optimizer="sgd")
-        self.model.build_all()
+        self.model = trained.model(scored_only=True)  # mlm predicts no task outputs
+        self.heads = self.model.heads
         self.predictor = evaluation.TaskPredictor(self.model)
 
     @property
@@ -185,7 +139,7 @@ class PredictModel:
         """The examples of `paths` in the task's format, in file order. Gold filters
         (skip_labels) are off, labels unchecked and the adapter's predict_options on
         (e.g. CLUE test placeholders read as no gold): every row is predicted. A text task's
-        text_b is optional unless the task is matching (it compares two texts).
+        text_b is optional unless the task compares two texts (its family's `two_texts`).
         `report.order` (an OrderedReport) then holds, in input order, each example's
         index or an unreadable row's (reason, place)."""
         from data_adapters import get_adapter, read_files
@@ -198,7 +152,7 @@ class PredictModel:
         adapter = get_adapter(task.format)
         options = {**{k: v for k, v in task.options.items() if k != "skip_labels"},
                    **adapter.predict_options}
-        if "text_b_optional" in adapter.option_keys and task.type != "matching":
+        if "text_b_optional" in adapter.option_keys and not family(task.type).two_texts:
             options["text_b_optional"] = True  # only the fields a prediction needs: tnews' title
         where = f"{', '.join(map(str, paths))} (task {task.name!r}, format {task.format!r})"
         try:
@@ -255,31 +209,26 @@ class PredictModel:
 
     # --- raw strings (Python) -----------------------------------------------------
 
-    TEXT_TYPES = ("classification", "matching", "regression")
-
     def text_examples(self, task, texts):
-        """TextExamples (text tasks: a string or a (text, text_b) pair each) or NERExamples
-        (extraction_ner: strings) of raw texts; a UserError for other families, and for a
-        matching task given single strings (it compares two texts)."""
-        from data_adapters.examples import NERExample, TextExample
-
+        """The examples of raw texts, made as the task's family makes them (families:
+        `from_texts`; text tasks: a string or a (text, text_b) pair each, NER: strings);
+        a UserError for other families, and for a pair task given single strings."""
         texts = list(texts)
-        pair = next((t for t in texts if not isinstance(t, str)), None)
+        record = family(task.type)
+        if record.from_texts is None:
+            *most, last = [name for name, f in FAMILIES.items() if f.from_texts]
+            raise UserError(f"task {task.name!r} ({task.type}): raw texts are for "
+                            f"{', '.join(most)} and {last} tasks; "
+                            f"write the input in the task's format and use predict_file "
+                            f"(mtl predict --input)")
         single = next((t for t in texts if isinstance(t, str)), None)
-        if task.type in self.TEXT_TYPES:
-            if task.type == "matching" and single is not None:
-                raise UserError(f"task {task.name!r} (matching) compares two texts, got one: "
-                                f"{single!r} (mtl predict: --separator SEP and `TEXT SEP TEXT_B`)")
-            return [TextExample(*t) if isinstance(t, (tuple, list)) else TextExample(t)
-                    for t in texts]
-        if task.type == "extraction_ner":
-            if pair is not None:
-                raise UserError(f"task {task.name!r} (extraction_ner): one string per text, "
-                                f"not {pair!r}")
-            return [NERExample(t) for t in texts]
-        raise UserError(f"task {task.name!r} ({task.type}): raw texts are for "
-                        f"{', '.join(self.TEXT_TYPES)} and extraction_ner tasks; write the "
-                        f"input in the task's format and use predict_file (mtl predict --input)")
+        if record.two_texts and single is not None:
+            raise UserError(f"task {task.name!r} ({task.type}) compares two texts, got one: "
+                            f"{single!r} (mtl predict: --separator SEP and `TEXT SEP TEXT_B`)")
+        try:
+            return record.from_texts(texts)
+        except ValueError as error:
+            raise UserError(f"task {task.name!r} ({task.type}): {error}") from None
 
     def predict_texts(self, task_name: str, texts: Iterable[str | tuple[str, str]],
                       batch_size: int = 32) -> list[Any]:

@@ -36,10 +36,11 @@ BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
 RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches",
              "distribution", "name", "output_dir", "data_root", "cache_dir", "task_specs",
              "patience")
+# Backbone values an experiment may set over a backbone folder's config (not shapes).
+INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
+                  "rope_scaling")
 # Backbone values a checkpoint or export does not fix (the rest must equal its config).
-BACKBONE_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
-                      "rope_scaling",
-                      "checkpoint", "init",
+BACKBONE_OVERRIDES = INIT_OVERRIDES + ("checkpoint", "init",
                       "vocab", "vocab_size", "size")  # size: compared as its dims
 
 

@@ -59,6 +59,7 @@ from mtl_framework.cache import (
     remove_folder,
     warn,
 )
+from mtl_framework.errors import UserError
 from mtl_framework.families import MLM
 from mtl_framework.features import FeatureReport, FeatureWriter, _chunks
 from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
@@ -549,3 +550,85 @@ def prepare_experiment(experiment_path, workers=None, data_root=None, log=print)
     return vocab, {job.name: cached_features(job.task, job.split, tokenizer, data_root,
                                                cache_dir, job.max_length, job.family, **job.settings)
                    for job in jobs}
+
+
+# --- a run's data: its vocab and train streams -------------------------------------------
+
+def prepare_vocab(plan, log):
+    """(Tokenizer, path of its vocab.txt): the run directory's own vocab once it holds
+    checkpoints, else the vocab the experiment names (or its backbone folder's), else one
+    built from the tasks' train text and the mlm corpus (in worker processes, kept in the
+    cache root; `Run.train` copies it into the run directory)."""
+    from mtl_framework.preflight import vocab_sources
+    from mtl_framework.run_dir import VOCAB
+    from mtl_framework.tokenizer import Tokenizer
+
+    own = os.path.join(plan.run_dir, VOCAB)
+    if plan.checkpoints and os.path.exists(own):
+        return Tokenizer(own), own
+    if plan.vocab:
+        return Tokenizer(plan.vocab), plan.vocab
+    experiment = plan.experiment
+    path = str(cached_vocab(vocab_sources(plan), plan.data_root,
+                            experiment.backbone.get("vocab_size", 12000),
+                            experiment.resolve_path(experiment.raw.get("cache_dir")), log=log))
+    return Tokenizer(path), path
+
+
+def train_streams(plan, tokenizer, log):
+    """({task: TaskStream}, {task: examples}) of the run's tasks, in run order, and the
+    reserved mlm task's RoundRobin when the experiment has it: the feature caches built
+    first (cold ones in worker processes), then loaded, one summary line."""
+    from mtl_framework.cache import CacheNotes
+    from mtl_framework.mixture import TaskStream, example_count
+    from mtl_framework.preflight import MLM_TASK
+
+    experiment = plan.experiment
+    cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
+    prepare(experiment_jobs(experiment, plan.tasks), tokenizer, plan.data_root, cache_dir, log=log)
+    notes = CacheNotes(log)  # the caches loaded: one line
+    streams, sizes = {}, {}
+    for i, task in enumerate(plan.tasks):
+        features = cached_features(task, "train", tokenizer, plan.data_root, cache_dir,
+                                   max_length=min(task.max_length, experiment.max_length),
+                                   log=notes)
+        if len(features) == 0:
+            raise UserError(no_rows_message(task, features))
+        streams[task.name] = TaskStream(features, experiment.batch_size, seed=experiment.seed + i)
+        sizes[task.name] = example_count(features)
+    if MLM_TASK in plan.entries:
+        streams[MLM_TASK], sizes[MLM_TASK] = mlm_stream(plan, tokenizer, cache_dir, notes)
+    notes.summary("train features")
+    return streams, sizes
+
+
+def mlm_stream(plan, tokenizer, cache_dir, log):
+    """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
+    from every task's train texts in turn. Size for the rates: documents / examples."""
+    from mtl_framework.mixture import RoundRobin, TaskStream, example_count
+    from mtl_framework.preflight import MLM_TASK, mlm_corpus_task, mlm_settings
+
+    experiment, entry = plan.experiment, plan.entries[MLM_TASK]
+    settings = mlm_settings(entry)
+    sources = [mlm_corpus_task(experiment, entry)] if entry.get("corpus") else plan.tasks
+    features = [cached_features(t, "train", tokenizer, plan.data_root, cache_dir,
+                                max_length=min(experiment.max_length, t.max_length), family=MLM,
+                                log=log, **settings) for t in sources]
+    streams = [TaskStream(f, experiment.batch_size, seed=experiment.seed + 1000 + i)
+               for i, f in enumerate(features) if len(f)]
+    if not streams:
+        raise UserError(f"{experiment.path}: mlm has no text to learn from "
+                        + ("(its corpus has no non-blank line)" if entry.get("corpus")
+                           else "(the tasks' train splits have none)"))
+    return RoundRobin(streams), sum(example_count(f) for f in features)
+
+
+def no_rows_message(task, features):
+    """A train split nothing could be learned from, with what the adapter skipped and where."""
+    read = features.meta.get("read", {})
+    reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
+                        for reason, entry in list(read.get("skipped", {}).items())[:2])
+    return (f"{task.spec_path}:{task.line}: task {task.name!r} has no usable train rows "
+            f"({read.get('examples', 0)} examples read"
+            + (f"; skipped {read.get('skipped_total')}: {reasons}" if reasons else "")
+            + "): fix its train file or leave the task out")

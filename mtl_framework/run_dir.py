@@ -112,26 +112,30 @@ def _add(named, name, variable):
     named[name] = variable
 
 
-def head_metadata(heads, types, backbone):
-    """trainer.json's "heads": per task its type, num_labels, plain config and the names
-    of its own variables (the tied MLM embedding is the backbone's)."""
+def head_metadata(heads, backbone):
+    """trainer.json's "heads": per task its type (the head's family), num_labels, plain
+    config and the names of its own variables (the tied MLM embedding is the backbone's)."""
     shared = {id(v) for v in backbone.variables}
-    metadata = {}
-    for task, head in heads.items():
-        config = {}
-        for key, value in head.get_config().items():
-            if key in ("name", "trainable", "dtype", "num_labels", "family"):  # own keys
-                continue
-            try:
-                json.dumps(value)
-            except TypeError:
-                continue
-            config[key] = value
-        metadata[task] = {"type": types[task], "family": head.family,
-                          "num_labels": head.num_labels, "config": config,
-                          "variables": [name for name, v in layer_variable_names(head, task).items()
-                                        if id(v) not in shared]}
-    return metadata
+    return {task: {"type": head.family, "family": head.family, "num_labels": head.num_labels,
+                   "config": head_config(head),
+                   "variables": [name for name, v in layer_variable_names(head, task).items()
+                                 if id(v) not in shared]}
+            for task, head in heads.items()}
+
+
+def head_config(head):
+    """A head's get_config() without the keys metadata holds apart, and without values
+    JSON cannot hold (the tied embedding)."""
+    config = {}
+    for key, value in head.get_config().items():
+        if key in ("name", "trainable", "dtype", "num_labels", "family"):  # own keys
+            continue
+        try:
+            json.dumps(value)
+        except TypeError:
+            continue
+        config[key] = value
+    return config
 
 
 # --- checkpoints ----------------------------------------------------------------------

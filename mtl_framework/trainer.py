@@ -1,4 +1,12 @@
-"""`mtl train`: an experiment YAML -> a run directory.
+"""`mtl train`: an experiment YAML -> a run directory. The training loop, at the end of
+the core's five stages, each a module:
+
+    plan      preflight.plan_run      the checked experiment: tasks, files, vocab, run directory
+    prepare   prepare.py              the vocab and feature caches -> train streams (+ mixture.py)
+    assemble  assemble.py             backbone, heads, optimizer (also from a checkpoint: resume,
+                                      evaluate, predict, export; from a folder: finetune)
+    step      training.py + step/     one update: micro-batches, per-task gradients, balancing
+    loop      here                    fit, callbacks, checkpoints, evaluations
 
 run_dir/
   experiment.yaml       the resolved experiment (what ran)
@@ -38,11 +46,9 @@ from typing import TYPE_CHECKING
 import keras
 import numpy as np
 
-from mtl_framework import architectures
+from mtl_framework import assemble
 from mtl_framework import run_dir as files
-from mtl_framework.balancing import Balancing, BalancingError
-from mtl_framework.balancing import describe as describe_balancing
-from mtl_framework.cache import CacheNotes, cached_features
+from mtl_framework.cache import CacheNotes
 from mtl_framework.callbacks import (
     EPOCH_CUT_WARNING,
     BestTracker,
@@ -53,35 +59,16 @@ from mtl_framework.callbacks import (
 )
 from mtl_framework.distributed import (
     check_same_on_every_worker,
+    describe_jax_distribution,
     is_chief,
     make_strategy,
-    precision_policy,
-    resolve_precision,
 )
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
-from mtl_framework.families import MLM
-from mtl_framework.heads import build_head, task_head
-from mtl_framework.mixture import (
-    Mixture,
-    RoundRobin,
-    TaskSampler,
-    TaskStream,
-    example_count,
-    format_rates,
-    schedule_from_config,
-)
-from mtl_framework.optimizers import build_optimizer
-from mtl_framework.preflight import (
-    MLM_TASK,
-    check_run_dir,
-    mlm_corpus_task,
-    mlm_settings,
-    plan_run,
-    vocab_sources,
-)
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.training import MultiTaskModel, NonFiniteLossError
+from mtl_framework.mixture import Mixture
+from mtl_framework.preflight import MLM_TASK, check_run_dir, plan_run
+from mtl_framework.prepare import prepare_vocab, train_streams
+from mtl_framework.training import NonFiniteLossError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -89,48 +76,6 @@ if TYPE_CHECKING:
 
     from mtl_framework.experiment import Experiment
     from mtl_framework.preflight import Plan
-
-
-def prepare_vocab(plan, log):
-    """(Tokenizer, path of its vocab.txt): the run directory's own vocab once it holds
-    checkpoints, else the vocab the experiment names (or its backbone folder's), else one
-    built from the tasks' train text and the mlm corpus (in worker processes, kept in the
-    cache root; `Run.train` copies it into the run directory)."""
-    own = os.path.join(plan.run_dir, files.VOCAB)
-    if plan.checkpoints and os.path.exists(own):
-        return Tokenizer(own), own
-    if plan.vocab:
-        return Tokenizer(plan.vocab), plan.vocab
-    from mtl_framework.prepare import cached_vocab
-
-    experiment = plan.experiment
-    path = str(cached_vocab(vocab_sources(plan), plan.data_root,
-                            experiment.backbone.get("vocab_size", 12000),
-                            experiment.resolve_path(experiment.raw.get("cache_dir")), log=log))
-    return Tokenizer(path), path
-
-
-def build_backbone(experiment, tokenizer):
-    """The experiment's backbone: from a backbone folder (init or checkpoint: any format
-    `formats.loadable()` names; dims and weights from it, dropout from the experiment),
-    or new. preflight has checked the vocab fits its embedding."""
-    spec = dict(experiment.backbone)
-    folder = spec.get("init") or spec.get("checkpoint")
-    if folder:  # a backbone folder of any loadable format: dims and weights from it
-        from mtl_framework.trained_model import init_backbone
-
-        return init_backbone(experiment.resolve_path(folder), spec, source=experiment.path)
-    for key in ("vocab", "init", "checkpoint"):
-        spec.pop(key, None)
-    size = spec.pop("size", None)
-    spec["vocab_size"] = tokenizer.vocab_size
-    if spec.get("rope_scaling"):  # a new backbone is trained at the experiment's max_length
-        from mtl_framework.trained_model import checked_rope_scaling
-
-        spec["rope_scaling"] = checked_rope_scaling(spec["rope_scaling"], experiment.max_length,
-                                                    experiment.where("backbone", "rope_scaling"))
-    return architectures.build_backbone(
-        architectures.backbone_config(spec.pop("architecture", None), size, **spec))
 
 
 def update_counter(updates, strategy=None):
@@ -157,15 +102,23 @@ def update_counter(updates, strategy=None):
     return steps
 
 
-def no_rows_message(task, features):
-    """A train split nothing could be learned from, with what the adapter skipped and where."""
-    read = features.meta.get("read", {})
-    reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
-                        for reason, entry in list(read.get("skipped", {}).items())[:2])
-    return (f"{task.spec_path}:{task.line}: task {task.name!r} has no usable train rows "
-            f"({read.get('examples', 0)} examples read"
-            + (f"; skipped {read.get('skipped_total')}: {reasons}" if reasons else "")
-            + "): fix its train file or leave the task out")
+def task_settings(plan):
+    """({task: loss weight}, {task: pinned rate}): the experiment's entry for the task (by
+    name, else by dataset) over the task spec's own values; the reserved mlm task's from
+    its entry alone."""
+    loss_weights, pinned = {}, {}
+    for task in plan.tasks:
+        entry = plan.entries.get(task.name) or plan.entries.get(task.dataset) or {}
+        loss_weights[task.name] = entry.get("loss_weight", task.loss_weight)
+        rate = entry.get("rate", task.rate)
+        if rate is not None:
+            pinned[task.name] = rate
+    if MLM_TASK in plan.entries:
+        entry = plan.entries[MLM_TASK]
+        loss_weights[MLM_TASK] = entry.get("loss_weight", 1.0)
+        if "rate" in entry:
+            pinned[MLM_TASK] = entry["rate"]
+    return loss_weights, pinned
 
 
 class RunLogger(keras.callbacks.Callback):
@@ -321,16 +274,15 @@ class Run:
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
         elif keras.distribution.distribution() is not None:  # JAX: DataParallel (distributed.py)
-            log(f"distribution: {self.distribution}, keras.distribution.DataParallel over "
-                f"{len(keras.distribution.list_devices())} device(s)")
-        self.tokenizer, self.vocab_path = prepare_vocab(plan, log)
+            log(f"distribution: {self.distribution}, {describe_jax_distribution()}")
+        self.tokenizer, self.vocab_path = prepare_vocab(plan, log)  # plan -> prepare
         self.step = 0
         self.last_evaluation = None  # the latest evaluations.jsonl line of this process
         settings = keep_best_settings(experiment)
         self.best = settings and BestTracker(settings["metric"], settings["mode"],
                                              experiment.raw.get("patience"))
         with self.strategy.scope() if self.strategy else contextlib.nullcontext():
-            self.build(plan.entries)
+            self.build()
 
     @classmethod
     def load(cls, run_dir: str, log: Callable[[str], Any] = print, data_root: str | None = None,
@@ -407,81 +359,21 @@ class Run:
                             f"{', '.join(known)}")
         return [t for t in self.tasks if t.name in names]
 
-    def build(self, entries):
-        exp = self.experiment
+    def build(self):
+        """plan -> prepare -> assemble: the vocab, the train streams and the mixture, the
+        backbone and heads (assemble.py), the model with its optimizer."""
+        exp, plan = self.experiment, self.plan
         keras.utils.set_random_seed(exp.seed)
-        cache_dir = exp.resolve_path(exp.raw.get("cache_dir"))
-        streams, sizes, heads, loss_weights, fixed = {}, {}, {}, {}, {}
-        if exp.precision == "auto":
-            self.log("precision: {} ({})".format(*resolve_precision(exp.precision)))
-        with precision_policy(exp.precision):
-            self.backbone = build_backbone(exp, self.tokenizer)
-        self.backbone.build()
-        task_names = [t.name for t in self.tasks] + ([MLM_TASK] if MLM_TASK in entries else [])
-        try:  # pcgrad's memory, before any feature is built (docs/balancing.md)
-            Balancing(exp.balancing, task_names, exp.seed).check_memory(
-                self.backbone.trainable_variables, exp.tasks_per_update)
-        except BalancingError as error:
-            raise UserError(f"{exp.where('balancing')}: {error}") from None
-        hidden, layers = self.backbone.config["hidden_size"], self.backbone.config["num_layers"]
-        from mtl_framework.prepare import experiment_jobs, prepare  # cold caches: in workers
-
-        prepare(experiment_jobs(exp, self.tasks), self.tokenizer, self.data_root, cache_dir,
-                log=self.log)
-        notes = CacheNotes(self.log)  # the caches loaded: one line
-        for i, task in enumerate(self.tasks):
-            entry = entries.get(task.name) or entries.get(task.dataset) or {}
-            length = min(task.max_length, exp.max_length)
-            features = cached_features(task, "train", self.tokenizer, self.data_root, cache_dir,
-                                       max_length=length, log=notes)
-            if len(features) == 0:
-                raise UserError(no_rows_message(task, features))
-            streams[task.name] = TaskStream(features, exp.batch_size, seed=exp.seed + i)
-            sizes[task.name] = example_count(features)
-            labels = task.resolve_labels(self.data_root) if task.labels or task.label_file else None
-            with precision_policy(exp.precision):
-                heads[task.name] = task_head(task, labels, hidden, num_layers=layers)
-            loss_weights[task.name] = entry.get("loss_weight", task.loss_weight)
-            rate = entry.get("rate", task.rate)
-            if rate is not None:
-                fixed[task.name] = rate
-        if MLM_TASK in entries:
-            streams[MLM_TASK], sizes[MLM_TASK] = self.mlm_stream(cache_dir, entries[MLM_TASK], notes)
-            with precision_policy(exp.precision):
-                heads[MLM_TASK] = build_head(MLM, self.tokenizer.vocab_size, hidden,
-                                             name=MLM_TASK, embeddings=self.backbone.token_embedding)
-            loss_weights[MLM_TASK] = entries[MLM_TASK].get("loss_weight", 1.0)
-            if "rate" in entries[MLM_TASK]:
-                fixed[MLM_TASK] = entries[MLM_TASK]["rate"]
-        notes.summary("train features")
-        self.head_types = {**{t.name: t.type for t in self.tasks}, MLM_TASK: MLM}
-        if exp.backbone.get("init"):  # heads of same-named tasks from a --with-heads export
-            from mtl_framework.trained_model import init_heads
-
-            init_heads(exp.resolve_path(exp.backbone["init"]), heads, self.head_types,
-                       self.backbone, log=self.log)
-        try:
-            rates, end, over = schedule_from_config(sizes, exp.sampling, fixed or None)
-        except ValueError as error:  # pins over 1, a bad rate, cap or temperature
-            raise UserError(f"{exp.path}: {error}") from None
-        method = exp.sampling if isinstance(exp.sampling, str) else exp.sampling.get("method")
-        self.log(format_rates(rates, sizes, method, pinned=set(fixed), end=end, over=over,
-                              counted="examples (questions, documents), not windows or rows"))
-        self.rates = rates
-        # annealing is counted in updates; the sampler counts draws (micro-batches)
-        sampler = TaskSampler([rates[t] for t in streams], seed=exp.seed,
-                              end=[end[t] for t in streams] if over else None,
-                              over=over * exp.tasks_per_update)
-        self.mixture = Mixture(streams, sampler)
-        self.model = MultiTaskModel(self.backbone, heads, exp.tasks_per_update, exp.balancing,
-                                    loss_weights, loss_scale="dynamic"
-                                    if exp.precision == "mixed_float16" else None, seed=exp.seed)
-        self.model.compile(optimizer=build_optimizer(exp.raw.get("optimizer"), exp.steps))
-        self.log(describe_balancing(exp.balancing))
-        try:
-            self.model.build_all()
-        except BalancingError as error:  # pcgrad over its memory budget: before any write
-            raise UserError(f"{exp.where('balancing')}: {error}") from None
+        self.backbone = assemble.experiment_backbone(exp, self.tokenizer.vocab_size, self.log)
+        with_mlm = MLM_TASK in plan.entries
+        task_names = [t.name for t in self.tasks] + ([MLM_TASK] if with_mlm else [])
+        assemble.check_balancing_memory(exp, self.backbone, task_names)  # before any feature
+        streams, sizes = train_streams(plan, self.tokenizer, self.log)
+        heads = assemble.task_heads(exp, self.tasks, self.backbone, self.data_root, with_mlm,
+                                    self.log)
+        loss_weights, pinned = task_settings(plan)
+        self.mixture, self.rates = Mixture.for_experiment(exp, streams, sizes, pinned, self.log)
+        self.model = assemble.training_model(exp, self.backbone, heads, loss_weights, self.log)
         self.model.mixture = self.mixture
 
     def current_rates(self, offset=0):
@@ -489,23 +381,6 @@ class Run:
         sampler = self.mixture.sampler
         step = max(0, sampler.step + offset)
         return dict(zip(self.mixture.names, map(float, sampler.rates_at(step))))
-
-    def mlm_stream(self, cache_dir, entry, log=None):
-        """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
-        from every task's train texts in turn. Size for the rates: documents / examples."""
-        exp = self.experiment
-        settings = mlm_settings(entry)
-        sources = [mlm_corpus_task(exp, entry)] if entry.get("corpus") else self.tasks
-        features = [cached_features(t, "train", self.tokenizer, self.data_root, cache_dir,
-                                    max_length=min(exp.max_length, t.max_length), family=MLM,
-                                    log=log or self.log, **settings) for t in sources]
-        streams = [TaskStream(f, exp.batch_size, seed=exp.seed + 1000 + i)
-                   for i, f in enumerate(features) if len(f)]
-        if not streams:
-            raise UserError(f"{exp.path}: mlm has no text to learn from "
-                            + ("(its corpus has no non-blank line)" if entry.get("corpus")
-                               else "(the tasks' train splits have none)"))
-        return RoundRobin(streams), sum(example_count(f) for f in features)
 
     # --- checkpoints ----------------------------------------------------------
 
@@ -539,7 +414,7 @@ class Run:
             return None
         trainer = {"mixture": self.mixture.state(), "skipped": self.model.skipped,
                    "backbone": self.backbone.config,
-                   "heads": files.head_metadata(self.model.heads, self.head_types, self.backbone)}
+                   "heads": files.head_metadata(self.model.heads, self.backbone)}
         if self.best is not None:
             trainer["best"] = self.best.state()
         return arrays, trainer
@@ -550,16 +425,9 @@ class Run:
         checkpoint = files.latest_checkpoint(self.run_dir, log=self.log)
         if checkpoint is None:
             return 0
-        named = self.model.named_state_variables
-        values, mismatch = checkpoint.in_order(list(named))
-        if mismatch:
-            raise UserError(f"{checkpoint.path}: {mismatch}: was the experiment changed since? "
-                            "Resume with the run's own experiment.yaml, or train into a new "
-                            "--output")
+        assemble.load_state(self.model, checkpoint)
         if checkpoint.damaged and self.lock is not None:  # only the run's writer moves files
             files.set_aside(checkpoint.damaged, self.log)
-        for name, variable in named.items():
-            variable.assign(values[name])
         state = checkpoint.trainer
         try:
             self.mixture.restore(state["mixture"])
@@ -609,9 +477,11 @@ class Run:
             os.makedirs(self.run_dir, exist_ok=True)
             self.lock = files.RunLock(self.run_dir)  # one writer per run directory
             files.remove_leftovers(self.run_dir, self.log)
+        if resume and self.strategy is None:  # JAX's processes restore in step: agree first
+            check_same_on_every_worker(None, files.newest_checkpoint_step(self.run_dir),
+                                       "step to start from")
         start = self.restore_latest() if resume else 0
-        if self.strategy is not None:
-            check_same_on_every_worker(self.strategy, start, "step to start from")
+        check_same_on_every_worker(self.strategy, start, "step to start from")  # one process: no-op
         remaining = self.experiment.steps - start
         if remaining <= 0:  # a resume that does nothing writes nothing
             self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")

@@ -142,7 +142,7 @@ class MultiTaskModel(Step, keras.Model):
             layer for head in self.heads.values() for layer in head._flatten_layers()]
         self._seed_states = list({id(g.state): g.state for layer in layers
                                   for g in layer._seed_generators}.values())
-        # not compiled (evaluation.checkpoint_model: predictions only): no optimizer
+        # a model that is not compiled has no optimizer to build
         if getattr(self, "optimizer", None) is not None and not self.optimizer.built:
             self.optimizer.build(self.all_variables)
         self.balancing.build(self)  # after the accumulators and initial losses it may use

@@ -1,4 +1,5 @@
-"""One training process for tests/test_distributed.py (run as a script, TF_CONFIG set by the test).
+"""One training process for tests/test_distributed.py and tests/test_jax_distributed.py (run
+as a script, TF_CONFIG and KERAS_BACKEND set by the test).
 
     python tests/distributed_worker.py EXPERIMENT OUTPUT DISTRIBUTION STEPS DUMP.npz [--resume]
 

@@ -150,7 +150,9 @@ def test_the_key_follows_the_family_code_not_the_whole_module(monkeypatch):
     assert changed(before, family_keys()) == ["mrc_span"]
     monkeypatch.undo()
     edited(monkeypatch, text.TextFeaturizer.label_of)  # the base of three families
-    assert changed(before, family_keys()) == ["classification", "matching", "regression"]
+    assert changed(before, family_keys()) == sorted(
+        name for name, f in FAMILIES.items() if issubclass(f.featurizer, text.TextFeaturizer))
+    assert len(changed(before, family_keys())) == 3
     monkeypatch.undo()
     monkeypatch.setattr(choice.ChoiceFeaturizer, "family", "multiple_choice")  # same value: same key
     assert changed(before, family_keys()) == []

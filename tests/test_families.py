@@ -1,15 +1,20 @@
 """The family table (mtl_framework/families/): one record per family, from which the
 schema, featurizers, batch functions and heads are derived; batches match the family's
 declared batch spec; every family passes the family harness."""
+import ast
+import functools
 import itertools
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from family_harness import FamilyCase, one_hot_logits, run_family_test, tied_embedding
 
 import data_adapters
+import mtl_framework
 from data_adapters import read_task
 from data_adapters.examples import (
     ChoiceExample,
@@ -45,11 +50,11 @@ def test_importing_the_table_and_the_schema_loads_no_tensorflow():
 
 
 def test_the_schema_and_the_adapters_agree_with_the_table():
-    assert spec_schema.TASK_TYPES == {
-        "classification": True, "matching": True, "regression": False, "mrc_span": False,
-        "multiple_choice": False, "cloze": False, "extraction_ner": True,
-        "extraction_relation": True, "extraction_event": True, "coreference": True}
-    assert spec_schema.MULTI_LABEL_TYPES == ("classification",)
+    # every family a spec may declare, labels required exactly where its featurizer needs them
+    assert spec_schema.TASK_TYPES == {name: record.featurizer.needs_labels
+                                      for name, record in FAMILIES.items() if name != MLM}
+    assert spec_schema.MULTI_LABEL_TYPES == tuple(
+        name for name, record in FAMILIES.items() if record.multi_label_spec)
     # data_adapters keeps its own list (it does not import mtl_framework): the same families
     assert data_adapters.LABELLED_TYPES == tuple(n for n, f in FAMILIES.items() if f.labelled)
 
@@ -60,6 +65,8 @@ def test_every_family_has_a_registered_head_class_and_its_own_featurizer():
         assert issubclass(H.HEAD_CLASSES[name], H.TaskHead), name
         assert name in H.HEAD_CLASSES[name].families
         assert record.featurizer.family == name
+        # the head sits beside its family: families/<module>.py and families/<module>_heads.py
+        assert H.HEAD_CLASSES[name].__module__ == record.featurizer.__module__ + "_heads", name
 
 
 def test_families_sharing_a_head_class_train_alike():
@@ -79,6 +86,77 @@ def test_a_head_from_its_constructor_or_config_knows_its_family():
     with pytest.raises(ValueError, match="ClassificationHead is the head of classification, "
                                          "matching, not 'regression'"):
         H.ClassificationHead(3, family="regression")
+
+
+def test_raw_texts_become_examples_as_the_family_says():
+    """`mtl predict --text` / predict_texts read the family's `from_texts` and `two_texts`."""
+    from types import SimpleNamespace
+
+    from mtl_framework.errors import UserError
+    from mtl_framework.predict import PredictModel
+
+    raw = [name for name, record in FAMILIES.items() if record.from_texts]
+    for name, record in FAMILIES.items():
+        task = SimpleNamespace(name="t", type=name)
+        if record.from_texts is None:
+            with pytest.raises(UserError, match=f"task 't' .{name}.: raw texts are for "
+                                                f"{', '.join(raw[:-1])} and {raw[-1]} tasks"):
+                PredictModel.text_examples(None, task, ["一"])
+            continue
+        if record.two_texts:
+            with pytest.raises(UserError, match=r"compares two texts, got one: '一'"):
+                PredictModel.text_examples(None, task, ["一", ("二", "三")])
+        [example] = PredictModel.text_examples(None, task, [("二", "三") if record.two_texts else "一"])
+        assert isinstance(example, record.featurizer.example_types)
+        assert example.text == ("二" if record.two_texts else "一")
+    with pytest.raises(UserError, match=r"\(extraction_ner\): one string per text, not \('a', 'b'\)"):
+        PredictModel.text_examples(None, SimpleNamespace(name="t", type="extraction_ner"), [("a", "b")])
+
+
+PACKAGE = Path(mtl_framework.__file__).parent
+
+
+def modules_spelling(name, root=PACKAGE):
+    """The modules under `root` that spell `name`: in quotes anywhere in their source
+    ("name" or 'name', docstrings included), or as a string constant of their code."""
+    quoted = re.compile(r"""["']""" + re.escape(name) + r"""["']""")
+    return {module for module, (text, constants) in module_strings(root).items()
+            if name in constants or quoted.search(text)}
+
+
+@functools.cache
+def module_strings(root):
+    """{module path under root: (its source, the string constants of its code)}, read once."""
+    out = {}
+    for path in root.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        constants = {node.value for node in ast.walk(ast.parse(text))
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        out[path.relative_to(root).as_posix()] = (text, constants)
+    return out
+
+
+def test_the_spelling_scan_finds_quotes_and_constants_not_prose(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.py").write_text('TYPE = "matching"\n')
+    (tmp_path / "sub" / "b.py").write_text('"""family(\'matching\') in a docstring"""\n')
+    (tmp_path / "c.py").write_text('# matching in a comment\nx = "a matching task"\n')
+    (tmp_path / "d.py").write_text('y = "matchings"\n')
+    assert modules_spelling("matching", tmp_path) == {"a.py", "sub/b.py"}
+
+
+def test_a_family_name_is_spelled_in_at_most_three_modules():
+    """What the framework treats differently per family is a field of its Family record:
+    a family's name appears in its own module and its heads module (mlm: also
+    experiment.MLM_TASK, the reserved task name), never in a fourth."""
+    modules = {}
+    for name, record in FAMILIES.items():
+        modules[name] = found = modules_spelling(name)
+        own = record.featurizer.__module__.removeprefix("mtl_framework.").replace(".", "/")
+        assert f"{own}.py" in found and f"{own}_heads.py" in found, (name, found)
+    too_many = {name: sorted(found) for name, found in modules.items() if len(found) > 3}
+    assert not too_many, f"family names spelled in more than 3 modules: {too_many}; make the " \
+                         "fact a field of the family's record (families/base.py Family)"
 
 
 def test_an_unknown_type_is_named_with_the_known_ones():

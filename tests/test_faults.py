@@ -215,8 +215,9 @@ def test_duplicate_key_in_a_task_spec_names_its_line(tmp_path, capsys):
 def test_missing_experiment_file_and_non_run_directories(tmp_path, capsys):
     assert refused(capsys, ["train", tmp_path / "nope.yaml"]) == f"{tmp_path / 'nope.yaml'}: no such file"
     assert refused(capsys, ["evaluate", tmp_path]).startswith(f"{tmp_path}: no experiment.yaml")
+    # one opening of a run (assemble.open_run) for evaluate, predict and export: one message
     assert refused(capsys, ["export", tmp_path, "--format", "keras", "--output", tmp_path / "out"]) \
-        .startswith(f"{tmp_path}: no checkpoints/step-* folder")
+        .startswith(f"{tmp_path}: no experiment.yaml")
     assert not (tmp_path / "out").exists()
     assert refused(capsys, ["report", tmp_path]).startswith(f"{tmp_path / 'metrics.jsonl'}: not found")
     assert refused(capsys, ["vocab", "build", "--text", tmp_path / "no.txt", "--output",

@@ -1,5 +1,6 @@
 """Initial weights (issue 12): every weight its own draw, each with bert4keras 0.11.5's
 `RoFormerV2.initializer` scale, reproducible under keras.utils.set_random_seed."""
+import inspect
 import itertools
 import math
 
@@ -10,7 +11,7 @@ import pytest
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2.layers import SelfAttention
 from mtl_framework.families import FAMILIES
-from mtl_framework.heads import build_head
+from mtl_framework.heads import HEAD_CLASSES, build_head
 from mtl_framework.layers import RoFormerV2Initializer
 
 LAYERS = 4
@@ -18,8 +19,6 @@ LAYERS = 4
 # adds the embedding mapping
 CONFIG = dict(vocab_size=10001, num_layers=LAYERS, hidden_size=32, num_heads=2,
               intermediate_size=96, embedding_size=16, dropout=0.0)
-LABELS = {"classification": 3, "matching": 2, "coreference": 2, "extraction_ner": 3,
-          "extraction_relation": 3, "extraction_event": 3}
 
 
 def rule_std(shape, layers):
@@ -42,10 +41,14 @@ def build_all(seed):
     keras.utils.set_random_seed(seed)
     backbone = RoFormerV2Backbone(**CONFIG)
     backbone.build()
-    pointers = ("mrc_span", "extraction_ner", "extraction_relation", "extraction_event")
-    heads = [build_head(family, LABELS.get(family), CONFIG["hidden_size"], num_layers=LAYERS,
-                        name=family, **({"head_size": 8} if family in pointers else {}))
-             for family in FAMILIES if family != "mlm"]
+    heads = []
+    for family, record in FAMILIES.items():
+        if record.tied_embedding:
+            continue  # the mlm head is the backbone's token embedding: no weights of its own
+        pointer = "head_size" in inspect.signature(HEAD_CLASSES[family]).parameters
+        heads.append(build_head(family, 3 if record.min_labels else None, CONFIG["hidden_size"],
+                                num_layers=LAYERS, name=family,
+                                **({"head_size": 8} if pointer else {})))
     return backbone, heads
 
 

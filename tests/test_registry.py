@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mtl_framework import registry
+from mtl_framework.families import FAMILIES
 
 SPECS = Path(__file__).parent / "fixtures" / "specs"
 BROKEN = SPECS / "broken"
@@ -93,8 +94,7 @@ def test_unknown_format_type_and_metric_suggest_the_right_one():
         "squad (or register your own with data_adapters.register_adapter)",
         f"{path}:7: task 'unknown_names_task': unknown type 'clasification' (did you mean "
         "'classification'?); "
-        "types: classification, matching, regression, mrc_span, multiple_choice, cloze, "
-        "extraction_ner, extraction_relation, extraction_event, coreference",
+        f"types: {', '.join(name for name, f in FAMILIES.items() if f.in_specs)}",
         f"{path}:10: task 'unknown_names_task': unknown metric 'accuray' (did you mean 'accuracy'?); "
         "metrics: accuracy, macro_f1, micro_f1, em_f1, span_f1, triple_f1, event_f1, "
         "spearman, pearson, mrr",

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.heads import build_head
+from mtl_framework.families import FAMILIES
+from mtl_framework.heads import HEAD_CLASSES, build_head
 from mtl_framework.training import MultiTaskModel
 
 HID, B = 16, 3
@@ -31,8 +32,13 @@ TASKS = {
     "event3": ("extraction_event", 3, {"head_size": 4, "role_groups": [0, 1, 1]}),
     "coref": ("coreference", 2, {}), "mlm": ("mlm", 40, {}),
 }
-# classification and matching share ClassificationHead; multi_label changes the loss
-FAMILY_GROUPS = 10
+# one group per head class (classification and matching share ClassificationHead, ...),
+# and multi_label changes the loss: one more
+FAMILY_GROUPS = len(set(HEAD_CLASSES.values())) + 1
+
+
+def test_every_family_has_tasks_here():
+    assert {family for family, _, _ in TASKS.values()} == set(FAMILIES)
 
 
 def family_batch(family, labels, length, rng):

@@ -1,15 +1,19 @@
 """Task families, one module each; FAMILIES is the one table of them.
 
-    family("extraction_ner").featurizer      # what a task type needs, from one record
+    family(task.type).featurizer             # what a task type needs, from one record
     featurizer = featurizer_for_task(task, tokenizer, data_root)
     features = load_features(folder)         # cached arrays, batchable
 
 Everything that depends on a task's type reads it here: the spec schema's
 types, the featurizers and batch functions, the heads (`heads.build_head`),
 evaluation's and prediction's special cases, the distributed loss
-denominators. Adding a family = a module here with its `Family` record(s),
-listed in MODULES, and its head class in heads.py (`@head_for`). No TensorFlow or Keras is
-imported (the spec checks and the feature workers run before TensorFlow loads).
+denominators, the model card's Hub task type, raw-text prediction, data stats.
+Adding a family = a module here with its `Family` record(s) (every fact the rest of
+the framework needs about it a field of the record: its name is spelled in its own
+modules only, tests/test_families.py checks), listed in MODULES, and its head class
+beside it in `<module>_heads.py` (`@head_for`), imported by mtl_framework/heads.py.
+No TensorFlow or Keras is imported here (the spec checks and the feature workers run
+before TensorFlow loads); the `_heads` modules import Keras and nothing here imports them.
 """
 from mtl_framework.families import choice, coreference, mlm, mrc, spans, text
 from mtl_framework.features import read_features

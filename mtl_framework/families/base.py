@@ -2,9 +2,14 @@
 
 A family module (text.py, mrc.py, ...) defines its featurizer, collate function
 and hooks, and describes them in a `Family`; `families/__init__.py` gathers the
-records into the one table, FAMILIES. Nothing here imports TensorFlow or Keras:
-the spec checks and the feature workers read this table before TensorFlow loads,
-so heads are named (a class of `mtl_framework.heads`), not imported.
+records into the one table, FAMILIES. Its head classes sit beside it in
+`<module>_heads.py` and register themselves for its families (`head_for`). Nothing
+here imports TensorFlow or Keras: the spec checks and the feature workers read this
+table before TensorFlow loads, so a record does not import its head class.
+
+Everything the rest of the framework treats differently per family is a field of the
+record (the Hub task type of a model card, how raw strings become examples, whether
+a label is a number), so a family's name is spelled in its own modules only.
 """
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -55,7 +60,7 @@ class Family:
     name: the type.  featurizer: its Featurizer class.  collate(features, rows, rng,
     pad_to) -> batch.  batch_spec: batch key -> (dtype, rank), docs/batches.md
     (`multi_label_spec` replaces keys when the task is multi-label).  Its head class
-    registers itself for it (`heads.head_for`; families/ import no Keras);
+    registers itself for it (`head_for`, in the family module's `_heads` sibling);
     head_settings(task, labels) -> that head's extra kwargs.
     """
 
@@ -88,6 +93,12 @@ class Family:
     # positions of the right ones, questions left out); rank_scores(head outputs) -> scores
     rank_groups: Optional[Callable] = None
     rank_scores: Optional[Callable] = None
+    # raw strings (`mtl predict --text`, predict_texts): from_texts(texts) -> its examples
+    # (ValueError saying what is wrong); None: its input is written in the task's format
+    from_texts: Optional[Callable] = None
+    two_texts: bool = False  # compares two texts: text_b is never optional
+    numeric_label: bool = False  # its label is a number (data stats report its range)
+    hub_task: str = "other"  # the Hugging Face Hub task type (a model card's model-index, tags)
 
     @property
     def labelled(self):

@@ -93,7 +93,8 @@ def choice_output(prediction, example, labels, features, row):
 
 CHOICE_BATCH = {"token_ids": ("int32", 3), "segment_ids": ("int32", 3),
                 "choice_mask": ("float32", 2), "label": ("int32", 1)}
+# cloze here picks one of the candidates (ChID): a multiple choice on the Hub too
 FAMILIES = tuple(
     Family(name, featurizer, collate_choice, CHOICE_BATCH, choice_axis=True,
-           unlabelled=negative_label, output=choice_output)
+           unlabelled=negative_label, output=choice_output, hub_task="multiple-choice")
     for name, featurizer in (("multiple_choice", ChoiceFeaturizer), ("cloze", ClozeFeaturizer)))

@@ -66,5 +66,6 @@ def collate_coref(features, rows, rng, pad_to):
 FAMILIES = (
     Family("coreference", CorefFeaturizer, collate_coref,
            {"span1": ("int32", 2), "span2": ("int32", 2), "label": ("int32", 1)},
-           needs_labels=True, min_labels=2, unlabelled=negative_label, output=label_output),
+           needs_labels=True, min_labels=2, unlabelled=negative_label, output=label_output,
+           hub_task="text-classification"),
 )

@@ -114,5 +114,5 @@ def masked_tokens(batch):
 
 FAMILY = Family("mlm", MLMFeaturizer, collate_mlm, {"mlm_labels": ("int32", 2)},
                 in_specs=False, tied_embedding=True, loss_denominator=masked_tokens,
-                scored=False)
+                scored=False, hub_task="fill-mask")
 FAMILIES = (FAMILY,)

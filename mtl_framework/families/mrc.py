@@ -208,5 +208,6 @@ FAMILIES = (
     Family("mrc_span", MRCFeaturizer, collate_mrc,
            {"context_mask": ("int32", 2), "start": ("int32", 1), "end": ("int32", 1),
             "window_id": ("int32", 1)},
-           example_rows=example_rows, window_answers=answers, window_outputs=outputs),
+           example_rows=example_rows, window_answers=answers, window_outputs=outputs,
+           hub_task="question-answering"),
 )

@@ -276,6 +276,14 @@ def event_answers(features, rows, predictions):
     return predicted, gold
 
 
+def ner_examples(texts):
+    """Raw strings as NERExamples (one string per text)."""
+    pair = next((t for t in texts if not isinstance(t, str)), None)
+    if pair is not None:
+        raise ValueError(f"one string per text, not {pair!r}")
+    return [NERExample(t) for t in texts]
+
+
 def event_head_settings(task, labels):
     """Arguments join into events only within one event type."""
     return {"role_groups": event_role_groups(labels)}
@@ -285,13 +293,13 @@ POINTERS = ("int32", 4)
 FAMILIES = (
     Family("extraction_ner", NERFeaturizer, collate_ner, {"entity_labels": POINTERS},
            needs_labels=True, min_labels=1, counts_lost_gold=True,
-           output=entities_output),
+           output=entities_output, from_texts=ner_examples, hub_task="token-classification"),
     Family("extraction_relation", RelationFeaturizer, collate_relation,
            {"entity_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
            needs_labels=True, min_labels=1, counts_lost_gold=True,
-           output=triples_output),
+           output=triples_output, hub_task="token-classification"),
     Family("extraction_event", EventFeaturizer, collate_event,
            {"argument_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
            needs_labels=True, min_labels=1, head_settings=event_head_settings,
-           text_answers=event_answers, output=events_output),
+           text_answers=event_answers, output=events_output, hub_task="token-classification"),
 )

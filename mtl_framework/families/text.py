@@ -100,6 +100,11 @@ def number_output(prediction, example, labels, features, row):
     return float(prediction)
 
 
+def text_examples(texts):
+    """Raw strings (or (text, text_b) pairs) as TextExamples."""
+    return [TextExample(*t) if isinstance(t, (tuple, list)) else TextExample(t) for t in texts]
+
+
 def question_groups(features, rows):
     """Rows grouped by their first text (the question of a question/candidate pair), in
     first-seen order: the same text gives the same segment-0 tokens. Unlabelled rows
@@ -136,17 +141,21 @@ def rank_scores(logits):
 
 CLASS_LABEL = {"label": ("int32", 1)}
 MULTI_HOT = {"label": ("float32", 2)}  # multi-label: 0/1 per label
+# Hub task types: regression is STS-style similarity of a pair (STS-B's own Hub task),
+# not a classification.
 FAMILIES = (
     Family("classification", ClassificationFeaturizer, collate_text, CLASS_LABEL,
            needs_labels=True, min_labels=2,
            too_few_labels_hint="; for a real-valued score use type: regression",
            multi_label=True, multi_label_spec=MULTI_HOT, unlabelled=negative_label,
-           output=label_output),
+           output=label_output, from_texts=text_examples, hub_task="text-classification"),
     Family("matching", MatchingFeaturizer, collate_text, CLASS_LABEL,
            needs_labels=True, min_labels=2,
            too_few_labels_hint="; for a real-valued score use type: regression",
            unlabelled=negative_label, output=label_output, rank_groups=rank_groups,
-           rank_scores=rank_scores),
+           rank_scores=rank_scores, from_texts=text_examples, two_texts=True,
+           hub_task="text-classification"),
     Family("regression", RegressionFeaturizer, collate_text, {"label": ("float32", 1)},
-           unlabelled=no_number, output=number_output),
+           unlabelled=no_number, output=number_output, from_texts=text_examples,
+           numeric_label=True, hub_task="sentence-similarity"),
 )

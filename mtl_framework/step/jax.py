@@ -17,6 +17,13 @@ batches only when the rows divide evenly, else the batch is replicated); XLA the
 computes each device's rows and sums the gradients, so the update is one process's.
 Micro-steps run one at a time (`parallel_micro_batches` is TensorFlow's: JAX already
 dispatches asynchronously).
+
+Several processes (distribution: multi_worker, distributed.py): the mesh spans every
+process's devices and each process runs the same micro-steps on the same global batch (same
+seed, same streams); `_launch` places it, each process putting only its own devices' rows
+(jax.make_array_from_callback), and XLA's collectives (gloo on CPU) sum the
+gradients. A forward pass (evaluation) runs on the chief alone: `traced_outputs` then
+computes on this process's copy of the replicated variables, on its own device.
 """
 import jax
 import jax.numpy as jnp
@@ -54,6 +61,8 @@ class JaxStep:
 
     @staticmethod
     def _to_tensors(batch):
+        if jax.process_count() > 1:  # placed where used: by _launch, or traced_outputs
+            return {k: np.asarray(v) for k, v in batch.items()}
         distribution = keras.distribution.distribution()
         return {k: _placed(v, distribution) for k, v in batch.items()}
 
@@ -96,6 +105,8 @@ class JaxStep:
         targets = self.accumulators[:n_backbone] if slot is None else \
             self.balancing.slot_accumulators(slot)
         heads = [self.accumulators[s] for s in self._head_slots[task]]
+        distribution = keras.distribution.distribution()
+        batch = {k: _placed(v, distribution) for k, v in batch.items()}  # several processes
         results, new_targets, new_heads = self._micro_steps[key](
             [v.value for v in self.backbone_variables],
             [v.value for v in self._fixed_backbone_variables()],
@@ -170,8 +181,9 @@ class JaxStep:
 
     def traced_outputs(self, task, batch):
         """The task's outputs (training=False) from one jitted forward pass per trace group
-        and batch shape."""
-        batch = self._to_tensors(batch)
+        and batch shape; with several processes, on this one alone (the module doc)."""
+        alone = jax.process_count() > 1
+        batch = {k: jnp.asarray(v) for k, v in batch.items()} if alone else self._to_tensors(batch)
         key = self._step_key(task, batch)
         if key not in self._forward_steps:
             template = self.heads[self.trace_groups[key[0]][0]]
@@ -183,9 +195,11 @@ class JaxStep:
                 return self._outputs(template, batch, False, self._head_values(template, own, values),
                                      None, values)
             self._forward_steps[key] = jax.jit(forward)
-        return self._forward_steps[key](
-            [v.value for v in self.backbone_variables],
-            [v.value for v in self._fixed_backbone_variables()], self._own_head_values(task), batch)
+        values = ([v.value for v in self.backbone_variables],
+                  [v.value for v in self._fixed_backbone_variables()], self._own_head_values(task))
+        if alone:
+            values = jax.tree.map(_local_copy, values)
+        return self._forward_steps[key](*values, batch)
 
     # --- the optimizer's update ----------------------------------------------------------
 
@@ -251,7 +265,8 @@ class JaxStep:
 
 def _placed(value, distribution):
     """A batch array on the devices: its rows split over the data-parallel devices when
-    they divide evenly, else the whole array on each."""
+    they divide evenly, else the whole array on each. Each process puts only its own
+    devices' parts (jax.device_put of host data would first compare it across processes)."""
     if isinstance(value, jax.Array):
         return value  # placed already
     if distribution is None:
@@ -261,7 +276,18 @@ def _placed(value, distribution):
     devices = distribution.device_mesh.shape[0]
     if value.shape[0] % devices:
         layout = keras.distribution.TensorLayout([None] * value.ndim, distribution.device_mesh)
-    return keras.distribution.distribute_tensor(value, layout)
+    return jax.make_array_from_callback(value.shape, layout.backend_layout,
+                                        lambda index: value[index])
+
+
+def _local_copy(value):
+    """This process's copy of a variable replicated over several processes' devices."""
+    if value.is_fully_addressable:
+        return value
+    if not value.is_fully_replicated:
+        raise ValueError("a forward pass on one process needs replicated variables "
+                         "(keras.distribution.DataParallel's)")
+    return value.addressable_data(0)
 
 
 def _next_loss_scale(scale, finite_in_a_row, finite):

@@ -118,46 +118,20 @@ class TensorFlowStep:
         strategy = self.strategy
 
         def replica_step(batch, own_values, state, count):
-            replicas = 1
+            replicas, share = 1, None
             if strategy is not None:  # this replica's rows, weighted by their share
                 context = tf.distribute.get_replica_context()
                 replicas = context.num_replicas_in_sync
                 batch, share = shard_batch(template, batch, context.replica_id_in_sync_group, replicas)
-            with tf.GradientTape() as tape:
-                tape.watch(own_values)
-                raw_loss = self._loss(template, batch, True, self._head_values(template, own_values),
-                                      self._dropout_seeds(count))
-                if strategy is not None:
-                    raw_loss = raw_loss * share
-                loss = raw_loss * state["loss_weight"]
-                scaled_loss = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
-            gradients = tape.gradient(scaled_loss, self.backbone_variables + own_values)
-            variables = self.backbone_variables + own_values
-            gradients = [tf.zeros_like(v) if g is None else g for g, v in zip(gradients, variables)]
-            if strategy is None:  # a head's gradient goes out of the step: dense
-                gradients = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) and i < n_backbone
-                             else tf.convert_to_tensor(g) for i, g in enumerate(gradients)]
-            else:  # the all-reduce below needs dense gradients
-                gradients = [tf.convert_to_tensor(g) for g in gradients]
-            gradients = [_map_values(lambda x, v=v: tf.cast(x, v.dtype), g)
-                         for g, v in zip(gradients, variables)]
-            if self.dynamic_loss_scale:
-                gradients = [_map_values(lambda x: x / state["loss_scale"], g) for g in gradients]
+            raw_loss, loss, gradients = self._gradients(template, batch, own_values, state, count,
+                                                        share)
             if strategy is not None:  # the global gradient, before any norm is taken
                 gradients, raw_loss, loss = context.all_reduce(
                     tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
-            backbone_norm = tf.linalg.global_norm(gradients[:n_backbone])
-            finite = tf.math.is_finite(loss) & tf.math.is_finite(backbone_norm) & tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(g)) for g in gradients[n_backbone:]]
-                or [tf.constant(True)])
-            results = {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
-            scale, extra = self.balancing.scale(loss, backbone_norm, finite, state)
-            results.update(extra)
+            results, scale = self._balanced(raw_loss, loss, gradients, n_backbone, state)
             if replicas > 1:  # every replica holds the reduced gradient; the optimizer sums them
                 scale = scale / replicas
-            if self.dynamic_loss_scale:
-                results.update(_next_loss_scale(state["loss_scale"], state["finite_in_a_row"], finite))
-
+            finite = results["finite"]
             # `finite` covers every gradient (the backbone's through its norm), so a bad
             # micro-batch skips the accumulators and a good one costs one multiply-add per
             # variable (bench/mtl_overhead.py: masking every gradient cost ~8% of an update).
@@ -185,6 +159,50 @@ class TensorFlowStep:
         state_spec = tf.nest.map_structure(tf.TensorSpec.from_tensor, self._task_state(tasks[0]))
         return tf.function(micro_step, input_signature=[
             _batch_spec(batch), self._own_spec(tasks), state_spec, tf.TensorSpec([], tf.int64)])
+
+    def _gradients(self, template, batch, own_values, state, count, share=None):
+        """(raw loss, weighted loss, gradients) of one micro-batch with the task's weights
+        `own_values` in the group's template head: the backbone's then the head's, each
+        dense (a head's leaves the step; without a strategy the embedding's repeated rows
+        are summed), in its variable's dtype, loss scaling undone. `share`: this
+        replica's part of the global loss denominator."""
+        variables = self.backbone_variables + own_values
+        with tf.GradientTape() as tape:
+            tape.watch(own_values)
+            raw_loss = self._loss(template, batch, True, self._head_values(template, own_values),
+                                  self._dropout_seeds(count))
+            if share is not None:
+                raw_loss = raw_loss * share
+            loss = raw_loss * state["loss_weight"]
+            scaled_loss = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
+        gradients = tape.gradient(scaled_loss, variables)
+        gradients = [tf.zeros_like(v) if g is None else g for g, v in zip(gradients, variables)]
+        n_backbone = len(self.backbone_variables)
+        if share is None:  # a head's gradient goes out of the step: dense
+            gradients = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) and i < n_backbone
+                         else tf.convert_to_tensor(g) for i, g in enumerate(gradients)]
+        else:  # the all-reduce needs dense gradients
+            gradients = [tf.convert_to_tensor(g) for g in gradients]
+        gradients = [_map_values(lambda x, v=v: tf.cast(x, v.dtype), g)
+                     for g, v in zip(gradients, variables)]
+        if self.dynamic_loss_scale:
+            gradients = [_map_values(lambda x: x / state["loss_scale"], g) for g in gradients]
+        return raw_loss, loss, gradients
+
+    def _balanced(self, raw_loss, loss, gradients, n_backbone, state):
+        """({loss, gradient_norm, finite, the balancing's and loss scale's new state}, the
+        micro-batch's scale): the backbone norm, whether the loss and every gradient are
+        finite, and the balancing's factor (balancing.py)."""
+        backbone_norm = tf.linalg.global_norm(gradients[:n_backbone])
+        finite = tf.math.is_finite(loss) & tf.math.is_finite(backbone_norm) & tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(g)) for g in gradients[n_backbone:]]
+            or [tf.constant(True)])
+        results = {"loss": raw_loss, "gradient_norm": backbone_norm, "finite": finite}
+        scale, extra = self.balancing.scale(loss, backbone_norm, finite, state)
+        results.update(extra)
+        if self.dynamic_loss_scale:
+            results.update(_next_loss_scale(state["loss_scale"], state["finite_in_a_row"], finite))
+        return results, scale
 
     def _dropout_seeds(self, count):
         """Each dropout seed state mapped to its own value + [0, count * 1024]: micro-batch

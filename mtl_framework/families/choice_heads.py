@@ -1,0 +1,44 @@
+"""The head of families/choice.py: a score per choice, softmax over the choices.
+
+Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
+family records load before Keras)."""
+import keras
+import numpy as np
+from keras import ops
+
+from mtl_framework import losses
+from mtl_framework.head_base import TaskHead, _np, head_for
+from mtl_framework.layers import NEG_INF
+
+
+@head_for("multiple_choice", "cloze")
+class ChoiceHead(TaskHead):
+    """[CLS] of each (context, question, choice) -> Dense(1), softmax over the
+    choices, as bert4keras's CLUE c3. The backbone runs on the choices folded
+    into the batch axis ([B * C, L], see backbone_inputs); choice_mask [B, C]
+    keeps padded choices out of the softmax."""
+
+
+    def __init__(self, num_labels=None, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.dense = keras.layers.Dense(
+            1, kernel_initializer=self.initializer, name="dense")
+
+    def build(self, hidden_shape):
+        self.dense.build((None, hidden_shape[-1]))
+
+    def call(self, hidden, batch, training=False):
+        cls = hidden[:, :, 0] if len(hidden.shape) == 4 else hidden[:, 0]
+        n_choices = ops.shape(batch["choice_mask"])[1]
+        return ops.reshape(self.dense(cls), (-1, n_choices))
+
+    def compute_task_loss(self, logits, batch):
+        return ops.mean(losses.choice_crossentropy(
+            batch["label"], logits, batch["choice_mask"]))
+
+    def decode(self, logits, batch):
+        logits = np.where(np.asarray(batch["choice_mask"]) > 0, _np(logits), NEG_INF)
+        return [int(i) for i in logits.argmax(-1)]
+
+    def targets(self, batch):
+        return [int(i) for i in np.asarray(batch["label"])]

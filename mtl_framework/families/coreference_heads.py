@@ -1,0 +1,40 @@
+"""The head of families/coreference.py: the two spans' token vectors -> Dense.
+
+Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
+family records load before Keras)."""
+import keras
+import numpy as np
+from keras import ops
+
+from mtl_framework import losses
+from mtl_framework.head_base import TaskHead, _np, head_for
+
+
+@head_for("coreference")
+class CorefHead(TaskHead):
+    """Token vectors at span1 start/end and span2 start/end, concatenated
+    [4H] -> Dense(n labels) with bias; softmax CE."""
+
+
+    def __init__(self, num_labels=2, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.dense = keras.layers.Dense(
+            num_labels, kernel_initializer=self.initializer, name="dense")
+
+    def build(self, hidden_shape):
+        self.dense.build((None, 4 * hidden_shape[-1]))
+
+    def call(self, hidden, batch, training=False):
+        index = ops.concatenate([ops.cast(batch["span1"], "int32"),
+                                 ops.cast(batch["span2"], "int32")], axis=1)
+        vectors = ops.take_along_axis(hidden, index[:, :, None], axis=1)  # [B, 4, H]
+        return self.dense(ops.reshape(vectors, (-1, 4 * hidden.shape[-1])))
+
+    def compute_task_loss(self, logits, batch):
+        return ops.mean(losses.sparse_categorical_crossentropy(batch["label"], logits))
+
+    def decode(self, logits, batch=None):
+        return [int(i) for i in _np(logits).argmax(-1)]
+
+    def targets(self, batch):
+        return [int(i) for i in np.asarray(batch["label"])]

@@ -1,5 +1,6 @@
 """Training-step throughput of our RoFormerV2 against bert4keras, keras-hub and a
-RoBERTa-like baseline of the same size (tokens/s, CPU, TF backend).
+RoBERTa-like baseline of the same size (tokens/s, CPU, TF backend), and of ours on
+the JAX backend (`--systems ... ours_jax`).
 
     .venv/bin/python -m bench.backbone --output bench/results/backbone.json [--quick]
 
@@ -12,10 +13,13 @@ ids otherwise (the JSON says which).
 
 Systems run interleaved in rounds within one process (ours, keras-hub, the
 baseline), with bert4keras (legacy tf-keras, TF_KERAS=1 TF_USE_LEGACY_KERAS=1)
-in a persistent subprocess whose rounds sit between theirs; the order rotates
-every round. Warm-up steps (tracing, first allocation) are discarded, and at
-seq 128 so is the first step of each system's turn in a round (caches still
-hold the previous model). The JSON has per-step times, medians, ratios, the
+in a persistent subprocess whose rounds sit between theirs, as are those of
+`ours_jax` (bench/jax_train_worker.py: our backbone on KERAS_BACKEND=jax with
+.venv-jax's python, `make interop-jax`; skipped with a note without it; jit-compiled,
+as `mtl train` runs on JAX, where the TF systems run as tf.function graphs without
+XLA); the order rotates every round. Warm-up steps (tracing, first allocation) are
+discarded, and at seq 128 so is the first step of each system's turn in a round
+(caches still hold the previous model). The JSON has per-step times, medians, ratios, the
 CPU load of other processes during the run (this machine is shared), and an
 ablation of the speed work on our backbone (bench/variants.py), including the
 cost of the float64 softmax denominator. Writes a markdown summary beside the
@@ -50,14 +54,17 @@ CONFIGS = {
 }
 COMMON = dict(vocab_size=12000, segment_vocab_size=2, dropout=0.1, attention_dropout=0.0)
 BATCH = 32
-SYSTEMS = ["ours", "bert4keras", "keras_hub", "roberta_like"]
+SYSTEMS = ["ours", "bert4keras", "keras_hub", "roberta_like"]  # the default run
+ALL_SYSTEMS = SYSTEMS + ["ours_jax"]
 SYSTEM_NAMES = {
     "ours": "ours (mtl_framework RoFormerV2Backbone, Keras 3)",
+    "ours_jax": "ours on JAX (the same backbone and step, KERAS_BACKEND=jax, jit-compiled)",
     "bert4keras": "bert4keras 0.11.5 roformer_v2 (tf-keras 2)",
     "keras_hub": "keras-hub RoformerV2Backbone (Keras 3)",
     "roberta_like": "RoBERTa-like baseline (Keras 3 stock layers)",
 }
 DEFAULT_DATA = REPO.parent / "shared" / "data"
+JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
 # Every system runs at each of these precisions (--precisions); a system's key in the JSON is
 # its name in float32 and name + BF16 under mixed_bfloat16 (float32 variables, bf16 compute).
 PRECISIONS = ["float32", "mixed_bfloat16"]
@@ -152,8 +159,11 @@ def classifier(backbone, compile_kwargs=None):
     probs = keras.layers.Dense(2, activation="softmax", name="classifier",
                                dtype="float32")(sequence[:, 0])
     model = keras.Model(inputs, probs)
+    # TensorFlow: a tf.function graph without XLA, as `mtl train` runs; JAX: jitted, as
+    # `mtl train` runs there (step/jax.py), un-jitted JAX is op by op
+    jit = keras.backend.backend() == "jax"
     model.compile(optimizer=keras.optimizers.Adam(1e-4), loss="sparse_categorical_crossentropy",
-                  **{"jit_compile": False, **(compile_kwargs or {})})
+                  **{"jit_compile": jit, **(compile_kwargs or {})})
     return model
 
 
@@ -208,7 +218,7 @@ def backbone_params(model):
 
 
 class LoadMeter:
-    """CPU time used by other processes (not this one, not the bert4keras worker)."""
+    """CPU time used by other processes (not this one, not the systems' workers)."""
 
     def __init__(self, pids):
         self.pids = pids
@@ -233,16 +243,15 @@ class LoadMeter:
         return self.total_foreign / max(self.total_wall, 1e-9)
 
 
-class Bert4kerasWorker:
-    """`-m bench.bert4keras_train_worker --serve` in a legacy-Keras subprocess."""
+class Worker:
+    """A system timed in a persistent subprocess (`python -m MODULE --serve`): one JSON
+    request a line in, one JSON reply a line out; its models stay built between rounds."""
 
-    def __init__(self, workdir):
-        env = child_env(TF_KERAS="1", TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
-                        CUDA_VISIBLE_DEVICES="")
-        env.pop("KERAS_BACKEND", None)
-        self.log = open(Path(workdir) / "bert4keras_worker.log", "w")
+    def __init__(self, name, module, workdir, env, python=sys.executable):
+        self.name = name
+        self.log = open(Path(workdir) / f"{name}_worker.log", "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bench.bert4keras_train_worker", "--serve"], env=env,
+            [str(python), "-m", module, "--serve"], env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
         self.environment = self._read()["environment"]
 
@@ -251,7 +260,7 @@ class Bert4kerasWorker:
             line = self.process.stdout.readline()
             if not line:
                 self.log.flush()
-                raise RuntimeError("bert4keras worker died; see its log: " + self.log.name)
+                raise RuntimeError(f"{self.name} worker died; see its log: {self.log.name}")
             try:
                 return json.loads(line)
             except json.JSONDecodeError:
@@ -263,7 +272,7 @@ class Bert4kerasWorker:
                                              "precision": precision}) + "\n")
         reply = self._read()
         if "error" in reply:
-            raise RuntimeError(f"bert4keras worker: {reply['error']}")
+            raise RuntimeError(f"{self.name} worker: {reply['error']}")
         return reply
 
     def close(self):
@@ -274,6 +283,24 @@ class Bert4kerasWorker:
         except (OSError, subprocess.TimeoutExpired):
             self.process.kill()
         self.log.close()
+
+
+def bert4keras_worker(workdir):
+    """bench.bert4keras_train_worker in a legacy-Keras (tf-keras 2) process."""
+    env = child_env(TF_KERAS="1", TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
+                    CUDA_VISIBLE_DEVICES="")
+    env.pop("KERAS_BACKEND", None)
+    return Worker("bert4keras", "bench.bert4keras_train_worker", workdir, env)
+
+
+def jax_worker(workdir):
+    """bench.jax_train_worker: ours on KERAS_BACKEND=jax with .venv-jax's python."""
+    env = child_env(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+    return Worker("ours_jax", "bench.jax_train_worker", workdir, env, python=JAX_PYTHON)
+
+
+# systems timed in a subprocess: how to start its worker
+WORKERS = {"bert4keras": bert4keras_worker, "ours_jax": jax_worker}
 
 
 def bert4keras_available():
@@ -348,8 +375,9 @@ def plan_steps(step_estimates, rounds, budget, max_steps, settle=0):
     return int(max(1, min(max_steps, budget // max(rounds * per_step, 1e-9) - settle)))
 
 
-def run_cell(config_name, seq, models, worker, paths, batches, labels, args, meter, budget, log):
-    """Interleaved rounds of every system on one (config, seq); returns per-system records."""
+def run_cell(config_name, seq, models, workers, paths, batches, labels, args, meter, budget, log):
+    """Interleaved rounds of every system on one (config, seq); returns per-system records.
+    `models`: {entry: in-process model, or None for a system of `workers`}."""
     ids, segments = batches[seq]
     x = {"token_ids": ids, "segment_ids": segments}
     tokens = BATCH * seq
@@ -358,9 +386,10 @@ def run_cell(config_name, seq, models, worker, paths, batches, labels, args, met
     cell_start = time.perf_counter()
     for system in models:  # warm-up: first step traces (new shape), discarded
         with meter:
-            if split_entry(system)[0] == "bert4keras":
-                reply = worker.run(paths[config_name], paths["data"], seq, warmup,
-                                   split_entry(system)[1])
+            if split_entry(system)[0] in workers:
+                name, precision = split_entry(system)
+                reply = workers[name].run(paths[name, config_name], paths["data"], seq, warmup,
+                                          precision)
                 walls = reply["step_seconds"]
             else:
                 walls, _ = time_steps(models[system], x, labels, warmup)
@@ -381,9 +410,10 @@ def run_cell(config_name, seq, models, worker, paths, batches, labels, args, met
         rotated = order[r % len(order):] + order[:r % len(order)]
         for system in rotated:
             with meter:
-                if split_entry(system)[0] == "bert4keras":
-                    reply = worker.run(paths[config_name], paths["data"], seq, settle + steps,
-                                       split_entry(system)[1])
+                if split_entry(system)[0] in workers:
+                    name, precision = split_entry(system)
+                    reply = workers[name].run(paths[name, config_name], paths["data"], seq,
+                                              settle + steps, precision)
                     w, c = reply["step_seconds"], reply["cpu_seconds"]
                 else:
                     w, c = time_steps(models[system], x, labels, settle + steps)
@@ -418,10 +448,10 @@ def rounds_for(args, seq):
 
 def ratios(records):
     """ours over each other system at the same precision (keys `ours/other`, and
-    `ours@bf16/other@bf16`), plus each system's mixed_bfloat16 over its float32
-    (`system@bf16/system`)."""
+    `ours@bf16/other@bf16`), ours on JAX over ours on TensorFlow (`ours_jax/ours`: above 1,
+    JAX faster), plus each system's mixed_bfloat16 over its float32 (`system@bf16/system`)."""
     out = {}
-    for system in SYSTEMS:
+    for system in ALL_SYSTEMS:
         fast, slow = records.get(entry(system, "mixed_bfloat16")), records.get(system)
         if fast and slow:
             out[f"{entry(system, 'mixed_bfloat16')}/{system}"] = {
@@ -433,21 +463,22 @@ def ratios(records):
 
 def _ratios_at(records, precision):
     out = {}
-    ours = records.get(entry("ours", precision))
-    if not ours:
-        return out
-    for other in ("bert4keras", "roberta_like", "keras_hub"):
-        other = entry(other, precision)
-        if other in records:
-            pooled = ours["tokens_per_s"] / records[other]["tokens_per_s"]
-            paired = [b / a for a, b in zip(ours["round_medians_s"],
-                                             records[other]["round_medians_s"])]
-            best = min(records[other]["step_s"]) / min(ours["step_s"])
-            out[f"{entry('ours', precision)}/{other}"] = {"pooled_median": round(pooled, 3),
-                                    "per_round": [round(v, 3) for v in paired],
-                                    "median_of_rounds": round(statistics.median(paired), 3),
-                                    "best_step": round(best, 3)}
+    pairs = [("ours", other) for other in ("bert4keras", "roberta_like", "keras_hub")]
+    for fast, slow in pairs + [("ours_jax", "ours")]:
+        fast, slow = entry(fast, precision), entry(slow, precision)
+        if fast in records and slow in records:
+            out[f"{fast}/{slow}"] = speed_ratio(records[fast], records[slow])
     return out
+
+
+def speed_ratio(fast, slow):
+    """tokens/s of `fast` over `slow` (records of one cell): pooled medians, per round
+    (the rounds interleave them), and fastest step against fastest step."""
+    paired = [b / a for a, b in zip(fast["round_medians_s"], slow["round_medians_s"])]
+    return {"pooled_median": round(fast["tokens_per_s"] / slow["tokens_per_s"], 3),
+            "per_round": [round(v, 3) for v in paired],
+            "median_of_rounds": round(statistics.median(paired), 3),
+            "best_step": round(min(slow["step_s"]) / min(fast["step_s"]), 3)}
 
 
 # --- ablation ----------------------------------------------------------------
@@ -584,7 +615,7 @@ def padding_check():
 
 # --- report ------------------------------------------------------------------
 
-def environment(worker):
+def environment(workers):
     import keras
     import tensorflow as tf
 
@@ -601,8 +632,9 @@ def environment(worker):
         env["keras_hub"] = keras_hub.__version__
     except ImportError:
         pass
-    if worker is not None:
-        env.update({f"worker_{k}": v for k, v in worker.environment.items()})
+    for name, worker in workers.items():  # bert4keras's under its first name, worker_*
+        prefix = "worker_" if name == "bert4keras" else f"{name}_worker_"
+        env.update({prefix + k: v for k, v in worker.environment.items()})
     return env
 
 
@@ -613,26 +645,35 @@ def markdown(report):
                  f"steps; higher is better). {env.get('cpu_model', 'CPU')}, "
                  f"{env['cpu_count']} cores, TF {env['tensorflow']}, Keras {env['keras']}"
                  f", bert4keras {env.get('worker_bert4keras', '-')} on tf-keras "
-                 f"{env.get('worker_tf_keras', '-')}, keras-hub {env.get('keras_hub', '-')}. "
+                 f"{env.get('worker_tf_keras', '-')}, keras-hub {env.get('keras_hub', '-')}"
+                 + (f", ours_jax on JAX {env['ours_jax_worker_jax']} (Keras "
+                    f"{env['ours_jax_worker_keras']})" if "ours_jax_worker_jax" in env else "")
+                 + ". "
                  f"Other processes used {report['contention']['cores_used_by_others']:.2f} "
                  f"of the {env['cpu_count']} cores on average during the run.")
     lines.append("")
-    systems = [s for s in SYSTEMS
+    systems = [s for s in ALL_SYSTEMS
                if any(entry(s, p) in c["systems"] for c in report["cells"] for p in PRECISIONS)]
     precisions = [p for p in PRECISIONS
                   if any(entry(s, p) in c["systems"] for c in report["cells"] for s in systems)]
+    # (ratio column, faster system, slower system): ours over each peer, JAX over TF (ours)
+    columns = [(f"ours / {title}", "ours", other) for other, title in
+               (("bert4keras", "bert4keras"), ("roberta_like", "RoBERTa-like"),
+                ("keras_hub", "keras-hub"))]
+    if "ours_jax" in systems:
+        columns.append(("JAX / TF (ours)", "ours_jax", "ours"))
     header = "| config | seq | precision | steps | " + " | ".join(SYSTEM_NAMES[s].split(" (")[0]
                                                                for s in systems)
-    header += " | ours / bert4keras | ours / RoBERTa-like | ours / keras-hub |"
-    lines += [header, "|" + "---|" * (4 + len(systems) + 3)]
+    header += "".join(f" | {title}" for title, _, _ in columns) + " |"
+    lines += [header, "|" + "---|" * (4 + len(systems) + len(columns))]
     for cell in report["cells"]:
         for precision in precisions:
             row = (f"| {cell['config']} | {cell['seq']} | {precision} | "
                    f"{cell['rounds']}x{cell['steps_per_round']} | ")
             row += " | ".join(f"{cell['systems'][entry(s, precision)]['tokens_per_s']:,.0f}"
                               if entry(s, precision) in cell["systems"] else "-" for s in systems)
-            for other in ("bert4keras", "roberta_like", "keras_hub"):
-                r = cell["ratios"].get(f"{entry('ours', precision)}/{entry(other, precision)}")
+            for _, fast, slow in columns:
+                r = cell["ratios"].get(f"{entry(fast, precision)}/{entry(slow, precision)}")
                 row += f" | {r['pooled_median']:.2f}x" if r else " | -"
             lines.append(row + " |")
     if len(precisions) > 1:
@@ -643,13 +684,13 @@ def markdown(report):
                 for s in systems if f"{entry(s, PRECISIONS[1])}/{s}" in cell["ratios"]))
     lines += ["", "The same ratios three ways (pooled median / median of per-round ratios / "
                   "fastest step vs fastest step):", "",
-              "| config | seq | precision | ours / bert4keras | ours / RoBERTa-like | "
-              "ours / keras-hub |", "|---|---|---|---|---|---|"]
+              "| config | seq | precision" + "".join(f" | {t}" for t, _, _ in columns) + " |",
+              "|---|---|---|" + "---|" * len(columns)]
     for cell in report["cells"]:
         for precision in precisions:
             row = f"| {cell['config']} | {cell['seq']} | {precision}"
-            for other in ("bert4keras", "roberta_like", "keras_hub"):
-                r = cell["ratios"].get(f"{entry('ours', precision)}/{entry(other, precision)}")
+            for _, fast, slow in columns:
+                r = cell["ratios"].get(f"{entry(fast, precision)}/{entry(slow, precision)}")
                 row += (f" | {r['pooled_median']:.2f} / {r['median_of_rounds']:.2f} / "
                         f"{r['best_step']:.2f}" if r else " | -")
             lines.append(row + " |")
@@ -696,7 +737,9 @@ def markdown(report):
                       f"positions): ours {pc['ours']:.1e}, float32 softmax "
                       f"{pc['float32_softmax']:.1e}."]
     lines.append("")
-    lines.append(f"Run: `python -m bench.backbone{' --quick' if report['settings']['quick'] else ''}`"
+    command = report.get("command") or ("python -m bench.backbone"
+                                        + (" --quick" if report["settings"]["quick"] else ""))
+    lines.append(f"Run: `{command}`"
                  f", {report['wall_seconds']:.0f} s.")
     return "\n".join(lines) + "\n"
 
@@ -707,7 +750,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="L4 at seq 128 only, few steps")
     parser.add_argument("--configs", nargs="+", choices=sorted(CONFIGS))
     parser.add_argument("--seqs", nargs="+", type=int)
-    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=SYSTEMS)
+    parser.add_argument("--systems", nargs="+", choices=ALL_SYSTEMS, default=SYSTEMS,
+                        help="default: every TensorFlow system; ours_jax: ours on JAX")
     parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=PRECISIONS,
                         help="every system at each (default both, in one run)")
     parser.add_argument("--rounds", type=int)
@@ -752,20 +796,27 @@ def main(argv=None):
     if "keras_hub" in systems and not keras_hub_available():
         systems.remove("keras_hub")
         notes.append("keras-hub not installed: skipped (make interop)")
-    worker, paths = None, {"data": Path(workdir) / "batches.npz"}
+    if "ours_jax" in systems and not JAX_PYTHON.exists():
+        systems.remove("ours_jax")
+        notes.append(f"ours_jax: {JAX_PYTHON.relative_to(REPO)} is absent: skipped "
+                     "(make interop-jax)")
+    paths = {"data": Path(workdir) / "batches.npz"}
     np.savez(paths["data"], labels=labels, **{f"token_ids_{s}": b[0] for s, b in batches.items()},
              **{f"segment_ids_{s}": b[1] for s, b in batches.items()})
-    if "bert4keras" in systems:
-        from mtl_framework import backbone_config
-        from mtl_framework.architectures.roformer_v2 import bert4keras
+    workers = {name: start(workdir) for name, start in WORKERS.items() if name in systems}
+    for name in args.configs:  # each worker's model config, as a file
+        if "bert4keras" in workers:
+            from mtl_framework import backbone_config
+            from mtl_framework.architectures.roformer_v2 import bert4keras
 
-        worker = Bert4kerasWorker(workdir)
-        for name in args.configs:
-            paths[name] = Path(workdir) / f"{name}.bert_config.json"
-            paths[name].write_text(json.dumps(bert4keras.bert_config_from_config(
+            paths["bert4keras", name] = Path(workdir) / f"{name}.bert_config.json"
+            paths["bert4keras", name].write_text(json.dumps(bert4keras.bert_config_from_config(
                 backbone_config(**COMMON, **CONFIGS[name]))))
-    meter = LoadMeter(lambda: [os.getpid()] + ([worker.process.pid] if worker else []))
-    in_process = [s for s in systems if s != "bert4keras"]
+        if "ours_jax" in workers:  # CONFIGS' dims: the worker builds `build_system("ours", ..)`
+            paths["ours_jax", name] = Path(workdir) / f"{name}.ours_config.json"
+            paths["ours_jax", name].write_text(json.dumps(CONFIGS[name]))
+    meter = LoadMeter(lambda: [os.getpid()] + [w.process.pid for w in workers.values()])
+    in_process = [s for s in systems if s not in workers]
 
     # budget: the ablation keeps a reserve; the cells share the rest by weight (seq 128
     # cells get more steps per second of step time: the targets are set there)
@@ -785,7 +836,7 @@ def main(argv=None):
             share = weight[(config_name, seq)] / sum(weight[k] for k in remaining)
             budget = max(0.0, deadline.left() - reserve) * share
             log(f"config {config_name}, seq {seq} (budget {budget:.0f} s)")
-            records, rounds, steps = run_cell(config_name, seq, order, worker, paths, batches,
+            records, rounds, steps = run_cell(config_name, seq, order, workers, paths, batches,
                                               labels, args, meter, budget, log)
             for s in records:
                 records[s]["backbone_params"] = params.get(s)
@@ -847,7 +898,7 @@ def main(argv=None):
                     "met": r["pooled_median"] >= goal}
     report = {
         "benchmark": "training-step throughput (tokens/s = batch * seq / median step time)",
-        "environment": environment(worker),
+        "environment": environment(workers),
         "settings": {"quick": args.quick, "batch": BATCH, "seqs": args.seqs,
                      "configs": {c: {**COMMON, **CONFIGS[c]} for c in args.configs},
                      "rounds": args.rounds or "5 at seq <= 128, 3 at 512 (quick: 2)",
@@ -857,6 +908,8 @@ def main(argv=None):
                      "step": "backbone -> [CLS] -> Dense(2) softmax, sparse CE on fixed random "
                              "labels, Adam(1e-4), train_on_batch on NumPy arrays",
                      "systems": {s: SYSTEM_NAMES[s] for s in systems},
+                     "jit_compile": "TensorFlow systems: False (tf.function graph, as mtl train); "
+                                    "ours_jax: True (jax.jit, as mtl train on JAX)",
                      "precisions": args.precisions},
         "data": data_info,
         "cells": cells,
@@ -866,11 +919,12 @@ def main(argv=None):
         "padding_check": padding,
         "contention": {"cores_used_by_others": round(meter.cores_used_by_others(), 3),
                        "note": "mean CPU cores busy with other processes while timing "
-                               "(from /proc/stat minus this process and the worker)"},
+                               "(from /proc/stat minus this process and the workers)"},
         "notes": notes,
         "wall_seconds": round(time.perf_counter() - started, 1),
+        "command": " ".join(["python -m bench.backbone", *(sys.argv[1:] if argv is None else argv)]),
     }
-    if worker is not None:
+    for worker in workers.values():
         worker.close()
     shutil.rmtree(workdir, ignore_errors=True)
     output = Path(args.output)

@@ -16,8 +16,8 @@ Serve mode: python -m bench.bert4keras_train_worker --serve
 import argparse
 import json
 import os
-import sys
-import time
+
+from bench.step_worker import Runner, serve
 
 
 def check_environment():
@@ -44,36 +44,16 @@ def build_classifier(config_path, learning_rate=1e-4, precision="float32"):
     return model
 
 
-class Runner:
-    def __init__(self):
-        self.models = {}
-        self.data = {}
+def build(config, precision):
+    import tensorflow as tf
 
-    def batch(self, data_path, seq):
-        import numpy as np
+    tf.random.set_seed(0)
+    return build_classifier(config, precision=precision)
 
-        if data_path not in self.data:
-            self.data[data_path] = np.load(data_path)
-        d = self.data[data_path]
-        return [d[f"token_ids_{seq}"], d[f"segment_ids_{seq}"]], d["labels"]
 
-    def run(self, config, data, seq, steps, precision="float32"):
-        import tensorflow as tf
-
-        if (config, precision) not in self.models:
-            tf.random.set_seed(0)
-            self.models[config, precision] = build_classifier(config, precision=precision)
-        model = self.models[config, precision]
-        x, y = self.batch(data, seq)
-        step_seconds, cpu_seconds, losses = [], [], []
-        for _ in range(steps):
-            wall, cpu = time.perf_counter(), time.process_time()
-            loss = model.train_on_batch(x, y)
-            step_seconds.append(time.perf_counter() - wall)
-            cpu_seconds.append(time.process_time() - cpu)
-            losses.append(float(loss))
-        return {"step_seconds": step_seconds, "cpu_seconds": cpu_seconds, "losses": losses,
-                "params": int(model.count_params()) - (model.layers[-1].count_params())}
+def make_runner():
+    return Runner(build, lambda token_ids, segment_ids: [token_ids, segment_ids],
+                  lambda model: int(model.count_params()) - model.layers[-1].count_params())
 
 
 def environment():
@@ -99,24 +79,12 @@ def main(argv=None):
         import tensorflow as tf
 
         tf.config.threading.set_inter_op_parallelism_threads(int(threads))
-    runner = Runner()
+    runner = make_runner()
     if not args.serve:
         print(json.dumps({**runner.run(args.config, args.data, args.seq, args.steps),
                           "environment": environment()}))
         return
-    print(json.dumps({"ready": True, "environment": environment()}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        if request.get("cmd") == "quit":
-            break
-        try:
-            reply = runner.run(request["config"], request["data"], request["seq"], request["steps"],
-                               request.get("precision", "float32"))
-        except Exception as error:  # report, keep serving
-            reply = {"error": f"{type(error).__name__}: {error}"}
-        print(json.dumps(reply), flush=True)
+    serve(runner.run, environment())
 
 
 if __name__ == "__main__":

@@ -185,3 +185,17 @@ class TaskHead(keras.layers.Layer):
         config = self.get_config()
         return (type(self).__name__,) + tuple(
             (k, repr(config[k])) for k in sorted(config) if k not in self.untraced_config)
+
+
+class ScoreHead(TaskHead):
+    """A head scoring [CLS] by one Dense(1) with bias (a value, or one choice's score):
+    the layer and its build, which families/text_heads.py's RegressionHead and
+    families/choice_heads.py's ChoiceHead share."""
+
+    def __init__(self, num_labels=None, **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.dense = keras.layers.Dense(
+            1, kernel_initializer=self.initializer, name="dense")
+
+    def build(self, hidden_shape):
+        self.dense.build((None, hidden_shape[-1]))

@@ -242,6 +242,21 @@ def attention_softmax(scores, exact=True):
     return ops.cast(weights, dtype)
 
 
+def attend(q, k, v, attention_bias, exact, dropout, training=False):
+    """Multi-head attention of heads-major q, k, v [batch, heads, length, d] (q already
+    scaled by 1/sqrt(d)): scores plus `attention_bias` (float32: [batch, 1, 1, length], 0
+    or -1e9 at padded keys), `attention_softmax`, `dropout` (a Dropout layer) on the
+    weights; the context [batch, length, heads * d], as BERT's and RoFormerV2's layers
+    take it."""
+    batch, heads, length, size = ops.shape(v)
+    scores = ops.einsum("bhjd,bhkd->bhjk", q, k)
+    scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
+    weights = ops.cast(attention_softmax(scores, exact), v.dtype)
+    weights = dropout(weights, training=training)
+    context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
+    return ops.reshape(context, (batch, length, heads * size))
+
+
 # --- pointers: span scores of the NER, relation and event heads (bert4keras's layers.py) ---
 
 NEG_INF = float("-inf")

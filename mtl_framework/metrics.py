@@ -11,6 +11,8 @@ from collections import Counter
 
 import numpy as np
 
+from mtl_framework.scorers.lcs import lcs_f1
+
 # ------------------------------------------------------------ classification
 
 
@@ -108,31 +110,10 @@ def remove_punctuation(text):
     return "".join(c for c in str(text).lower().strip() if c not in CMRC_PUNCTUATION)
 
 
-def _lcs_length(a, b):
-    """Longest common substring (contiguous), as the official find_lcs."""
-    best, row = 0, [0] * (len(b) + 1)
-    for x in a:
-        prev, row = row, [0] * (len(b) + 1)
-        for j, y in enumerate(b):
-            if x == y:
-                row[j + 1] = prev[j] + 1
-                best = max(best, row[j + 1])
-    return best
-
-
 def cmrc_f1(prediction, answers):
     """Max over answers of the LCS-based F1 of mixed segmentations."""
-    scores = []
     pred = mixed_segmentation(prediction, rm_punc=True)
-    for answer in answers:
-        gold = mixed_segmentation(answer, rm_punc=True)
-        n = _lcs_length(gold, pred)
-        if n == 0:
-            scores.append(0.0)
-            continue
-        p, r = n / len(pred), n / len(gold)
-        scores.append(2 * p * r / (p + r))
-    return max(scores)
+    return max(lcs_f1(mixed_segmentation(answer, rm_punc=True), pred) for answer in answers)
 
 
 def cmrc_em(prediction, answers):

@@ -6,100 +6,45 @@ exports load under TensorFlow (this process) with the weights the run holds.
 
 Skips when .venv-jax is absent."""
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+import run_harness
+from run_harness import (
+    DEMO_DATA,
+    JAX_PYTHON,
+    RESUMABLE,
+    assert_same_final_state,
+    final_state,
+    finished,
+    kill_between_checkpoints,
+    write_experiment,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_DATA = REPO / "experiments" / "demo" / "data"
-JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
 STEPS, CHECKPOINT_EVERY = 12, 4
 
 pytestmark = pytest.mark.skipif(not JAX_PYTHON.exists(),
                                 reason=".venv-jax is absent (make interop-jax)")
 
-# tests/test_resume.py's experiment: dropout, alpha and lr warm-up, AdamW, three task
-# streams and the sampler; max_length 16 keeps the shapes JAX compiles for few.
-EXPERIMENT = """
-data_root: {data}
-cache_dir: {cache}
-backbone:
-  num_layers: 2
-  hidden_size: 32
-  num_heads: 2
-  intermediate_size: 64
-  dropout: 0.1
-  vocab_size: 2000
-  alpha_warmup_steps: 6
-tasks: [tnews, afqmc, cluener]
-sampling: uniform
-tasks_per_update: 2
-batch_size: 4
-max_length: 16
-optimizer:
-  name: adamw
-  lr: 0.001
-  warmup_steps: 3
-  weight_decay: 0.01
-steps: {steps}
-seed: 3
-checkpoint_every: {every}
-"""
-
 
 def mtl(*args, python=JAX_PYTHON, log=None):
-    """`mtl ARGS` in a child: on JAX with .venv-jax's python, else this environment's."""
-    backend = "jax" if python == JAX_PYTHON else "tensorflow"
-    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.Popen([str(python), "-m", "mtl_framework.cli", *map(str, args)], cwd=REPO,
-                            env=env, stdout=open(log, "ab") if log else subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-
-
-def finished(process, log=None):
-    output = process.communicate(timeout=600)[0]
-    text = Path(log).read_text(errors="replace") if log else output.decode(errors="replace")
-    assert process.returncode == 0, text[-3000:]
-    return text
-
-
-def updates_logged(run_dir):
-    path = run_dir / "metrics.jsonl"
-    return path.read_bytes().count(b"\n") if path.exists() else 0
-
-
-def final_state(run_dir):
-    path = run_dir / "checkpoints" / f"step-{STEPS:08d}"
-    with open(path / "trainer.json", encoding="utf-8") as f:
-        trainer = json.load(f)
-    with np.load(path / "state.npz") as values:
-        return trainer, {name: values[name] for name in values.files}
+    """`mtl ARGS` in a child: on JAX with .venv-jax's python unless told otherwise."""
+    return run_harness.mtl(*args, python=python, log=log)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Run A uninterrupted, run B killed after its first checkpoint and resumed."""
     root = tmp_path_factory.mktemp("jax_runs")
-    experiment = root / "experiment.yaml"
-    experiment.write_text(EXPERIMENT.format(data=DEMO_DATA, cache=root / "cache", steps=STEPS,
-                                            every=CHECKPOINT_EVERY), encoding="utf-8")
+    # tests/test_resume.py's experiment without its balancing
+    experiment = write_experiment(root / "experiment.yaml", **RESUMABLE, steps=STEPS,
+                                  checkpoint_every=CHECKPOINT_EVERY)
     a, b = root / "A", root / "B"
     finished(mtl("train", experiment, "--output", a, log=root / "A.log"), root / "A.log")
     killed = mtl("train", experiment, "--output", b, log=root / "B.log")
-    deadline = time.time() + 300
-    while updates_logged(b) <= CHECKPOINT_EVERY:
-        assert killed.poll() is None, "run B ended before it was killed"
-        assert time.time() < deadline, f"run B logged no update past {CHECKPOINT_EVERY} in 300 s"
-        time.sleep(0.01)
-    os.kill(killed.pid, signal.SIGKILL)
-    assert killed.wait(timeout=60) == -signal.SIGKILL
-    steps_at_kill = sorted(int(d.name.split("-")[1]) for d in (b / "checkpoints").glob("step-*"))
+    steps_at_kill = kill_between_checkpoints(killed, b, CHECKPOINT_EVERY, 300)
     assert steps_at_kill and STEPS not in steps_at_kill
     finished(mtl("train", experiment, "--output", b, "--resume", log=root / "B.log"), root / "B.log")
     return root, a, b, steps_at_kill
@@ -108,15 +53,7 @@ def runs(tmp_path_factory):
 def test_jax_run_killed_and_resumed_equals_uninterrupted_run(runs):
     root, a, b, steps_at_kill = runs
     assert f"resumed from {b / 'checkpoints'}" in (root / "B.log").read_text(errors="replace")
-    trainer_a, state_a = final_state(a)
-    trainer_b, state_b = final_state(b)
-    assert trainer_a["variables"] == trainer_b["variables"]
-    assert trainer_a["mixture"] == trainer_b["mixture"]
-    differences = {name: float(np.abs(state_a[key].astype("float64") - state_b[key]).max())
-                   for name, key in zip(trainer_a["variables"], sorted(state_a))}
-    assert len(state_a) == len(state_b) == len(differences)
-    worst = {name: d for name, d in differences.items() if d > 1e-6}
-    assert not worst, f"killed at checkpoint steps {steps_at_kill}; differing variables: {worst}"
+    assert_same_final_state(a, b, STEPS, steps_at_kill)
     start = json.loads((a / "provenance.jsonl").read_text().splitlines()[0])
     assert start["keras_backend"] == "jax" and start["tensorflow"] is None
 
@@ -165,7 +102,7 @@ def test_jax_trained_run_evaluates_exports_and_loads_under_tensorflow(runs):
     output = refused.communicate(timeout=600)[0].decode(errors="replace")
     assert refused.returncode == 2 and "TensorFlow is not installed" in output, output[-2000:]
     assert not (root / "refused").exists()
-    _, state = final_state(a)
+    _, state = final_state(a, STEPS)
     ours = RoFormerV2Backbone.from_preset(str(exports["keras"]))
     for name, variable in layer_variable_names(ours, "backbone").items():  # state.npz: by name
         if variable.trainable:  # (a seed generator's state is not part of an export)

@@ -6,46 +6,22 @@ and so the trained backbone, unchanged; under `balancing: none` the weighted
 task dominates the sum and the backbone comes out different. Dropout is 0, so
 the loss weight is the only difference between two runs.
 """
-from pathlib import Path
-
 import numpy as np
 import pytest
+from run_harness import SMALL_BACKBONE, write_experiment
 
 from mtl_framework import cli
 from mtl_framework.assemble import load_run_backbone
 
-DEMO_DATA = Path(__file__).resolve().parents[1] / "experiments" / "demo" / "data"
-
-EXPERIMENT = """
-data_root: {data}
-cache_dir: {cache}
-backbone:
-  num_layers: 2
-  hidden_size: 32
-  num_heads: 2
-  intermediate_size: 64
-  dropout: 0.0
-  vocab_size: 2000
-tasks:
-  - {{name: tnews, loss_weight: {weight}}}
-  - afqmc
-sampling: uniform
-balancing: {balancing}
-tasks_per_update: 2
-batch_size: 4
-max_length: 16
-optimizer: {{name: adamw, lr: 0.001, weight_decay: 0.01}}
-steps: 4
-seed: 5
-checkpoint_every: 0
-"""
-
 
 def trained_backbone(tmp_path, balancing, weight):
     name = f"{balancing}-{weight}"
-    experiment = tmp_path / f"{name}.yaml"
-    experiment.write_text(EXPERIMENT.format(data=DEMO_DATA, cache=tmp_path / "cache", weight=weight,
-                                            balancing=balancing), encoding="utf-8")
+    experiment = write_experiment(
+        tmp_path / f"{name}.yaml", backbone={**SMALL_BACKBONE, "dropout": 0.0},
+        tasks=[{"name": "tnews", "loss_weight": weight}, "afqmc"], sampling="uniform",
+        balancing=balancing, tasks_per_update=2, batch_size=4, max_length=16,
+        optimizer={"name": "adamw", "lr": 0.001, "weight_decay": 0.01}, steps=4, seed=5,
+        checkpoint_every=0)
     assert cli.main(["train", str(experiment), "--output", str(tmp_path / name)]) == 0
     backbone, state = load_run_backbone(str(tmp_path / name))
     assert state["step"] == 4

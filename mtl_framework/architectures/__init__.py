@@ -3,9 +3,12 @@
     architectures/<name>/
         __init__.py   BACKBONE (its class name), TITLE (its name in prose), CONVERTERS
                       ({format: converter module}), NOT_HELD ({format: why not}, optional)
-        presets.py    PRESETS (sizes) and backbone_config(size, **dims); no Keras
-        backbone.py   its keras.Model: inputs {"token_ids", "segment_ids"} (token id 0 is
-                      padding), output [batch, length, hidden]; `.config` (its keyword
+        presets.py    PRESETS (sizes) and backbone_config(size, **dims) (built on
+                      `sized_config` below); no Keras
+        backbone.py   its keras.Model, a subclass of architectures/backbone.py's
+                      `Backbone` (Keras config, embedding sum, parameter count): inputs
+                      {"token_ids", "segment_ids"} (token id 0 is padding), output
+                      [batch, length, hidden]; `.config` (its keyword
                       arguments, with "architecture" unless it is the default),
                       `.token_embedding` (the MLM head ties to it), `update_residual_alpha`
         layers.py     its blocks where they differ from mtl_framework/layers.py
@@ -49,6 +52,30 @@ def backbone_config(architecture=None, size=None, **dims):
     """The full config of `architecture` (default RoFormerV2) from a size and/or dims;
     ValueError naming what is missing or inconsistent."""
     return presets(architecture or DEFAULT).backbone_config(size, **dims)
+
+
+def sized_config(name, presets, defaults, size=None, **overrides):
+    """What every presets.py's backbone_config starts with: `defaults`, then the preset
+    `size` (a name in `presets`), then the overrides that are not None; the dims checked
+    (num_layers, hidden_size, num_heads given; hidden_size divisible by num_heads unless
+    head_size is given) and intermediate_size (4H) and head_size (H / heads) filled in.
+    `name` is the architecture as the ValueErrors say it."""
+    if size is not None and size not in presets:
+        raise ValueError(f"unknown {name} size {size!r}: choose one of {sorted(presets)} "
+                         "or give num_layers/hidden_size/num_heads explicitly")
+    config = dict(defaults)
+    config.update(presets.get(size, {}))
+    config.update({k: v for k, v in overrides.items() if v is not None})
+    missing = [k for k in ("num_layers", "hidden_size", "num_heads") if k not in config]
+    if missing:
+        raise ValueError(f"{name} config needs {missing} (or a size: {sorted(presets)})")
+    if "head_size" not in config and config["hidden_size"] % config["num_heads"]:
+        # H // heads would silently drop the remainder (hidden 30, 4 heads -> head size 7).
+        raise ValueError(f"hidden_size {config['hidden_size']} is not divisible by num_heads "
+                         f"{config['num_heads']}: change one, or give head_size explicitly")
+    config.setdefault("intermediate_size", 4 * config["hidden_size"])
+    config.setdefault("head_size", config["hidden_size"] // config["num_heads"])
+    return config
 
 
 def backbone_class(name):

@@ -35,11 +35,7 @@ def register(subparsers):
     stats = commands.add_parser("stats", help="per task and split: examples, skipped rows, lost spans")
     stats.add_argument("names", nargs="*", metavar="TASK_OR_DATASET",
                        help="task names or dataset ids (default: every task)")
-    stats.add_argument("--specs", nargs="+", action="extend", default=[], metavar="DIR",
-                       help="extra spec directories or files (added to the built-in task_specs/)")
-    stats.add_argument("--data-root", metavar="DIR", default=None,
-                       help="folder the specs' file paths are relative to "
-                            f"(default: $MTL_DATA_ROOT, else ./{data_stats.DEFAULT_DATA_ROOT})")
+    add_spec_options(stats)
     stats.add_argument("--split", action="append", metavar="S",
                        help="only this split (repeat for several; default: every split a spec lists)")
     stats.add_argument("--vocab", metavar="VOCAB_TXT", default=None,
@@ -59,11 +55,7 @@ def register(subparsers):
     show.add_argument("--split", default="train", help="default: train")
     show.add_argument("-n", type=at_least(1), default=5, metavar="N",
                       help="how many examples (default 5)")
-    show.add_argument("--specs", nargs="+", action="extend", default=[], metavar="DIR",
-                      help="extra spec directories or files (added to the built-in task_specs/)")
-    show.add_argument("--data-root", metavar="DIR", default=None,
-                      help="folder the specs' file paths are relative to "
-                           f"(default: $MTL_DATA_ROOT, else ./{data_stats.DEFAULT_DATA_ROOT})")
+    add_spec_options(show)
     show.add_argument("--vocab", metavar="VOCAB_TXT", default=None,
                       help="also show the tokens each example is fed as ([CLS] ... [SEP], cut at "
                            "max_length)")
@@ -81,6 +73,15 @@ def register(subparsers):
                          help="folder the specs' file paths are relative to (default: the "
                               "experiment's data_root, else $MTL_DATA_ROOT, else ./data)")
     prepare.set_defaults(func=run_prepare)
+
+
+def add_spec_options(parser):
+    """--specs and --data-root, as `stats` and `show` take them."""
+    parser.add_argument("--specs", nargs="+", action="extend", default=[], metavar="DIR",
+                        help="extra spec directories or files (added to the built-in task_specs/)")
+    parser.add_argument("--data-root", metavar="DIR", default=None,
+                        help="folder the specs' file paths are relative to "
+                             f"(default: $MTL_DATA_ROOT, else ./{data_stats.DEFAULT_DATA_ROOT})")
 
 
 def run_prepare(args):

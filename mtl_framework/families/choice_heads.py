@@ -2,30 +2,20 @@
 
 Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
 family records load before Keras)."""
-import keras
 import numpy as np
 from keras import ops
 
 from mtl_framework import losses
-from mtl_framework.head_base import TaskHead, _np, head_for
+from mtl_framework.head_base import ScoreHead, _np, head_for
 from mtl_framework.layers import NEG_INF
 
 
 @head_for("multiple_choice", "cloze")
-class ChoiceHead(TaskHead):
+class ChoiceHead(ScoreHead):
     """[CLS] of each (context, question, choice) -> Dense(1), softmax over the
     choices, as bert4keras's CLUE c3. The backbone runs on the choices folded
     into the batch axis ([B * C, L], see backbone_inputs); choice_mask [B, C]
     keeps padded choices out of the softmax."""
-
-
-    def __init__(self, num_labels=None, **kwargs):
-        super().__init__(num_labels, **kwargs)
-        self.dense = keras.layers.Dense(
-            1, kernel_initializer=self.initializer, name="dense")
-
-    def build(self, hidden_shape):
-        self.dense.build((None, hidden_shape[-1]))
 
     def call(self, hidden, batch, training=False):
         cls = hidden[:, :, 0] if len(hidden.shape) == 4 else hidden[:, 0]

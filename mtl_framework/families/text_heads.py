@@ -7,7 +7,7 @@ import numpy as np
 from keras import ops
 
 from mtl_framework import losses
-from mtl_framework.head_base import TaskHead, _np, head_for
+from mtl_framework.head_base import ScoreHead, TaskHead, _np, head_for
 
 
 @head_for("classification", "matching")
@@ -52,17 +52,8 @@ class ClassificationHead(TaskHead):
 
 
 @head_for("regression")
-class RegressionHead(TaskHead):
+class RegressionHead(ScoreHead):
     """[CLS] -> Dense(1) with bias; MSE."""
-
-
-    def __init__(self, num_labels=None, **kwargs):
-        super().__init__(num_labels, **kwargs)
-        self.dense = keras.layers.Dense(
-            1, kernel_initializer=self.initializer, name="dense")
-
-    def build(self, hidden_shape):
-        self.dense.build((None, hidden_shape[-1]))
 
     def call(self, hidden, batch, training=False):
         return self.dense(hidden[:, 0])[:, 0]

@@ -9,6 +9,7 @@ leaderboard's figure.
 """
 import re
 
+from mtl_framework.scorers.lcs import lcs_f1
 from mtl_framework.scorers.release import answers_by_id, squad_gold
 from mtl_framework.scorers.treebank import word_tokenize
 
@@ -44,28 +45,10 @@ def remove_punctuation(text):
     return "".join(c for c in str(text).lower().strip() if c not in PUNCTUATION)
 
 
-def lcs_length(a, b):
-    """Longest common contiguous run, as the script's find_lcs."""
-    best, row = 0, [0] * (len(b) + 1)
-    for x in a:
-        previous, row = row, [0] * (len(b) + 1)
-        for j, y in enumerate(b):
-            if x == y:
-                row[j + 1] = previous[j] + 1
-                best = max(best, row[j + 1])
-    return best
-
-
 def f1(answers, prediction):
+    """Best over the answers of the script's LCS F1 (find_lcs: scorers/lcs.py)."""
     prediction = mixed_segmentation(prediction, rm_punc=True)
-    scores = [0.0]
-    for answer in answers:
-        answer = mixed_segmentation(answer, rm_punc=True)
-        common = lcs_length(answer, prediction)
-        if common:
-            precision, recall = common / len(prediction), common / len(answer)
-            scores.append(2 * precision * recall / (precision + recall))
-    return max(scores)
+    return max([0.0] + [lcs_f1(mixed_segmentation(a, rm_punc=True), prediction) for a in answers])
 
 
 def em(answers, prediction):

@@ -5,6 +5,7 @@ Chinese characters (the CJK blocks of BERT's tokenizer) and "=" are tokens of th
 own, every run of other characters (spaces included) is one token. EM: equal
 normalised texts; F1: longest common substring of the tokens, best over the answers.
 """
+from mtl_framework.scorers.lcs import lcs_f1
 
 # The scripts' list; its "……" (two characters) never equals one character.
 PUNCTUATION = set(":_`，。：？！()“”；’《》·、,「」（）－～『』|")
@@ -29,27 +30,10 @@ def tokens(text):
     return out + [run] if run else out
 
 
-def lcs_length(a, b):
-    best, row = 0, [0] * (len(b) + 1)
-    for x in a:
-        previous, row = row, [0] * (len(b) + 1)
-        for j, y in enumerate(b):
-            if x == y:
-                row[j + 1] = previous[j] + 1
-                best = max(best, row[j + 1])
-    return best
-
-
 def f1(answers, prediction):
+    """Best over the answers of the scripts' LCS F1 (find_lcs: scorers/lcs.py)."""
     predicted = tokens(normalize(prediction))
-    scores = [0.0]
-    for answer in answers:
-        gold = tokens(normalize(answer))
-        common = lcs_length(gold, predicted)
-        if common:
-            precision, recall = common / len(predicted), common / len(gold)
-            scores.append(2 * precision * recall / (precision + recall))
-    return max(scores)
+    return max([0.0] + [lcs_f1(tokens(normalize(a)), predicted) for a in answers])
 
 
 def em(answers, prediction):

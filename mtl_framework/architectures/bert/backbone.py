@@ -6,16 +6,16 @@ token + segment + position embedding -> LayerNorm -> dropout -> L post-LN blocks
 task heads pool for themselves).
 """
 import keras
-import numpy as np
 from keras import ops
 
+from mtl_framework.architectures.backbone import Backbone
 from mtl_framework.architectures.bert.layers import BertLayer, initializer
 from mtl_framework.architectures.bert.presets import backbone_config
 from mtl_framework.layers import resolve_exact_padding
 
 
 @keras.saving.register_keras_serializable(package="mtl_framework")
-class BertBackbone(keras.Model):
+class BertBackbone(Backbone):
     """Inputs {"token_ids", "segment_ids"} (int, [batch, length]); token id 0 is padding
     (masked as a key: outputs at real tokens do not depend on it). Inputs longer than
     `max_positions` have no position embedding: an error.
@@ -99,12 +99,7 @@ class BertBackbone(keras.Model):
 
     def call(self, inputs, training=False):
         token_ids = inputs["token_ids"]
-        x = self.token_embedding(token_ids)
-        if self.segment_embedding is not None:
-            segment_ids = inputs.get("segment_ids")
-            if segment_ids is None:
-                segment_ids = ops.zeros_like(token_ids)
-            x = x + self.segment_embedding(segment_ids)
+        x = self.embed_tokens(inputs)
         positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")
         x = x + ops.cast(self.position_embedding(positions), x.dtype)[None]
         x = self.embedding_dropout(self.embedding_norm(x), training=training)
@@ -114,16 +109,3 @@ class BertBackbone(keras.Model):
         for layer in self.layer_sequence():
             x = layer(x, attention_bias, training=training)
         return x
-
-    def get_config(self):
-        return {**super().get_config(), **self.config}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        for key in ("name", "trainable", "dtype", "architecture"):
-            config.pop(key, None)
-        return cls(**config)
-
-    def count_params_exact(self):
-        return int(sum(np.prod(w.shape) for w in self.trainable_weights))

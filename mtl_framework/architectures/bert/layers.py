@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-from mtl_framework.layers import attention_softmax
+from mtl_framework.layers import attend
 
 # Our `activation` names -> the function. "gelu" is the exact erf form (transformers'
 # "gelu", bert4keras's default); "gelu_approximate" the tanh form (transformers'
@@ -78,15 +78,10 @@ class BertLayer(keras.layers.Layer):
     def call(self, x, attention_bias, training=False):
         """x [batch, length, hidden]; attention_bias [batch, 1, 1, length] (0, or -1e9
         at padded keys)."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
         q = self.heads(self.query(x)) * (1.0 / math.sqrt(self.head_size))
         k, v = self.heads(self.key(x)), self.heads(self.value(x))
-        scores = ops.einsum("bhjd,bhkd->bhjk", q, k)
-        scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
-        weights = ops.cast(attention_softmax(scores, self.exact_padding), v.dtype)
-        weights = self.attention_dropout(weights, training=training)
-        context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
-        context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
+        context = attend(q, k, v, attention_bias, self.exact_padding, self.attention_dropout,
+                         training)
         attended = self.dropout(self.attention_output(context), training=training)
         x = self.attention_norm(x + attended)
         hidden = self.activation(self.intermediate(x))

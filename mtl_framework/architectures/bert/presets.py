@@ -2,6 +2,7 @@
 before TensorFlow is imported). The sizes are RoFormerV2's (presets of roformer_v2),
 so `size: small` is the same width and depth in every architecture; `base` and
 `large` are Google's BERT-Base and BERT-Large."""
+from mtl_framework.architectures import sized_config
 from mtl_framework.architectures.roformer_v2.presets import PRESETS as ROFORMER_V2_SIZES
 
 PRESETS = dict(ROFORMER_V2_SIZES)
@@ -15,24 +16,14 @@ def backbone_config(size=None, architecture="bert", **overrides):
     head size H / heads, Chinese BERT's vocab (21128), 2 segments, 512 positions,
     exact GELU, LayerNorm epsilon 1e-12, dropout 0.1 (attention too), as bert_config.json
     of Google's Chinese BERT."""
-    if size is not None and size not in PRESETS:
-        raise ValueError(f"unknown {architecture} size {size!r}: choose one of "
-                         f"{sorted(PRESETS)} or give num_layers/hidden_size/num_heads")
     for key, none in NOT_BERT.items():
         if overrides.get(key) not in (None, none):
             raise ValueError(f"{key} is RoFormerV2's; {architecture} has none (drop it)")
         overrides.pop(key, None)
-    config = dict(architecture=architecture, vocab_size=21128, segment_vocab_size=2,
-                  max_positions=512, activation="gelu", layer_norm_epsilon=1e-12,
-                  dropout=0.1, attention_dropout=0.1, exact_padding=None)
-    config.update(PRESETS.get(size, {}))
-    config.update({k: v for k, v in overrides.items() if v is not None})
-    missing = [k for k in ("num_layers", "hidden_size", "num_heads") if k not in config]
-    if missing:
-        raise ValueError(f"{architecture} config needs {missing} (or a size: {sorted(PRESETS)})")
-    if "head_size" not in config and config["hidden_size"] % config["num_heads"]:
-        raise ValueError(f"hidden_size {config['hidden_size']} is not divisible by num_heads "
-                         f"{config['num_heads']}: change one, or give head_size explicitly")
+    config = sized_config(architecture, PRESETS, dict(
+        architecture=architecture, vocab_size=21128, segment_vocab_size=2, max_positions=512,
+        activation="gelu", layer_norm_epsilon=1e-12, dropout=0.1, attention_dropout=0.1,
+        exact_padding=None), size, **overrides)
     if config["activation"] not in ACTIVATIONS:
         raise ValueError(f"activation {config['activation']!r}: {architecture} has "
                          f"{', '.join(ACTIVATIONS)}")
@@ -42,6 +33,4 @@ def backbone_config(size=None, architecture="bert", **overrides):
             raise ValueError(f"embedding_size {embedding} != hidden_size {config['hidden_size']}: "
                              "BERT's embedding is hidden_size wide (a factorised embedding is "
                              "ALBERT's: architecture: albert)")
-    config.setdefault("intermediate_size", 4 * config["hidden_size"])
-    config.setdefault("head_size", config["hidden_size"] // config["num_heads"])
     return config

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import keras
-import numpy as np
 from keras import ops
 
 from mtl_framework import rope_scaling as rope
+from mtl_framework.architectures.backbone import Backbone
 from mtl_framework.architectures.roformer_v2 import bert4keras, roformer_pytorch
 from mtl_framework.architectures.roformer_v2.layers import RMSNorm, TransformerLayer
 from mtl_framework.architectures.roformer_v2.presets import backbone_config
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 @keras.saving.register_keras_serializable(package="mtl_framework")
-class RoFormerV2Backbone(keras.Model):
+class RoFormerV2Backbone(Backbone):
     """Inputs {"token_ids", "segment_ids"} (int, [batch, length]); token id 0 is padding.
 
     exact_padding: True sums the attention softmax's denominator in float64, so the
@@ -112,12 +112,7 @@ class RoFormerV2Backbone(keras.Model):
 
     def call(self, inputs, training=False):
         token_ids = inputs["token_ids"]
-        x = self.token_embedding(token_ids)
-        if self.segment_embedding is not None:
-            segment_ids = inputs.get("segment_ids")
-            if segment_ids is None:
-                segment_ids = ops.zeros_like(token_ids)
-            x = x + self.segment_embedding(segment_ids)
+        x = self.embed_tokens(inputs)
         x = self.embedding_norm(self.embedding_dropout(x, training=training))
         if self.embedding_mapping is not None:
             x = self.embedding_mapping(x)
@@ -134,16 +129,6 @@ class RoFormerV2Backbone(keras.Model):
         for layer in self.transformer_layers:
             x = layer(x, attention_bias, cos, sin, alpha, training=training)
         return x
-
-    def get_config(self):
-        return {**super().get_config(), **self.config}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        for key in ("name", "trainable", "dtype"):
-            config.pop(key, None)
-        return cls(**config)
 
     # --- weights in and out -------------------------------------------------
 
@@ -192,7 +177,3 @@ class RoFormerV2Backbone(keras.Model):
                     extra: Mapping[str, Any] | None = None) -> None:
         """Write config.json + model.weights.h5 (+ vocab.txt): what `from_preset` reads."""
         preset.save(self, directory, vocab_path, extra=extra)
-
-    def count_params_exact(self) -> int:
-        """Trainable parameters (residual alpha excluded)."""
-        return int(sum(np.prod(w.shape) for w in self.trainable_weights))

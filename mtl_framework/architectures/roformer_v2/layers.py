@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-from mtl_framework.layers import apply_rotary, attention_softmax, dense
+from mtl_framework.layers import apply_rotary, attend, dense
 
 
 class RMSNorm(keras.layers.Layer):
@@ -104,12 +104,7 @@ class SelfAttention(keras.layers.Layer):
                           ops.stack([sin * scale, sin])[:, :, None])
         q, k = (ops.squeeze(t, 0) for t in ops.split(qk, 2))
         v = ops.squeeze(v, 0)
-        scores = ops.einsum("bhjd,bhkd->bhjk", q, k)
-        scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
-        weights = ops.cast(attention_softmax(scores, self.exact_padding), v.dtype)
-        weights = self.dropout(weights, training=training)
-        context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
-        context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
+        context = attend(q, k, v, attention_bias, self.exact_padding, self.dropout, training)
         return dense(context, scaled(self.output_kernel, output_scale))
 
     def get_config(self):

@@ -108,7 +108,7 @@ class SelfAttention(keras.layers.Layer):
         scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
         weights = ops.cast(attention_softmax(scores, self.exact_padding), v.dtype)
         weights = self.dropout(weights, training=training)
-        context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
+        context = attention_context(weights, v)
         context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
         return dense(context, scaled(self.output_kernel, output_scale))
 
@@ -121,6 +121,17 @@ class SelfAttention(keras.layers.Layer):
             "attention_dropout": self.attention_dropout,
             "exact_padding": self.exact_padding,
         }
+
+
+def attention_context(weights, v):
+    """weights [b, h, j, k] times v [b, h, k, d], token-major: [b, j, h, d]. On TensorFlow
+    a batched matmul and one explicit transpose, whose backward is two batched matmuls and
+    one transpose; einsum("bhjk,bhkd->bjhd") transposes inside its forward and backward
+    (bench/results/speed_small128_ab.md). JAX keeps the einsum: the speed was measured on
+    TensorFlow only, and the JAX tests' drift bounds were measured with the einsum."""
+    if keras.backend.backend() == "jax":
+        return ops.einsum("bhjk,bhkd->bjhd", weights, v)
+    return ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3))
 
 
 class FeedForward(keras.layers.Layer):

@@ -446,21 +446,6 @@ def _tree(backbone):
     _replace_attention(backbone, TreeSoftmaxAttention)
 
 
-class MaskDropout(keras.layers.Dropout):
-    """Dropout as x * where(keep, 1 / (1 - rate), 0), keep = uniform >= rate from the same
-    seed stream as Keras's: the same outputs; the gradient is one multiply by that mask
-    instead of a select and a multiply (TensorFlow only; other backends: Keras's)."""
-
-    def call(self, inputs, training=False):
-        if not (training and self.rate > 0) or keras.backend.backend() != "tensorflow":
-            return super().call(inputs, training=training)
-        dtype = inputs.dtype
-        keep = keras.random.uniform(ops.shape(inputs), dtype=dtype,
-                                    seed=self.seed_generator) >= self.rate
-        mask = ops.where(keep, ops.cast(1.0 / (1.0 - self.rate), dtype), ops.cast(0.0, dtype))
-        return inputs * mask
-
-
 def _replace_feed_forward(backbone, cls):
     for layer in backbone.transformer_layers:
         f = layer.feed_forward
@@ -483,11 +468,23 @@ def _context_matmul(backbone):
     _replace_attention(backbone, ContextMatmulAttention)
 
 
+def _set_dropout(backbone, cls):
+    backbone.embedding_dropout = cls(backbone.config["dropout"])
+    for layer in backbone.transformer_layers:
+        layer.dropout = cls(layer.config["dropout"])
+
+
 @patch("mask_dropout")
 def _mask_dropout(backbone):
-    backbone.embedding_dropout = MaskDropout(backbone.config["dropout"])
-    for layer in backbone.transformer_layers:
-        layer.dropout = MaskDropout(layer.config["dropout"])
+    """layers.Dropout (ours since issue 33; measured as this variant before it was)."""
+    from mtl_framework.layers import Dropout
+
+    _set_dropout(backbone, Dropout)
+
+
+@patch("keras_dropout_before")
+def _keras_dropout(backbone):
+    _set_dropout(backbone, keras.layers.Dropout)
 
 
 @patch("hooked_ours")
@@ -516,6 +513,8 @@ SPEED_VARIANTS = {
     "context_matmul": ({"patches": ["context_matmul"]},
                        "context as a batched matmul [b,h,l,d] and one explicit transpose to "
                        "[b,l,h,d] instead of einsum('bhjk,bhkd->bjhd')"),
+    "keras_dropout_before": ({"patches": ["keras_dropout_before"]},
+                             "ours before layers.Dropout: keras.layers.Dropout"),
     "context_matmul+mask_dropout": ({"patches": ["context_matmul", "mask_dropout"]},
                                     "both of the above"),
     "attention_matmul": ({"patches": ["attention_matmul"]},

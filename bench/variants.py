@@ -515,6 +515,9 @@ SPEED_VARIANTS = {
                        "[b,l,h,d] instead of einsum('bhjk,bhkd->bjhd')"),
     "keras_dropout_before": ({"patches": ["keras_dropout_before"]},
                              "ours before layers.Dropout: keras.layers.Dropout"),
+    "before_issue33_speed": ({"patches": ["hooked_ours", "keras_dropout_before"]},
+                             "ours before issue 33's speed commits: einsum context and "
+                             "keras.layers.Dropout"),
     "context_matmul+mask_dropout": ({"patches": ["context_matmul", "mask_dropout"]},
                                     "both of the above"),
     "attention_matmul": ({"patches": ["attention_matmul"]},

@@ -158,10 +158,15 @@ def alternate(variants, precisions, config, seq, pairs, data_root, log):
 def markdown(report):
     lines = [f"A/B of speed changes to our backbone's training step, {report['config']}/"
              f"{report['seq']}, batch {BATCH}; {report['machine']}. Each run: ours and the "
-             "variants interleaved in rounds in one process; `vs ours` is the median over "
-             "rounds of (ours' round-median step / the variant's), with its range (> 1: "
-             "the variant is faster); `CPU` the same ratio of this process's CPU seconds "
-             "per step (less moved by other processes' load than wall time).", "",
+             "variants in one process, either interleaved in rounds (`vs ours`: the median "
+             "over rounds of ours' round-median step / the variant's, range: min-max) or "
+             "alternating single steps ABBA (`vs ours`: the median of per-pair ratios, "
+             "range: its ~95% interval); > 1: the variant is faster. `CPU`: the same ratio "
+             "of this process's CPU seconds per step (less moved by other processes' load "
+             "than wall time). tokens/s: the variant's, by median step."]
+    if report.get("note"):
+        lines += ["", "Note: " + report["note"] + "."]
+    lines += ["",
              "| run | precision | variant | tokens/s | vs ours (wall) | range | vs ours (CPU) "
              "| range | other load (cores) | what |", "|---|---|---|---|---|---|---|---|---|---|"]
     for i, run in enumerate(report["runs"], 1):

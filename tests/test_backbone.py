@@ -200,3 +200,26 @@ def test_dropout_equals_keras_dropout_with_its_gradient(dtype):
         np.testing.assert_array_equal(results[0][1], results[1][1])
         assert 0.05 < (results[0][0] == 0).mean() < 0.15
     np.testing.assert_array_equal(np.asarray(ours(x)), np.asarray(x))  # inference: identity
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_attention_context_equals_the_einsum_with_its_gradient(dtype):
+    """attention_context (batched matmul + transpose) gives einsum("bhjk,bhkd->bjhd")'s
+    values and gradients bit for bit on TensorFlow, so training is unchanged by it."""
+    import tensorflow as tf
+
+    from mtl_framework.architectures.roformer_v2.layers import attention_context
+
+    rng = np.random.default_rng(0)
+    weights = tf.cast(tf.nn.softmax(rng.normal(size=(2, 3, 40, 40)).astype("float32")), dtype)
+    v = tf.cast(rng.normal(size=(2, 3, 40, 16)).astype("float32"), dtype)
+    upstream = tf.cast(rng.normal(size=(2, 40, 3, 16)).astype("float32"), dtype)
+    results = []
+    for product in (attention_context, lambda w, x: tf.einsum("bhjk,bhkd->bjhd", w, x)):
+        with tf.GradientTape() as tape:
+            tape.watch([weights, v])
+            out = product(weights, v)
+        grads = tape.gradient(out, [weights, v], upstream)
+        results.append([np.asarray(tf.cast(t, "float32")) for t in (out, *grads)])
+    for ours, einsum in zip(*results):
+        np.testing.assert_array_equal(ours, einsum)

@@ -521,6 +521,6 @@ SPEED_VARIANTS = {
     "context_matmul+mask_dropout": ({"patches": ["context_matmul", "mask_dropout"]},
                                     "both of the above"),
     "attention_matmul": ({"patches": ["attention_matmul"]},
-                         "scores and context as batched matmuls (k^T folded into adj_y, one "
-                         "explicit transpose of the context) instead of two einsums"),
+                         "scores q k^T as a batched matmul too (k^T folded into adj_y; the "
+                         "context is one in ours already) instead of einsum('bhjd,bhkd->bhjk')"),
 }

@@ -10,10 +10,16 @@ taken (and what they would cost or give up).
 import math
 import types
 
+import keras
 from keras import ops
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.architectures.roformer_v2.layers import RMSNorm, SelfAttention, scaled
+from mtl_framework.architectures.roformer_v2.layers import (
+    FeedForward,
+    RMSNorm,
+    SelfAttention,
+    scaled,
+)
 from mtl_framework.layers import dense, softmax_with_exact_sum, swap_pairs
 
 
@@ -223,7 +229,8 @@ def feed_forward_plain_matmul(self, x, output_scale=None):
     return ops.matmul(hidden, scaled(self.output_kernel, output_scale))
 
 
-def backbone_variant(attention="ours", norm="ours", alpha="ours", matmul="ours", **config):
+def backbone_variant(attention="ours", norm="ours", alpha="ours", matmul="ours", patches=(),
+                     **config):
     """A RoFormerV2Backbone (same weights) with the attention of ATTENTION_VARIANTS[attention],
     norm "autodiff" | "ours", alpha "activations" | "ours" (on the output kernels) and
     FFN matmul "autodiff" | "ours" (`layers.dense`)."""
@@ -244,4 +251,276 @@ def backbone_variant(attention="ours", norm="ours", alpha="ours", matmul="ours",
         if matmul == "autodiff":
             layer.feed_forward.call = types.MethodType(feed_forward_plain_matmul,
                                                        layer.feed_forward)
+    for name in patches:  # SPEED_VARIANTS' changes (bench/speed_ab.py)
+        PATCHES[name](backbone)
     return backbone
+
+
+# --- issue 33's speed A/B (bench/speed_ab.py): each a change to ours as it is -------------
+
+def exact_sum_cumsum(x):
+    """The last axis summed left to right in float32: TF's cumsum scans each row in order,
+    so zeros appended (padded keys) leave the total's rounding unchanged."""
+    return ops.cumsum(x, axis=-1)[..., -1:]
+
+
+def exact_sum_tree(x):
+    """The last axis summed as a tree of pairwise adds (x[i] + x[i + w], w halving), after
+    zero-padding to a power of two: a sum of two floats is exact in any order, and padding
+    only adds levels whose partners are zero, so the rounding does not depend on it."""
+    n = x.shape[-1]
+    if n is None:  # symbolic build (shapes only)
+        return ops.sum(x, axis=-1, keepdims=True)
+    width = 1 << (n - 1).bit_length()
+    if width != n:
+        x = ops.pad(x, [(0, 0)] * (len(x.shape) - 1) + [(0, width - n)])
+    while width > 1:
+        width //= 2
+        x = ops.sum(ops.reshape(x, (*ops.shape(x)[:-1], 2, width)), axis=-2)
+    return x  # [..., 1]
+
+
+def softmax_with_sum(total_fn):
+    @ops.custom_gradient
+    def softmax(scores):
+        exp = ops.exp(scores - ops.max(scores, axis=-1, keepdims=True))
+        weights = exp / total_fn(exp)
+
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            return weights * (upstream - ops.sum(upstream * weights, axis=-1, keepdims=True))
+
+        return weights, grad
+
+    return softmax
+
+
+def dense_weight_grad_copy(x, kernel):
+    """`layers.dense` whose kernel gradient multiplies a transposed copy of the inputs
+    (X^T as a new array) instead of MatMul(transpose_a=True)."""
+    return _dense_dw_copy(x, ops.cast(kernel, x.dtype))
+
+
+@ops.custom_gradient
+def _dense_dw_copy(x, kernel):
+    from mtl_framework.layers import transposed
+
+    y = ops.matmul(x, kernel)
+
+    def grad(*args, upstream=None):
+        if upstream is None:
+            (upstream,) = args
+        inputs = ops.reshape(x, (-1, kernel.shape[0]))
+        outputs = ops.reshape(upstream, (-1, kernel.shape[1]))
+        return ops.matmul(upstream, transposed(kernel)), ops.matmul(transposed(inputs), outputs)
+
+    return y, grad
+
+
+def scores_einsum(q, k):
+    return ops.einsum("bhjd,bhkd->bhjk", q, k)
+
+
+def context_einsum(weights, v):
+    return ops.einsum("bhjk,bhkd->bjhd", weights, v)
+
+
+def scores_matmul(q, k):
+    """q k^T as a batched matmul (TF folds the swap into BatchMatMul's adj_y)."""
+    return ops.matmul(q, ops.swapaxes(k, -1, -2))
+
+
+def context_matmul(weights, v):
+    """weights v as a batched matmul, then one transpose to [b, l, h, d]."""
+    return ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3))
+
+
+class HookedAttention(SelfAttention):
+    """Ours (mtl_framework SelfAttention.call) as it was before issue 33's speed work,
+    with hooks for the A/B: the exact softmax, the bias-free matmul, the two attention
+    products (the context by einsum, as before; ours now: `context_matmul`)."""
+
+    exact_softmax = staticmethod(softmax_with_exact_sum)
+    dense = staticmethod(dense)
+    scores = staticmethod(scores_einsum)
+    context = staticmethod(context_einsum)
+
+    def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
+        import keras
+
+        from mtl_framework.layers import apply_rotary as ours_rotary
+        from mtl_framework.layers import attention_softmax
+
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        qkv = ops.reshape(self.dense(x, self.qkv_kernel),
+                          (batch, length, 3, self.num_heads, self.head_size))
+        qk, v = ops.split(ops.transpose(qkv, (2, 0, 3, 1, 4)), [2], axis=0)
+        scale = 1.0 / math.sqrt(self.head_size)
+        if len(cos.shape) == 2:
+            cos, sin = cos[None], sin[None]
+        qk = ours_rotary(qk, ops.stack([cos * scale, cos])[:, :, None],
+                         ops.stack([sin * scale, sin])[:, :, None])
+        q, k = (ops.squeeze(t, 0) for t in ops.split(qk, 2))
+        v = ops.squeeze(v, 0)
+        scores = self.scores(q, k)
+        scores = ops.cast(scores, attention_bias.dtype) + attention_bias
+        dtype = keras.backend.standardize_dtype(scores.dtype)
+        if self.exact_padding and dtype == "float32":
+            weights = self.exact_softmax(scores)
+        else:
+            weights = attention_softmax(scores, self.exact_padding)
+        weights = self.dropout(ops.cast(weights, v.dtype), training=training)
+        context = self.context(weights, v)
+        context = ops.reshape(context, (batch, length, self.num_heads * self.head_size))
+        return self.dense(context, scaled(self.output_kernel, output_scale))
+
+
+class HookedFeedForward(FeedForward):
+    dense = staticmethod(dense)
+
+    def call(self, x, output_scale=None):
+        hidden = ops.relu(self.dense(x, self.inner_kernel))
+        return self.dense(hidden, scaled(self.output_kernel, output_scale))
+
+
+class DenseCopyAttention(HookedAttention):
+    dense = staticmethod(dense_weight_grad_copy)
+
+
+class DenseCopyFeedForward(HookedFeedForward):
+    dense = staticmethod(dense_weight_grad_copy)
+
+
+class MatmulAttention(HookedAttention):
+    scores = staticmethod(scores_matmul)
+    context = staticmethod(context_matmul)
+
+
+class ContextMatmulAttention(HookedAttention):
+    context = staticmethod(context_matmul)
+
+
+class CumsumSoftmaxAttention(HookedAttention):
+    exact_softmax = staticmethod(softmax_with_sum(exact_sum_cumsum))
+
+
+class TreeSoftmaxAttention(HookedAttention):
+    exact_softmax = staticmethod(softmax_with_sum(exact_sum_tree))
+
+
+ATTENTION_VARIANTS.update({
+    "hooked_ours": HookedAttention,
+    "exact_sum_cumsum": CumsumSoftmaxAttention,
+    "exact_sum_tree": TreeSoftmaxAttention,
+})
+
+
+def _replace_attention(backbone, cls):
+    """Every layer's attention by `cls`; hooks of an earlier patch are kept (combined)."""
+    for layer in backbone.transformer_layers:
+        a = layer.attention
+        if isinstance(a, HookedAttention) and not isinstance(a, cls):
+            cls = type(cls.__name__ + type(a).__name__, (cls, type(a)), {})
+        layer.attention = cls(a.num_heads, a.head_size, a.kernel_initializer,
+                              a.attention_dropout, a.exact_padding, name="attention")
+
+
+PATCHES = {}
+
+
+def patch(name):
+    def register(fn):
+        PATCHES[name] = fn
+        return fn
+    return register
+
+
+@patch("exact_sum_cumsum")
+def _cumsum(backbone):
+    _replace_attention(backbone, CumsumSoftmaxAttention)
+
+
+@patch("exact_sum_tree")
+def _tree(backbone):
+    _replace_attention(backbone, TreeSoftmaxAttention)
+
+
+def _replace_feed_forward(backbone, cls):
+    for layer in backbone.transformer_layers:
+        f = layer.feed_forward
+        layer.feed_forward = cls(f.intermediate_size, f.kernel_initializer, name="feed_forward")
+
+
+@patch("dense_weight_grad_copy")
+def _dw_copy(backbone):
+    _replace_attention(backbone, DenseCopyAttention)
+    _replace_feed_forward(backbone, DenseCopyFeedForward)
+
+
+@patch("attention_matmul")
+def _attention_matmul(backbone):
+    _replace_attention(backbone, MatmulAttention)
+
+
+@patch("context_matmul")
+def _context_matmul(backbone):
+    _replace_attention(backbone, ContextMatmulAttention)
+
+
+def _set_dropout(backbone, cls):
+    backbone.embedding_dropout = cls(backbone.config["dropout"])
+    for layer in backbone.transformer_layers:
+        layer.dropout = cls(layer.config["dropout"])
+
+
+@patch("mask_dropout")
+def _mask_dropout(backbone):
+    """layers.Dropout (ours since issue 33; measured as this variant before it was)."""
+    from mtl_framework.layers import Dropout
+
+    _set_dropout(backbone, Dropout)
+
+
+@patch("keras_dropout_before")
+def _keras_dropout(backbone):
+    _set_dropout(backbone, keras.layers.Dropout)
+
+
+@patch("hooked_ours")
+def _hooked(backbone):
+    _replace_attention(backbone, HookedAttention)
+
+
+# name: (bench.backbone variant dict, what it changes)
+SPEED_VARIANTS = {
+    "hooked_ours": ({"patches": ["hooked_ours"]},
+                    "ours before issue 33's speed work, re-spelled in bench/variants.py (runs "
+                    "before the context change: a control, ~1.00 by construction)"),
+    "einsum_context_before": ({"patches": ["hooked_ours"]},
+                              "ours before the context change: einsum('bhjk,bhkd->bjhd')"),
+    "exact_sum_cumsum": ({"patches": ["exact_sum_cumsum"]},
+                         "exact softmax denominator as a float32 left-to-right cumsum "
+                         "(float32 runs only; mixed precision uses the float32 softmax)"),
+    "exact_sum_tree": ({"patches": ["exact_sum_tree"]},
+                       "exact softmax denominator as a float32 tree of pairwise adds"),
+    "dense_weight_grad_copy": ({"patches": ["dense_weight_grad_copy"]},
+                               "kernel gradient X^T dY with X^T as a transposed copy (as dX "
+                               "uses W^T) instead of MatMul(transpose_a)"),
+    "mask_dropout": ({"patches": ["mask_dropout"]},
+                     "dropout as x * where(uniform >= rate, 1/(1-rate), 0) (same mask, one "
+                     "multiply back) instead of Keras's select(x * scale)"),
+    "context_matmul": ({"patches": ["context_matmul"]},
+                       "context as a batched matmul [b,h,l,d] and one explicit transpose to "
+                       "[b,l,h,d] instead of einsum('bhjk,bhkd->bjhd')"),
+    "keras_dropout_before": ({"patches": ["keras_dropout_before"]},
+                             "ours before layers.Dropout: keras.layers.Dropout"),
+    "before_issue33_speed": ({"patches": ["hooked_ours", "keras_dropout_before"]},
+                             "ours before issue 33's speed commits: einsum context and "
+                             "keras.layers.Dropout"),
+    "context_matmul+mask_dropout": ({"patches": ["context_matmul", "mask_dropout"]},
+                                    "both of the above"),
+    "attention_matmul": ({"patches": ["attention_matmul"]},
+                         "scores q k^T as a batched matmul too (k^T folded into adj_y; the "
+                         "context is one in ours already) instead of einsum('bhjd,bhkd->bhjk')"),
+}

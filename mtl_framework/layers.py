@@ -253,8 +253,35 @@ def attend(q, k, v, attention_bias, exact, dropout, training=False):
     scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
     weights = ops.cast(attention_softmax(scores, exact), v.dtype)
     weights = dropout(weights, training=training)
-    context = ops.einsum("bhjk,bhkd->bjhd", weights, v)
-    return ops.reshape(context, (batch, length, heads * size))
+    return ops.reshape(attention_context(weights, v), (batch, length, heads * size))
+
+
+def attention_context(weights, v):
+    """weights [b, h, j, k] times v [b, h, k, d], token-major: [b, j, h, d]. On TensorFlow
+    a batched matmul and one explicit transpose, whose backward is two batched matmuls and
+    one transpose; einsum("bhjk,bhkd->bjhd") transposes inside its forward and backward
+    (bench/results/speed_small128_ab.md). JAX keeps the einsum: the speed was measured on
+    TensorFlow only, and the JAX tests' drift bounds were measured with the einsum."""
+    if keras.backend.backend() == "jax":
+        return ops.einsum("bhjk,bhkd->bjhd", weights, v)
+    return ops.transpose(ops.matmul(weights, v), (0, 2, 1, 3))
+
+
+class Dropout(keras.layers.Dropout):
+    """keras.layers.Dropout (same seed stream, same outputs) spelled as x * mask, mask =
+    where(uniform >= rate, 1 / (1 - rate), 0): its gradient is one multiply by the mask
+    where TensorFlow's dropout differentiates a select and a multiply
+    (bench/results/speed_small128_ab.md). Other backends: Keras's own dropout."""
+
+    def call(self, inputs, training=False):
+        if (not (training and self.rate > 0) or self.noise_shape is not None
+                or keras.backend.backend() != "tensorflow"):
+            return super().call(inputs, training=training)
+        # the draw of keras.random.dropout's TensorFlow path (a uniform in x's dtype)
+        keep = keras.random.uniform(ops.shape(inputs), dtype=inputs.dtype,
+                                    seed=self.seed_generator) >= self.rate
+        scale = ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
+        return inputs * ops.where(keep, scale, ops.cast(0.0, inputs.dtype))
 
 
 # --- pointers: span scores of the NER, relation and event heads (bert4keras's layers.py) ---

@@ -174,3 +174,52 @@ def test_all_padding_row_stays_finite():
     grads = tape.gradient(loss, backbone.trainable_variables)
     assert np.isfinite(np.asarray(out)).all()
     assert all(np.isfinite(np.asarray(tf.convert_to_tensor(g))).all() for g in grads)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dropout_equals_keras_dropout_with_its_gradient(dtype):
+    """layers.Dropout (x * mask) draws Keras's masks from the same seed stream: outputs and
+    input gradients equal keras.layers.Dropout's bit for bit, call after call."""
+    import keras
+    import tensorflow as tf
+
+    from mtl_framework.layers import Dropout
+
+    x = tf.cast(keras.random.normal((4, 16, 32), seed=1), dtype)
+    upstream = tf.cast(keras.random.normal((4, 16, 32), seed=2), dtype)
+    ours, theirs = Dropout(0.1, seed=3, dtype=dtype), keras.layers.Dropout(0.1, seed=3, dtype=dtype)
+    for _ in range(3):
+        results = []
+        for layer in (ours, theirs):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=True)
+            results.append((np.asarray(tf.cast(y, "float32")),
+                            np.asarray(tf.cast(tape.gradient(y, x, upstream), "float32"))))
+        np.testing.assert_array_equal(results[0][0], results[1][0])
+        np.testing.assert_array_equal(results[0][1], results[1][1])
+        assert 0.05 < (results[0][0] == 0).mean() < 0.15
+    np.testing.assert_array_equal(np.asarray(ours(x)), np.asarray(x))  # inference: identity
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_attention_context_equals_the_einsum_with_its_gradient(dtype):
+    """attention_context (batched matmul + transpose) gives einsum("bhjk,bhkd->bjhd")'s
+    values and gradients bit for bit on TensorFlow, so training is unchanged by it."""
+    import tensorflow as tf
+
+    from mtl_framework.layers import attention_context
+
+    rng = np.random.default_rng(0)
+    weights = tf.cast(tf.nn.softmax(rng.normal(size=(2, 3, 40, 40)).astype("float32")), dtype)
+    v = tf.cast(rng.normal(size=(2, 3, 40, 16)).astype("float32"), dtype)
+    upstream = tf.cast(rng.normal(size=(2, 40, 3, 16)).astype("float32"), dtype)
+    results = []
+    for product in (attention_context, lambda w, x: tf.einsum("bhjk,bhkd->bjhd", w, x)):
+        with tf.GradientTape() as tape:
+            tape.watch([weights, v])
+            out = product(weights, v)
+        grads = tape.gradient(out, [weights, v], upstream)
+        results.append([np.asarray(tf.cast(t, "float32")) for t in (out, *grads)])
+    for ours, einsum in zip(*results):
+        np.testing.assert_array_equal(ours, einsum)

@@ -18,6 +18,7 @@ from mtl_framework.architectures.roformer_v2.layers import RMSNorm, TransformerL
 from mtl_framework.architectures.roformer_v2.presets import backbone_config
 from mtl_framework.formats import keras as preset
 from mtl_framework.layers import (
+    Dropout,
     RoFormerV2Initializer,
     resolve_exact_padding,
     rotary_lengths,
@@ -70,7 +71,7 @@ class RoFormerV2Backbone(Backbone):
         self.segment_embedding = keras.layers.Embedding(
             config["segment_vocab_size"], config["embedding_size"], embeddings_initializer=init,
             name="segment_embedding") if config["segment_vocab_size"] > 0 else None
-        self.embedding_dropout = keras.layers.Dropout(config["dropout"])
+        self.embedding_dropout = Dropout(config["dropout"])
         self.embedding_norm = RMSNorm(name="embedding_norm")
         self.embedding_mapping = keras.layers.Dense(
             config["hidden_size"], use_bias=False, kernel_initializer=init,

@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-from mtl_framework.layers import apply_rotary, attend, dense
+from mtl_framework.layers import Dropout, apply_rotary, attend, dense
 
 
 class RMSNorm(keras.layers.Layer):
@@ -66,7 +66,7 @@ class SelfAttention(keras.layers.Layer):
         self.exact_padding = exact_padding
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.attention_dropout = attention_dropout
-        self.dropout = keras.layers.Dropout(attention_dropout)
+        self.dropout = Dropout(attention_dropout)
 
     def build(self, input_shape):
         hidden_size = input_shape[-1]
@@ -172,7 +172,7 @@ class TransformerLayer(keras.layers.Layer):
         self.feed_forward = FeedForward(intermediate_size, kernel_initializer, name="feed_forward")
         self.attention_norm = RMSNorm(name="attention_norm")
         self.feed_forward_norm = RMSNorm(name="feed_forward_norm")
-        self.dropout = keras.layers.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.config = dict(num_heads=num_heads, head_size=head_size,
                            intermediate_size=intermediate_size, dropout=dropout,
                            attention_dropout=attention_dropout, exact_padding=exact_padding)

@@ -233,10 +233,6 @@ def encode_chunk(blob, chunk):
     return writer.finish(), report
 
 
-def count_chunk(texts):
-    return count_units(texts)
-
-
 def count_examples(job_and_root):
     job, data_root = job_and_root
     from data_adapters import read_task

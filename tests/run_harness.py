@@ -102,3 +102,35 @@ def assert_same_final_state(a, b, steps, steps_at_kill):
     worst = {name: d for name, d in differences.items() if d > 1e-6}
     assert not worst, f"killed at checkpoint steps {steps_at_kill}; differing variables: {worst}"
     return trainer_a, trainer_b, differences
+
+
+# --- processes that train together (tests/test_distributed.py, tests/test_jax_distributed.py)
+
+def wait_all(processes, timeout, what, expect_success=True):
+    """Each process's output once all have ended, within `timeout` seconds in all (killed
+    and failed past it); each must have succeeded (or failed, `expect_success` False)."""
+    import pytest
+
+    deadline, outputs = time.time() + timeout, []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=max(1, deadline - time.time()))[0])
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            process.kill()
+        pytest.fail(f"{what} did not finish in {timeout} s")
+    for process, text in zip(processes, outputs):
+        assert (process.returncode == 0) == expect_success, text[-3000:]
+    return outputs
+
+
+def load_state(path):
+    """A worker's dumped state (.npz) in name order."""
+    with np.load(path) as values:
+        return [values[k] for k in sorted(values.files)]
+
+
+def checkpoint_state(run_dir, step):
+    """A checkpoint's arrays in state order (the order trainer.json lists their names)."""
+    trainer, state = final_state(Path(run_dir), step)
+    return [state[name] for name in trainer["variables"]]

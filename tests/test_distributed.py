@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+from run_harness import checkpoint_state, load_state, wait_all
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.distributed import is_chief, precision_policy
@@ -73,37 +74,12 @@ def launch_workers(experiment, output, steps, dumps, resume=False, expect_succes
                    str(dump)] + (["--resume"] if resume else [])
         processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True))
-    deadline = time.time() + TIMEOUT
-    outputs = []
-    try:
-        for process in processes:
-            outputs.append(process.communicate(timeout=max(1, deadline - time.time()))[0])
-    except subprocess.TimeoutExpired:
-        for process in processes:
-            process.kill()
-        pytest.fail(f"2-worker run did not finish in {TIMEOUT} s")
-    for process, output_text in zip(processes, outputs):
-        assert (process.returncode == 0) == expect_success, output_text[-3000:]
-    return outputs
-
-
-def load_state(path):
-    values = np.load(path)
-    return [values[k] for k in sorted(values.files)]
+    return wait_all(processes, TIMEOUT, "2-worker run", expect_success)
 
 
 def max_diff(a, b):
     assert len(a) == len(b)
     return max(float(np.abs(x.astype("float64") - y).max()) for x, y in zip(a, b))
-
-
-def checkpoint_state(run_dir, step):
-    """A checkpoint's arrays in state order (the order trainer.json lists their names)."""
-    path = os.path.join(run_dir, "checkpoints", f"step-{step:08d}")
-    with open(os.path.join(path, "trainer.json"), encoding="utf-8") as f:
-        names = json.load(f)["variables"]
-    with np.load(os.path.join(path, "state.npz")) as values:
-        return [values[name] for name in names]
 
 
 @pytest.fixture(scope="module")

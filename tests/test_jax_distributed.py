@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from run_harness import checkpoint_state, load_state, wait_all
 
 from mtl_framework.distributed import jax_cluster
 from mtl_framework.experiment import ExperimentError
@@ -66,30 +67,7 @@ def two_workers(experiment, outputs, steps, dumps, resume=False):
 
 
 def finish(processes, expect_success=True):
-    deadline, outputs = time.time() + TIMEOUT, []
-    try:
-        for process in processes:
-            outputs.append(process.communicate(timeout=max(1, deadline - time.time()))[0])
-    except subprocess.TimeoutExpired:
-        for process in processes:
-            process.kill()
-        pytest.fail(f"the JAX processes did not finish in {TIMEOUT} s")
-    for process, text in zip(processes, outputs):
-        assert (process.returncode == 0) == expect_success, text[-3000:]
-    return outputs
-
-
-def load_state(path):
-    with np.load(path) as values:
-        return [values[k] for k in sorted(values.files)]
-
-
-def checkpoint_state(run_dir, step):
-    """A checkpoint's arrays in state order (the order trainer.json lists their names)."""
-    path = Path(run_dir) / "checkpoints" / f"step-{step:08d}"
-    names = json.loads((path / "trainer.json").read_text(encoding="utf-8"))["variables"]
-    with np.load(path / "state.npz") as values:
-        return [values[name] for name in names]
+    return wait_all(processes, TIMEOUT, "the JAX processes", expect_success)
 
 
 def relative_difference(a, b):

@@ -27,18 +27,6 @@ def shared_file(*parts):
     return path
 
 
-def read_records(path):
-    """JSON objects of a file, one per line or pretty-printed over several."""
-    decoder, text, i, out = json.JSONDecoder(), path.read_text(encoding="utf-8"), 0, []
-    while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            return out
-        record, i = decoder.raw_decode(text, i)
-        out.append(record)
-
-
 def assert_figures(ours, official, name):
     """Every official figure within TOLERANCE of ours; returns the largest difference."""
     worst = 0.0

@@ -1,8 +1,9 @@
 """CLUENER2020's score.py figures on prediction sets from the real dev set."""
 import pytest
-from official_fixtures import assert_figures, load, read_records, shared_file
+from official_fixtures import assert_figures, load, shared_file
 
 from mtl_framework.scorers import cluener
+from mtl_framework.scorers.cluener import read_records
 
 FIXTURE = load("cluener")
 

@@ -482,6 +482,24 @@ def _mask_dropout(backbone):
     _set_dropout(backbone, Dropout)
 
 
+class FloatMaskDropout(keras.layers.Dropout):
+    """layers.Dropout before its 16-bit masks: x * where(uniform >= rate, 1/(1-rate), 0)
+    with one float32 uniform per element (keras.random.dropout's draw, Keras's masks)."""
+
+    def call(self, inputs, training=False):
+        if not (training and self.rate > 0) or self.noise_shape is not None:
+            return super().call(inputs, training=training)
+        keep = keras.random.uniform(keras.ops.shape(inputs), dtype=inputs.dtype,
+                                    seed=self.seed_generator) >= self.rate
+        scale = keras.ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
+        return inputs * keras.ops.where(keep, scale, keras.ops.cast(0.0, inputs.dtype))
+
+
+@patch("float_mask_dropout_before")
+def _float_mask_dropout(backbone):
+    _set_dropout(backbone, FloatMaskDropout)
+
+
 @patch("keras_dropout_before")
 def _keras_dropout(backbone):
     _set_dropout(backbone, keras.layers.Dropout)
@@ -513,6 +531,9 @@ SPEED_VARIANTS = {
     "context_matmul": ({"patches": ["context_matmul"]},
                        "context as a batched matmul [b,h,l,d] and one explicit transpose to "
                        "[b,l,h,d] instead of einsum('bhjk,bhkd->bjhd')"),
+    "float_mask_dropout_before": ({"patches": ["float_mask_dropout_before"]},
+                                  "ours before the 16-bit dropout masks: one float32 uniform "
+                                  "per element (Keras's masks), x * where(keep, 1/(1-rate), 0)"),
     "keras_dropout_before": ({"patches": ["keras_dropout_before"]},
                              "ours before layers.Dropout: keras.layers.Dropout"),
     "before_issue33_speed": ({"patches": ["hooked_ours", "keras_dropout_before"]},

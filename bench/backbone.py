@@ -55,13 +55,15 @@ CONFIGS = {
 COMMON = dict(vocab_size=12000, segment_vocab_size=2, dropout=0.1, attention_dropout=0.0)
 BATCH = 32
 SYSTEMS = ["ours", "bert4keras", "keras_hub", "roberta_like"]  # the default run
-ALL_SYSTEMS = SYSTEMS + ["ours_jax"]
+ALL_SYSTEMS = SYSTEMS + ["ours_jax", "matmul_floor"]
 SYSTEM_NAMES = {
     "ours": "ours (mtl_framework RoFormerV2Backbone, Keras 3)",
     "ours_jax": "ours on JAX (the same backbone and step, KERAS_BACKEND=jax, jit-compiled)",
     "bert4keras": "bert4keras 0.11.5 roformer_v2 (tf-keras 2)",
     "keras_hub": "keras-hub RoformerV2Backbone (Keras 3)",
     "roberta_like": "RoBERTa-like baseline (Keras 3 stock layers)",
+    "matmul_floor": "matmul floor (the step's dense and attention matmuls alone, every other "
+                    "op left out: bench/matmul_floor.py)",
 }
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
@@ -203,11 +205,17 @@ def _build_system(system, config, variant=None):
         from bench.roberta_baseline import RobertaLikeBackbone
 
         return classifier(RobertaLikeBackbone(**cfg))
+    if system == "matmul_floor":
+        from bench.matmul_floor import MatmulFloor
+
+        return MatmulFloor(cfg, keras.config.dtype_policy().compute_dtype)
     raise ValueError(system)
 
 
 def backbone_params(model):
-    """Trainable parameters without the Dense(2) classifier."""
+    """Trainable parameters without the Dense(2) classifier (None: the matmul floor)."""
+    if not hasattr(model, "get_layer"):
+        return None
     head = model.get_layer("classifier").trainable_weights
     return int(sum(np.prod(w.shape) for w in model.trainable_weights)
                - sum(np.prod(w.shape) for w in head))
@@ -464,7 +472,9 @@ def ratios(records):
 def _ratios_at(records, precision):
     out = {}
     pairs = [("ours", other) for other in ("bert4keras", "roberta_like", "keras_hub")]
-    for fast, slow in pairs + [("ours_jax", "ours")]:
+    # the floor over a system: the most any change to that system's step could gain
+    floors = [("matmul_floor", other) for other in ("ours", "bert4keras", "roberta_like")]
+    for fast, slow in pairs + [("ours_jax", "ours")] + floors:
         fast, slow = entry(fast, precision), entry(slow, precision)
         if fast in records and slow in records:
             out[f"{fast}/{slow}"] = speed_ratio(records[fast], records[slow])
@@ -662,6 +672,10 @@ def markdown(report):
                 ("keras_hub", "keras-hub"))]
     if "ours_jax" in systems:
         columns.append(("JAX / TF (ours)", "ours_jax", "ours"))
+    if "matmul_floor" in systems:
+        columns += [(f"floor / {title}", "matmul_floor", other) for other, title in
+                    (("ours", "ours"), ("bert4keras", "bert4keras"),
+                     ("roberta_like", "RoBERTa-like"))]
     header = "| config | seq | precision | steps | " + " | ".join(SYSTEM_NAMES[s].split(" (")[0]
                                                                for s in systems)
     header += "".join(f" | {title}" for title, _, _ in columns) + " |"

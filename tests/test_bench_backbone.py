@@ -57,3 +57,47 @@ def test_no_jax_column_without_ours_jax():
     assert "JAX / TF" not in text
     assert "| small | 128 | float32 | 1x2 | 4,096 | 3,413 | - | 1.20x | - |" in text
     assert "Run: `python -m bench.backbone --quick`" in text
+
+
+def test_matmul_floor_counts_the_steps_products():
+    """bench/matmul_floor.py: the products of a `small` step at batch 32 x 128, counted by
+    hand: per layer the four dense kernels (forward, input and kernel gradients: 3 passes)
+    and 6 attention products of [192, 128, 128] x [.., 64]; then run at a tiny size."""
+    import numpy as np
+
+    from bench.backbone import CONFIGS
+    from bench.matmul_floor import MatmulFloor, step_flops, step_products
+
+    tokens, hidden, inner = 32 * 128, 384, 1536
+    dense = 2 * 3 * tokens * (hidden * 3 * hidden + hidden * hidden + 2 * hidden * inner)
+    attention = 6 * 2 * (32 * 6) * 128 * 128 * 64
+    assert step_flops(CONFIGS["small"], 32, 128) == 6 * (dense + attention) == 275_414_777_856
+    assert len(step_products(CONFIGS["small"], 32, 128)) == 6 * (4 * 3 + 6)
+
+    tiny = dict(num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16)
+    floor = MatmulFloor(tiny)
+    assert floor.train_on_batch({"token_ids": np.zeros((2, 4), "int32")}, None) == 0.0
+    outputs = floor.step()
+    assert [tuple(o.shape) for o in outputs] == [
+        (8, 24), (8, 8), (8, 24), (8, 8), (8, 8), (8, 8), (8, 16), (8, 8), (8, 16),
+        (8, 8), (8, 16), (16, 8), (4, 4, 4), (4, 4, 4), (4, 4, 4), (4, 4, 4), (4, 4, 4),
+        (4, 4, 4)]
+
+
+def test_floor_columns_bound_each_ratio():
+    """With the matmul floor measured, the markdown gives the floor over ours, bert4keras and
+    the RoBERTa-like baseline: the most a change to each one's step could gain."""
+    cell = records({"ours": (2, [1.0]), "bert4keras": (2, [1.25]),
+                    "roberta_like": (2, [1.2]), "matmul_floor": (2, [0.8])})
+    got = ratios(cell)
+    assert got["matmul_floor/ours"]["pooled_median"] == 1.25
+    assert got["matmul_floor/bert4keras"]["pooled_median"] == round(1.25 / 0.8, 3)
+    report = {"environment": {"cpu_count": 2, "tensorflow": "x", "keras": "y"},
+              "contention": {"cores_used_by_others": 0.0},
+              "cells": [{"config": "small", "seq": 128, "rounds": 1, "steps_per_round": 2,
+                         "systems": cell, "ratios": got}],
+              "settings": {"quick": False}, "data": {"source": "random token ids"},
+              "wall_seconds": 1.0}
+    text = markdown(report)
+    assert ("| floor / ours | floor / bert4keras | floor / RoBERTa-like |" in text)
+    assert "| 1.25x | 1.20x | - | 1.25x | 1.56x | 1.50x |" in text

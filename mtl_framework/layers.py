@@ -159,19 +159,47 @@ def apply_rotary(x, cos, sin):
     """Rotate adjacent pairs (2i, 2i+1) of x [..., length, d] by the `rotary_tables`:
 
     (x_2i, x_2i+1) -> (x_2i c_i - x_2i+1 s_i, x_2i+1 c_i + x_2i s_i), bit for bit
-    the products and sums of the textbook form. The pair swap is one [N, d] x [d, d]
-    matmul by a permutation (`pair_swap_matrix`): on TF's CPU kernels its forward and
-    backward run faster than a reverse of a [..., d/2, 2] view and its gradient
-    (bench/results/backbone.json's ablation). On JAX the reverse stays: with the matmul,
-    XLA's two-device DataParallel drifted 3.3e-5 (relative, 10 updates) from one device
-    against 5e-7 with the reverse (tests/test_jax.py), and its speed was measured on TF only.
+    the products and sums of the textbook form.
+    - TensorFlow, float32: each pair is a complex number and the rotation one complex
+      multiply (`rotate_as_complex`), one pass each way; rotary cost ~4x less than the
+      float form's below (bench/results/speed_small128_ab.md).
+    - TensorFlow, 16-bit: the pair swap is one [N, d] x [d, d] matmul by a permutation
+      (`pair_swap_matrix`), faster on TF's CPU kernels than a reverse of a [..., d/2, 2]
+      view and its gradient (bench/results/backbone.json's ablation).
+    - JAX: the reverse (`swap_pairs`). With the matmul, XLA's two-device DataParallel
+      drifted 3.3e-5 (relative, 10 updates) from one device against 5e-7 with the reverse
+      (tests/test_jax.py); inside a jitted step XLA fuses the elementwise work anyway.
     """
     if keras.backend.backend() == "jax":
         return x * cos + swap_pairs(x) * sin
+    if keras.backend.standardize_dtype(x.dtype) == "float32":
+        return rotate_as_complex(x, cos, sin)
     shape = ops.shape(x)
     d = x.shape[-1]
     swapped = ops.matmul(ops.reshape(x, (-1, d)), pair_swap_matrix(d, x.dtype))
     return x * cos + ops.reshape(swapped, shape) * sin
+
+
+def rotate_as_complex(x, cos, sin):
+    """`apply_rotary` on TensorFlow in float32: x [..., d] viewed as complex64 [..., d/2]
+    (a bitcast of the [..., d/2, 2] pairs, no copy) times e^(i m theta) = c + i s, read off
+    the tables. A complex product (a + ib)(c + is) is (ac - bs) + i(bc + as): the textbook
+    form's products and sums. TF has no gradient for a bitcast, so the gradient is written
+    out: the inverse rotation, times the conjugate. TensorFlow only (tf.bitcast)."""
+    import tensorflow as tf
+
+    turn = tf.complex(cos[..., 0::2], sin[..., 1::2])  # cos holds c_i twice, sin (-s_i, s_i)
+    pairs_shape = tf.concat([tf.shape(x)[:-1], [x.shape[-1] // 2, 2]], axis=0)
+
+    def turned(values, by):
+        complex_values = tf.bitcast(tf.reshape(values, pairs_shape), tf.complex64)
+        return tf.reshape(tf.bitcast(complex_values * by, tf.float32), tf.shape(values))
+
+    @tf.custom_gradient
+    def rotate(x):
+        return turned(x, turn), lambda upstream: turned(upstream, tf.math.conj(turn))
+
+    return rotate(x)
 
 
 def transposed(kernel):

@@ -232,3 +232,46 @@ def test_attention_context_equals_the_einsum_with_its_gradient(dtype):
         results.append([np.asarray(tf.cast(t, "float32")) for t in (out, *grads)])
     for ours, einsum in zip(*results):
         np.testing.assert_array_equal(ours, einsum)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_rotary_is_the_textbook_rotation_bit_for_bit_with_its_gradient(dtype):
+    """layers.apply_rotary (float32: complex multiply; 16-bit: pair-swap matmul) against
+    the textbook pairs (x_2i c - x_2i+1 s, x_2i+1 c + x_2i s) in NumPy, rounded to the dtype
+    after each product and sum as TensorFlow's kernels do; its gradient against the
+    inverse rotation of the upstream, the same way; tables as q's ([.., L, d], scaled) and
+    as the pointer heads' ([B, L, 1, d])."""
+    import tensorflow as tf
+
+    from mtl_framework.layers import apply_rotary, rotary_tables
+
+    rng = np.random.default_rng(0)
+    x = tf.cast(rng.normal(size=(2, 3, 40, 16)).astype("float32"), dtype)
+    upstream = tf.cast(rng.normal(size=(2, 3, 40, 16)).astype("float32"), dtype)
+    cos, sin = rotary_tables(40, 16, dtype=dtype)
+    for tables in [(cos, sin), (cos * tf.cast(0.25, dtype), sin * tf.cast(0.25, dtype))]:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = apply_rotary(x, *tables)
+        grad = tape.gradient(y, x, upstream)
+
+        def as_np(t):
+            return np.asarray(tf.cast(t, "float32"))
+
+        def rounded(v):
+            return as_np(tf.cast(v, dtype))
+
+        c, s = as_np(tables[0])[:, 0::2], as_np(tables[1])[:, 1::2]
+        a, b = as_np(x)[..., 0::2], as_np(x)[..., 1::2]
+        even = rounded(rounded(a * c) - rounded(b * s))
+        odd = rounded(rounded(b * c) + rounded(a * s))
+        np.testing.assert_array_equal(as_np(y)[..., 0::2], even)
+        np.testing.assert_array_equal(as_np(y)[..., 1::2], odd)
+        ga, gb = as_np(upstream)[..., 0::2], as_np(upstream)[..., 1::2]
+        np.testing.assert_array_equal(as_np(grad)[..., 0::2],
+                                      rounded(rounded(ga * c) + rounded(gb * s)))
+        np.testing.assert_array_equal(as_np(grad)[..., 1::2],
+                                      rounded(rounded(gb * c) - rounded(ga * s)))
+    heads = tf.transpose(x, (0, 2, 1, 3))  # [B, L, heads, d] with [1, L, 1, d] tables
+    got = apply_rotary(heads, cos[None, :, None], sin[None, :, None])
+    np.testing.assert_array_equal(as_np(got), as_np(tf.transpose(apply_rotary(x, cos, sin), (0, 2, 1, 3))))

@@ -345,12 +345,14 @@ class HookedAttention(SelfAttention):
     dense = staticmethod(dense)
     scores = staticmethod(scores_einsum)
     context = staticmethod(context_einsum)
+    rotary = None  # None: mtl_framework.layers.apply_rotary as it is now
 
     def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
         import keras
 
-        from mtl_framework.layers import apply_rotary as ours_rotary
-        from mtl_framework.layers import attention_softmax
+        from mtl_framework.layers import apply_rotary, attention_softmax
+
+        ours_rotary = self.rotary or apply_rotary
 
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         qkv = ops.reshape(self.dense(x, self.qkv_kernel),
@@ -399,6 +401,20 @@ class MatmulAttention(HookedAttention):
 
 class ContextMatmulAttention(HookedAttention):
     context = staticmethod(context_matmul)
+
+
+def matmul_rotary(x, cos, sin):
+    """The pair swap as one [N, d] x [d, d] permutation matmul, then x * cos + swapped * sin:
+    layers.apply_rotary's TensorFlow float32 path before it multiplied complex numbers."""
+    from mtl_framework.layers import pair_swap_matrix
+
+    d = x.shape[-1]
+    swapped = ops.matmul(ops.reshape(x, (-1, d)), pair_swap_matrix(d, x.dtype))
+    return x * cos + ops.reshape(swapped, ops.shape(x)) * sin
+
+
+class MatmulRotaryAttention(ContextMatmulAttention):
+    rotary = staticmethod(matmul_rotary)
 
 
 class CumsumSoftmaxAttention(HookedAttention):
@@ -505,6 +521,11 @@ def _keras_dropout(backbone):
     _set_dropout(backbone, keras.layers.Dropout)
 
 
+@patch("matmul_rotary_before")
+def _matmul_rotary(backbone):
+    _replace_attention(backbone, MatmulRotaryAttention)
+
+
 @patch("hooked_ours")
 def _hooked(backbone):
     _replace_attention(backbone, HookedAttention)
@@ -534,6 +555,9 @@ SPEED_VARIANTS = {
     "float_mask_dropout_before": ({"patches": ["float_mask_dropout_before"]},
                                   "ours before the 16-bit dropout masks: one float32 uniform "
                                   "per element (Keras's masks), x * where(keep, 1/(1-rate), 0)"),
+    "matmul_rotary_before": ({"patches": ["matmul_rotary_before"]},
+                             "ours before rotary by complex multiply (float32 on TF): the pair "
+                             "swap as a [d, d] permutation matmul and three elementwise passes"),
     "keras_dropout_before": ({"patches": ["keras_dropout_before"]},
                              "ours before layers.Dropout: keras.layers.Dropout"),
     "before_issue33_speed": ({"patches": ["hooked_ours", "keras_dropout_before"]},

@@ -404,13 +404,11 @@ class ContextMatmulAttention(HookedAttention):
 
 
 def matmul_rotary(x, cos, sin):
-    """The pair swap as one [N, d] x [d, d] permutation matmul, then x * cos + swapped * sin:
-    layers.apply_rotary's TensorFlow float32 path before it multiplied complex numbers."""
-    from mtl_framework.layers import pair_swap_matrix
+    """layers.apply_rotary's TensorFlow float32 path before it multiplied complex numbers:
+    the pair swap as a [d, d] permutation matmul (its 16-bit path still)."""
+    from mtl_framework.layers import rotate_by_swap_matmul
 
-    d = x.shape[-1]
-    swapped = ops.matmul(ops.reshape(x, (-1, d)), pair_swap_matrix(d, x.dtype))
-    return x * cos + ops.reshape(swapped, ops.shape(x)) * sin
+    return rotate_by_swap_matmul(x, cos, sin)
 
 
 class MatmulRotaryAttention(ContextMatmulAttention):

@@ -174,10 +174,14 @@ def apply_rotary(x, cos, sin):
         return x * cos + swap_pairs(x) * sin
     if keras.backend.standardize_dtype(x.dtype) == "float32":
         return rotate_as_complex(x, cos, sin)
-    shape = ops.shape(x)
+    return rotate_by_swap_matmul(x, cos, sin)
+
+
+def rotate_by_swap_matmul(x, cos, sin):
+    """`apply_rotary` as x * cos + (x P) * sin, P the [d, d] `pair_swap_matrix`."""
     d = x.shape[-1]
     swapped = ops.matmul(ops.reshape(x, (-1, d)), pair_swap_matrix(d, x.dtype))
-    return x * cos + ops.reshape(swapped, shape) * sin
+    return x * cos + ops.reshape(swapped, ops.shape(x)) * sin
 
 
 def rotate_as_complex(x, cos, sin):

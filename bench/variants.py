@@ -496,22 +496,33 @@ def _mask_dropout(backbone):
     _set_dropout(backbone, Dropout)
 
 
-class FloatMaskDropout(keras.layers.Dropout):
-    """layers.Dropout before its 16-bit masks: x * where(uniform >= rate, 1/(1-rate), 0)
-    with one float32 uniform per element (keras.random.dropout's draw, Keras's masks)."""
+class HalfwordDropout(keras.layers.Dropout):
+    """Tried and reverted (issue 33): layers.Dropout's rule (drop with probability
+    round(rate * 2^16) / 2^16, keep times 1/(1-rate)) from 16-bit random numbers, two per
+    32-bit stateless Philox draw (a bitcast): half Keras's random-number work, other masks.
+    Reverted because other masks change every run trained with dropout: a run resumed
+    across the change no longer reaches the state its own code reached
+    (tests/test_run_dir.py's format-1 run) and keep_best's fixture run moved."""
 
     def call(self, inputs, training=False):
+        import tensorflow as tf
+
         if not (training and self.rate > 0) or self.noise_shape is not None:
             return super().call(inputs, training=training)
-        keep = keras.random.uniform(keras.ops.shape(inputs), dtype=inputs.dtype,
-                                    seed=self.seed_generator) >= self.rate
+        shape = keras.ops.shape(inputs)
+        seed = tf.cast(tf.math.floormod(self.seed_generator.next(), tf.int32.max - 1), "int32")
+        size = tf.reduce_prod(shape)
+        words = tf.random.stateless_uniform(((size + 1) // 2,), seed, dtype=tf.uint32,
+                                            minval=None, maxval=None)
+        halves = tf.reshape(tf.bitcast(words, tf.uint16), (-1,))
+        keep = tf.reshape(halves[:size], shape) >= round(self.rate * 2**16)
         scale = keras.ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
         return inputs * keras.ops.where(keep, scale, keras.ops.cast(0.0, inputs.dtype))
 
 
-@patch("float_mask_dropout_before")
-def _float_mask_dropout(backbone):
-    _set_dropout(backbone, FloatMaskDropout)
+@patch("halfword_dropout")
+def _halfword_dropout(backbone):
+    _set_dropout(backbone, HalfwordDropout)
 
 
 @patch("keras_dropout_before")
@@ -550,9 +561,9 @@ SPEED_VARIANTS = {
     "context_matmul": ({"patches": ["context_matmul"]},
                        "context as a batched matmul [b,h,l,d] and one explicit transpose to "
                        "[b,l,h,d] instead of einsum('bhjk,bhkd->bjhd')"),
-    "float_mask_dropout_before": ({"patches": ["float_mask_dropout_before"]},
-                                  "ours before the 16-bit dropout masks: one float32 uniform "
-                                  "per element (Keras's masks), x * where(keep, 1/(1-rate), 0)"),
+    "halfword_dropout": ({"patches": ["halfword_dropout"]},
+                         "dropout from 16-bit random numbers, two per 32-bit Philox draw "
+                         "(tried, reverted: other masks than Keras's)"),
     "matmul_rotary_before": ({"patches": ["matmul_rotary_before"]},
                              "ours before rotary by complex multiply (float32 on TF): the pair "
                              "swap as a [d, d] permutation matmul and three elementwise passes"),

@@ -300,35 +300,20 @@ def attention_context(weights, v):
 
 
 class Dropout(keras.layers.Dropout):
-    """keras.layers.Dropout's contract (each element dropped with probability `rate`, the
-    rest scaled by 1/(1-rate), identity at inference; draws from the layer's seed stream)
-    with a cheaper mask on TensorFlow: one 16-bit random number per element, kept where it
-    is >= round(rate * 2^16), so the rate used is a multiple of 2^-16 (0.1 -> 0.1000061).
-    Two 16-bit numbers come from each 32-bit Philox draw (a bitcast, no copy), where
-    Keras draws one float32 uniform per element: half the random-number work, about 2% of
-    a float32 CPU step at small/128 (docs/benchmarks.md). The output is x * mask, whose
-    gradient is one multiply. Other backends, and a `noise_shape`: Keras's own dropout."""
+    """keras.layers.Dropout (same seed stream, same outputs) spelled as x * mask, mask =
+    where(uniform >= rate, 1 / (1 - rate), 0): its gradient is one multiply by the mask
+    where TensorFlow's dropout differentiates a select and a multiply
+    (bench/results/speed_small128_ab.md). Other backends: Keras's own dropout."""
 
     def call(self, inputs, training=False):
         if (not (training and self.rate > 0) or self.noise_shape is not None
                 or keras.backend.backend() != "tensorflow"):
             return super().call(inputs, training=training)
-        keep = random_halfwords(ops.shape(inputs), self.seed_generator) >= round(self.rate * 2**16)
+        # the draw of keras.random.dropout's TensorFlow path (a uniform in x's dtype)
+        keep = keras.random.uniform(ops.shape(inputs), dtype=inputs.dtype,
+                                    seed=self.seed_generator) >= self.rate
         scale = ops.cast(1.0 / (1.0 - self.rate), inputs.dtype)
         return inputs * ops.where(keep, scale, ops.cast(0.0, inputs.dtype))
-
-
-def random_halfwords(shape, seed_generator):
-    """Uniform uint16 numbers of `shape` (TensorFlow): each 32-bit stateless Philox draw
-    bitcast into two, the seed drawn from `seed_generator` as keras.random draws it."""
-    import tensorflow as tf
-
-    seed = tf.cast(tf.math.floormod(seed_generator.next(), tf.int32.max - 1), "int32")
-    size = tf.reduce_prod(shape)
-    words = tf.random.stateless_uniform(((size + 1) // 2,), seed, dtype=tf.uint32,
-                                        minval=None, maxval=None)
-    halves = tf.reshape(tf.bitcast(words, tf.uint16), (-1,))
-    return tf.reshape(halves[:size], shape)
 
 
 # --- pointers: span scores of the NER, relation and event heads (bert4keras's layers.py) ---

@@ -132,7 +132,7 @@ def dev_table(run_dir, step=None):
         return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
 
     for task, result in evaluation.get("tasks", {}).items():
-        lines.append(f"| {task} | {result.get('metric', '')} | {number(result.get('score'))} | "
+        lines.append(f"| {task} | {score_name(result)} | {number(result.get('score'))} | "
                      f"{number(result.get('baseline'))} | {result.get('examples', '-')} |")
     return lines
 

@@ -16,7 +16,9 @@ spec.loader.exec_module(dev_table)
 EVALUATION = {"step": 240, "split": "dev", "aggregate": 0.5,
               "tasks": {"tnews": {"metric": "accuracy", "score": 0.31, "baseline": 0.1,
                                   "examples": 300},
+                        # a task with a publisher's scorer: its score is the scorer's figure
                         "cluener": {"metric": "span_f1", "score": 0.2361, "baseline": 0.0,
+                                    "scorer": "cluener", "scorer_figure": "macro_f1",
                                     "examples": 300}}}
 START = {"step": 0, "time": "2026-11-24T15:00:00+0000", "mtl_framework": "0.1.0",
          "commit": "0123456789abcdef", "dirty": False, "python": "3.11.7",
@@ -51,7 +53,7 @@ def test_table_is_the_last_dev_evaluation_with_date_machine_and_versions(tmp_pat
     assert "mtl_framework 0.1.0 (commit 0123456789ab; TensorFlow 2.21.0, Keras 3.15.1, " \
            "tokenizers 0.23.3, Python 3.11.7); training 150 s." in table
     assert "| tnews | accuracy | 0.3100 | 0.1000 | 300 |" in table
-    assert "| cluener | span_f1 | 0.2361 | 0.0000 | 300 |" in table
+    assert "| cluener | cluener macro_f1 | 0.2361 | 0.0000 | 300 |" in table
     assert "step 240, aggregate 0.5000" in table
     assert readme.read_text() == f"intro\n\n{dev_table.BEGIN}\n{table}{dev_table.END}\n\nrest\n"
 

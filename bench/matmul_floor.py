@@ -10,8 +10,7 @@ norms, softmax, dropout, rotary, the optimizer and the classifier are left out.
 `tf.function` (TensorFlow schedules independent ones concurrently, as in a real step),
 behind a `train_on_batch(x, y)` so that bench/backbone.py times it among the systems.
 """
-
-BACKWARD = 2  # per dense product: input gradient + kernel gradient
+import math
 
 
 def step_products(config, batch, seq):
@@ -37,13 +36,7 @@ def step_products(config, batch, seq):
 
 def step_flops(config, batch, seq):
     """Floating-point operations of `step_products` (2 per multiply-add)."""
-    total = 0
-    for a, b in step_products(config, batch, seq):
-        count = 1
-        for n in a:
-            count *= n
-        total += 2 * count * b[-1]
-    return total
+    return sum(2 * math.prod(a) * b[-1] for a, b in step_products(config, batch, seq))
 
 
 class MatmulFloor:
@@ -52,7 +45,7 @@ class MatmulFloor:
 
     def __init__(self, config, dtype="float32"):
         self.config, self.dtype = config, dtype
-        self.step = None
+        self.step = self.shape = None
 
     def _build(self, batch, seq):
         import tensorflow as tf
@@ -69,7 +62,7 @@ class MatmulFloor:
 
     def train_on_batch(self, x, y):
         batch, seq = x["token_ids"].shape
-        if self.step is None or self.shape != (batch, seq):
+        if self.shape != (batch, seq):
             self.step, self.shape = self._build(batch, seq), (batch, seq)
         self.step()
         return 0.0

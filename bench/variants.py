@@ -20,7 +20,7 @@ from mtl_framework.architectures.roformer_v2.layers import (
     SelfAttention,
     scaled,
 )
-from mtl_framework.layers import dense, softmax_with_exact_sum, swap_pairs
+from mtl_framework.layers import dense, rotate_by_swap_matmul, softmax_with_exact_sum, swap_pairs
 
 
 def apply_rotary(x, cos, sin):
@@ -403,16 +403,9 @@ class ContextMatmulAttention(HookedAttention):
     context = staticmethod(context_matmul)
 
 
-def matmul_rotary(x, cos, sin):
-    """layers.apply_rotary's TensorFlow float32 path before it multiplied complex numbers:
-    the pair swap as a [d, d] permutation matmul (its 16-bit path still)."""
-    from mtl_framework.layers import rotate_by_swap_matmul
-
-    return rotate_by_swap_matmul(x, cos, sin)
-
-
 class MatmulRotaryAttention(ContextMatmulAttention):
-    rotary = staticmethod(matmul_rotary)
+    """Rotary as before the complex multiply (float32 on TF): the pair-swap matmul."""
+    rotary = staticmethod(rotate_by_swap_matmul)
 
 
 class CumsumSoftmaxAttention(HookedAttention):

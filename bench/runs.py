@@ -113,6 +113,7 @@ def scratch_experiment(name: str, args: Any, work_dir: Path, vocab: Path, **sett
         "checkpoint_every": 0,  # the final checkpoint only (on_train_end)
         "keep_checkpoints": 1,
         "eval_every": 0,  # evaluated once, after training, by the study
+        "precision": "float32",  # as the recorded studies ran (auto differs by CPU)
         **settings,
     }
 

@@ -25,23 +25,22 @@ from mtl_framework import rope_scaling as rope
 from mtl_framework import run_dir as files
 from mtl_framework.balancing import Balancing, BalancingError
 from mtl_framework.balancing import describe as describe_balancing
-from mtl_framework.distributed import precision_policy, resolve_precision
+from mtl_framework.distributed import precision_policy
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import ExperimentError, load_experiment
 from mtl_framework.families import MLM, family
 from mtl_framework.heads import build_head, task_head
 from mtl_framework.optimizers import build_optimizer
+from mtl_framework.precision import run_precision
 from mtl_framework.preflight import INIT_OVERRIDES, MLM_TASK
 from mtl_framework.training import MultiTaskModel
 
 # --- backbones --------------------------------------------------------------------------
 
-def experiment_backbone(experiment, vocab_size, log=None):
+def experiment_backbone(experiment, vocab_size):
     """The experiment's backbone, built at its precision: from a backbone folder (`init`
     or `checkpoint`: dims and weights from it, dropout from the experiment), or new with
     `vocab_size` rows. preflight has checked the vocab fits the folder's embedding."""
-    if experiment.precision == "auto" and log:
-        log("precision: {} ({})".format(*resolve_precision(experiment.precision)))
     spec = dict(experiment.backbone)
     folder = spec.get("init") or spec.get("checkpoint")
     with precision_policy(experiment.precision):
@@ -329,7 +328,7 @@ def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
     return Trained(run_dir, experiment, chosen, vocab,
                    lambda: checkpoint_backbone(chosen, **overrides),
                    lambda: trained_model.run_heads(chosen), experiment.max_length, scaling,
-                   precision)
+                   precision or run_precision(experiment, run_dir)[0])
 
 
 def _open_export(directory, rope_scaling):

@@ -27,8 +27,9 @@ import os
 import keras
 import numpy as np
 
-from mtl_framework.experiment import DISTRIBUTION, PRECISION, ExperimentError
+from mtl_framework.experiment import DISTRIBUTION, ExperimentError
 from mtl_framework.families import family
+from mtl_framework.precision import resolve_precision
 
 
 class _Deferred:
@@ -203,36 +204,6 @@ def _disagree(what, value, mean):
         f"the workers disagree on the {what} (this one: {value}, mean over workers: {mean:g}); "
         "every worker must see the chief's checkpoints: put the run directory on a shared "
         "filesystem or copy its checkpoints/ to each host before --resume")
-
-
-# /proc/cpuinfo flags of x86 CPUs that multiply bfloat16 matrices natively (Intel AMX
-# tiles; AVX512-BF16 dot products): oneDNN's bfloat16 matmuls run about 2x float32 there.
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
-
-
-def native_bf16_flags(cpuinfo="/proc/cpuinfo"):
-    """The `NATIVE_BF16_FLAGS` this CPU reports ([] where none, or where cpuinfo is unreadable)."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f
-                          if line.startswith("flags")), [])
-    except OSError:
-        return []
-    return [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
-
-
-def resolve_precision(precision, cpuinfo="/proc/cpuinfo"):
-    """(Keras dtype policy, why) for an experiment's `precision`: itself, or for `auto`
-    mixed_bfloat16 where the CPU does bfloat16 matrix work natively, float32 elsewhere."""
-    if precision not in PRECISION:
-        raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
-    if precision != "auto":
-        return precision, "as the experiment says"
-    flags = native_bf16_flags(cpuinfo)
-    if flags:
-        return "mixed_bfloat16", f"auto: the CPU multiplies bfloat16 natively ({', '.join(flags)})"
-    return "float32", ("auto: the CPU reports neither " + " nor ".join(NATIVE_BF16_FLAGS)
-                       + " (bfloat16 would be emulated, slower than float32)")
 
 
 @contextlib.contextmanager

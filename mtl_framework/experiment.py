@@ -88,7 +88,19 @@ PRECISION = ("float32", "mixed_bfloat16", "mixed_float16", "auto")
 DEFAULTS = dict(sampling="proportional", balancing="gradient_norm", tasks_per_update=8,
                 batch_size=16, max_length=128, steps=100, seed=0, checkpoint_every=50,
                 keep_checkpoints=3, eval_every=0, eval_batches=20, task_specs=[],
-                distribution="none", precision="float32")
+                distribution="none", precision="auto")
+# The precision of an experiment that names none, instead of DEFAULTS' (e.g. float32 on a
+# cluster whose CPUs differ, or for a test suite that must give the same numbers on all).
+PRECISION_ENV = "MTL_PRECISION"
+
+
+def default_precision():
+    """An experiment's precision when it names none: $MTL_PRECISION, else `auto`."""
+    value = os.environ.get(PRECISION_ENV) or DEFAULTS["precision"]
+    if value not in PRECISION:
+        raise ExperimentError(f"{PRECISION_ENV}={value!r}: must be one of {', '.join(PRECISION)}; "
+                              f"set one of those or unset {PRECISION_ENV}")
+    return value
 
 
 class ExperimentError(UserError, ValueError):
@@ -139,6 +151,8 @@ class Experiment:
             raise AttributeError(key)
         if key in self.raw:
             return self.raw[key]
+        if key == "precision":
+            return default_precision()
         if key in DEFAULTS:
             return DEFAULTS[key]
         raise AttributeError(key)

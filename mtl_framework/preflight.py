@@ -16,6 +16,7 @@ and label files, the vocab and its size against a checkpoint's embedding
 table, and (with `resume` given) that the run directory is free for a new run
 or holds a run of this same experiment.
 """
+import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from mtl_framework import architectures
 from mtl_framework.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
 from mtl_framework.families import MLM
+from mtl_framework.precision import recorded_precision, run_precision
 from mtl_framework.registry import UnknownTaskError, load_registry
 from mtl_framework.run_dir import checkpoint_dirs
 
@@ -56,6 +58,7 @@ class Plan:
     vocab: str | None  # the vocab.txt to use; None: built from the tasks' train text
     checkpoints: list = field(default_factory=list)  # the run directory's step-* folders
     resolved: dict = field(default_factory=dict)  # experiment.yaml as the run directory keeps it
+    precision: tuple = ("float32", "as the experiment says")  # (Keras policy, why): run_precision
 
 
 def plan_run(experiment, output=None, data_root=None, resume=None, overrides=()):
@@ -83,9 +86,14 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     vocab = _vocab(experiment)
     if MLM_TASK in entries:
         _check_mlm_tie(experiment)
+    checkpoints = checkpoint_dirs(run_dir)
+    precision = run_precision(experiment, run_dir if checkpoints else None)
+    # the run builds, and its experiment.yaml keeps, the policy itself: a run started
+    # under `auto` resumes, evaluates and predicts in what it trained in, on any CPU
+    experiment = dataclasses.replace(experiment, raw={**experiment.raw, "precision": precision[0]})
     plan = Plan(experiment, run_dir, root, registry, tasks, entries, vocab,
-                checkpoints=checkpoint_dirs(run_dir),
-                resolved=resolved_experiment(experiment, root))
+                checkpoints=checkpoints, resolved=resolved_experiment(experiment, root),
+                precision=precision)
     if resume is not None:
         check_run_dir(plan, resume)
     return plan
@@ -262,6 +270,8 @@ def _differences(plan, stored_path):
         if key in RESUMABLE:
             continue
         new, old = given.get(key, DEFAULTS.get(key)), stored.get(key, DEFAULTS.get(key))
+        if key == "precision":  # given: the policy run_precision settled on
+            old = recorded_precision(stored)
         if key == "tasks":
             new, old = [_task_entry(t) for t in new or []], [_task_entry(t) for t in old or []]
         if new == old:

@@ -275,6 +275,9 @@ class Run:
                 f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
         elif keras.distribution.distribution() is not None:  # JAX: DataParallel (distributed.py)
             log(f"distribution: {self.distribution}, {describe_jax_distribution()}")
+        policy, why = plan.precision
+        if why != "as the experiment says":
+            log(f"precision: {policy} ({why})")
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)  # plan -> prepare
         self.step = 0
         self.last_evaluation = None  # the latest evaluations.jsonl line of this process
@@ -364,7 +367,7 @@ class Run:
         backbone and heads (assemble.py), the model with its optimizer."""
         exp, plan = self.experiment, self.plan
         keras.utils.set_random_seed(exp.seed)
-        self.backbone = assemble.experiment_backbone(exp, self.tokenizer.vocab_size, self.log)
+        self.backbone = assemble.experiment_backbone(exp, self.tokenizer.vocab_size)
         with_mlm = MLM_TASK in plan.entries
         task_names = [t.name for t in self.tasks] + ([MLM_TASK] if with_mlm else [])
         assemble.check_balancing_memory(exp, self.backbone, task_names)  # before any feature

@@ -6,6 +6,10 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Experiments that name no precision train in float32 here, as on a CPU without native
+# bfloat16: `auto`, the default, would give other numbers on other CPUs, and the suite's
+# must hold on all (test_precision_auto.py tests `auto` and the default on fake CPUs).
+os.environ.setdefault("MTL_PRECISION", "float32")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MTL_SHARED_DATA", REPO.parent / "shared" / "data"))

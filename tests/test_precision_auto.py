@@ -3,7 +3,8 @@ instructions (amx_bf16, avx512_bf16), float32 elsewhere; the choice is in the ru
 import keras
 import pytest
 
-from mtl_framework.distributed import native_bf16_flags, precision_policy, resolve_precision
+from mtl_framework.distributed import precision_policy
+from mtl_framework.precision import native_bf16_flags, resolve_precision
 
 CPUINFO = """processor\t: {n}
 vendor_id\t: GenuineIntel
@@ -69,3 +70,85 @@ def test_an_auto_run_builds_at_the_machines_choice_and_logs_it(tmp_path):
     assert run.backbone.dtype_policy.name == expected
     assert f"precision: {expected} ({why})" in lines
     run.close()
+
+
+# --- auto as the default: settled when a run starts, kept by the run -------------------
+
+@pytest.fixture
+def bf16_cpu(tmp_path, monkeypatch):
+    """No $MTL_PRECISION (the default applies) on a CPU with avx512_bf16; returns a
+    function that turns it into one without."""
+    from mtl_framework import precision
+
+    monkeypatch.delenv("MTL_PRECISION", raising=False)
+    monkeypatch.setattr(precision, "CPUINFO", cpuinfo(tmp_path, "avx512_bf16"))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    return lambda: monkeypatch.setattr(precision, "CPUINFO", cpuinfo(plain, "avx2"))
+
+
+def test_the_default_is_auto_and_mtl_precision_stands_in_for_it(monkeypatch):
+    from mtl_framework.experiment import Experiment, ExperimentError
+
+    minimal = {"tasks": ["tnews"], "backbone": {"size": "small"}}
+    experiment = Experiment.from_dict(minimal)
+    monkeypatch.delenv("MTL_PRECISION", raising=False)
+    assert experiment.precision == "auto"
+    monkeypatch.setenv("MTL_PRECISION", "mixed_bfloat16")
+    assert experiment.precision == "mixed_bfloat16"
+    assert Experiment.from_dict({**minimal, "precision": "float32"}).precision == "float32"
+    monkeypatch.setenv("MTL_PRECISION", "bf16")
+    with pytest.raises(ExperimentError, match=r"^MTL_PRECISION='bf16': must be one of float32, "
+                                              r"mixed_bfloat16, mixed_float16, auto"):
+        experiment.precision
+
+
+def test_auto_is_float32_on_jax(monkeypatch, tmp_path):
+    from mtl_framework import precision
+
+    monkeypatch.setattr(precision, "keras_backend", lambda: "jax")
+    assert resolve_precision("auto", cpuinfo(tmp_path, "avx512_bf16 amx_bf16"))[0] == "float32"
+
+
+def test_a_run_records_what_auto_chose_and_keeps_it_on_another_cpu(tmp_path, bf16_cpu):
+    from test_distributed import write_experiment
+
+    from mtl_framework.assemble import open_run
+    from mtl_framework.experiment import ExperimentError
+    from mtl_framework.preflight import plan_run
+    from mtl_framework.run_dir import read_experiment
+    from mtl_framework.trainer import Run
+
+    experiment = write_experiment(tmp_path, tasks=["tnews"], steps=1)  # names no precision
+    run_dir, lines = str(tmp_path / "run"), []
+    run = Run(experiment, run_dir, log=lines.append)
+    run.train()
+    run.close()
+    assert "precision: mixed_bfloat16 (auto: the CPU multiplies bfloat16 natively " \
+           "(avx512_bf16))" in lines
+    assert run.backbone.dtype_policy.name == "mixed_bfloat16"
+    assert read_experiment(run_dir)["precision"] == "mixed_bfloat16"  # the policy, not auto
+    bf16_cpu()  # the run moves to a CPU where auto means float32
+    assert resolve_precision("auto")[0] == "float32"
+    plan = plan_run(experiment, output=run_dir, resume=True)
+    assert plan.precision == ("mixed_bfloat16", "the run's own: it trained in mixed_bfloat16 "
+                                                "(experiment.yaml)")
+    assert open_run(run_dir, log=None).precision == "mixed_bfloat16"
+    with pytest.raises(ExperimentError, match=r"precision is 'float32', the run's is "
+                                              r"'mixed_bfloat16'"):
+        plan_run(write_experiment(tmp_path, tasks=["tnews"], steps=1, precision="float32"),
+                 output=run_dir, resume=True)
+
+
+def test_a_run_that_records_no_precision_trained_in_float32(tmp_path, bf16_cpu):
+    from test_run_dir import format1_copy
+
+    from mtl_framework.assemble import open_run
+    from mtl_framework.preflight import plan_run
+    from mtl_framework.run_dir import experiment_file
+
+    run = format1_copy(tmp_path)  # written before `auto` became the default: no precision
+    assert resolve_precision("auto")[0] == "mixed_bfloat16"
+    assert open_run(str(run), log=None).precision == "float32"
+    plan = plan_run(experiment_file(str(run)), output=str(run), resume=True)
+    assert plan.precision[0] == "float32"

@@ -11,6 +11,8 @@ distributed.precision_policy.
 """
 import os
 
+import yaml
+
 from mtl_framework import run_dir as files
 from mtl_framework.experiment import PRECISION, PRECISION_ENV
 from mtl_framework.provenance import keras_backend
@@ -60,13 +62,14 @@ def run_precision(experiment, run_dir=None):
         return named, "as the experiment says"
     if run_dir is not None and os.path.isfile(os.path.join(run_dir, files.EXPERIMENT)):
         try:
-            policy = recorded_precision(files.read_experiment(run_dir))
-        except (OSError, ValueError, AttributeError):  # unreadable: check_run_dir says so
+            stored = files.read_experiment(run_dir)
+            policy = None if stored.get("precision") == "auto" else recorded_precision(stored)
+        except (OSError, ValueError, AttributeError, yaml.YAMLError):  # check_run_dir says so
             policy = None
         if policy is not None:
             return policy, f"the run's own: it trained in {policy} ({files.EXPERIMENT})"
     if named is None and experiment.precision != "auto":
-        return experiment.precision, f"${PRECISION_ENV}"
+        return experiment.precision, f"as ${PRECISION_ENV} says"
     return resolve_precision("auto")
 
 

@@ -21,6 +21,7 @@ from mtl_framework.provenance import keras_backend
 # tiles; AVX512-BF16 dot products): oneDNN's bfloat16 matmuls run about 2x float32 there.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 CPUINFO = "/proc/cpuinfo"  # where they are read (tests point it at a file of their own)
+AS_NAMED = "as the experiment says"  # the why of a precision the experiment names
 
 
 def native_bf16_flags(cpuinfo=None):
@@ -42,7 +43,7 @@ def resolve_precision(precision, cpuinfo=None):
     if precision not in PRECISION:
         raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
     if precision != "auto":
-        return precision, "as the experiment says"
+        return precision, AS_NAMED
     if keras_backend() == "jax":
         return "float32", "auto: on JAX, whose CPU backend runs bfloat16 slower than float32"
     flags = native_bf16_flags(cpuinfo)
@@ -59,7 +60,7 @@ def run_precision(experiment, run_dir=None):
     this CPU (`resolve_precision`)."""
     named = experiment.raw.get("precision")
     if named not in (None, "auto"):
-        return named, "as the experiment says"
+        return named, AS_NAMED
     if run_dir is not None and os.path.isfile(os.path.join(run_dir, files.EXPERIMENT)):
         try:
             stored = files.read_experiment(run_dir)

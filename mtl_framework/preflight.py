@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from mtl_framework import architectures
 from mtl_framework.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
 from mtl_framework.families import MLM
-from mtl_framework.precision import recorded_precision, run_precision
+from mtl_framework.precision import AS_NAMED, recorded_precision, run_precision
 from mtl_framework.registry import UnknownTaskError, load_registry
 from mtl_framework.run_dir import checkpoint_dirs
 
@@ -58,7 +58,7 @@ class Plan:
     vocab: str | None  # the vocab.txt to use; None: built from the tasks' train text
     checkpoints: list = field(default_factory=list)  # the run directory's step-* folders
     resolved: dict = field(default_factory=dict)  # experiment.yaml as the run directory keeps it
-    precision: tuple = ("float32", "as the experiment says")  # (Keras policy, why): run_precision
+    precision: tuple = ("float32", AS_NAMED)  # (Keras policy, why): run_precision
 
 
 def plan_run(experiment, output=None, data_root=None, resume=None, overrides=()):

@@ -66,6 +66,7 @@ from mtl_framework.distributed import (
 from mtl_framework.errors import UserError
 from mtl_framework.experiment import keep_best_settings
 from mtl_framework.mixture import Mixture
+from mtl_framework.precision import AS_NAMED
 from mtl_framework.preflight import MLM_TASK, check_run_dir, plan_run
 from mtl_framework.prepare import prepare_vocab, train_streams
 from mtl_framework.training import NonFiniteLossError
@@ -276,7 +277,7 @@ class Run:
         elif keras.distribution.distribution() is not None:  # JAX: DataParallel (distributed.py)
             log(f"distribution: {self.distribution}, {describe_jax_distribution()}")
         policy, why = plan.precision
-        if why != "as the experiment says":
+        if why != AS_NAMED:  # auto, the run's record or $MTL_PRECISION chose
             log(f"precision: {policy} ({why})")
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)  # plan -> prepare
         self.step = 0

@@ -112,8 +112,7 @@ def real_texts(data_root):
 
 def make_batches(seqs, data_root, workdir, seed=0):
     """{seq: (token_ids, segment_ids)}, labels, and a description of where they came from."""
-    from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 2, BATCH).astype("int32")
@@ -134,7 +133,7 @@ def make_batches(seqs, data_root, workdir, seed=0):
     tokenizer = Tokenizer(str(vocab_path))
     chosen = [pairs[i] for i in sorted(rng.choice(len(pairs), BATCH, replace=False))]
     info = {"source": "real text: cmrc2018 train (question, context) pairs, 32 picked at random "
-                      "(seed 0)", "vocab": "char vocab built by mtl_framework.vocab from tnews "
+                      "(seed 0)", "vocab": "char vocab built by mtl_framework.tokenizer from tnews "
                       "train + cmrc2018 train", "files": files, "vocab_size": len(vocab),
             "real_token_fraction": {}}
     for seq in seqs:

@@ -229,8 +229,8 @@ def build_vocab(args, pilot_root, log):
     path = args.work_dir / "vocab.txt"
     if path.exists():
         return
-    from mtl_framework.preflight import plan_run, vocab_sources
-    from mtl_framework.prepare import cached_vocab
+    from mtl_framework.plan import plan_run, vocab_sources
+    from mtl_framework.prepare.pipeline import cached_vocab
 
     probe = args.work_dir / "experiments" / "vocab.yaml"
     probe.parent.mkdir(parents=True, exist_ok=True)
@@ -404,7 +404,7 @@ def main():
     log_file = open(args.work_dir / "log.txt", "a", encoding="utf-8")
     log = lambda message: (log_file.write(str(message) + "\n"), log_file.flush())
     started, cpu0 = time.time(), cpu_seconds()
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
     registry = load_registry()
     types = {t: s.type for t, s in registry.tasks.items()}
 

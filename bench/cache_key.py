@@ -61,8 +61,8 @@ def main():
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    from mtl_framework import cache
-    from mtl_framework.preflight import mlm_corpus_task, plan_run
+    from mtl_framework.plan import mlm_corpus_task, plan_run
+    from mtl_framework.prepare import cache
 
     plan = plan_run(str(FULL24), output=tempfile.mkdtemp(prefix="cache-key-run-"),
                     data_root=args.data_root)
@@ -98,8 +98,8 @@ def main():
             result["prepare_stderr_tail"] = done.stderr[-2000:]
         result["load_after"] = load_average()
         # the resume check: data_digest of each cache folder the prepare built
-        from mtl_framework.features import Features
-        from mtl_framework.mixture import data_digest
+        from mtl_framework.families.features import Features
+        from mtl_framework.mixing.mixture import data_digest
 
         metas = [Features(None, {}, json.loads(meta.read_text(encoding="utf-8")))
                  for meta in Path(scratch, "cache").rglob("meta.json")]

@@ -123,7 +123,7 @@ def step_flops(config, batch, seq):
 def build_backbone(system, config, max_length):
     cfg = dict(vocab_size=VOCAB, segment_vocab_size=2, dropout=0.1, **config)
     if system == "ours":
-        from mtl_framework.backbone import RoFormerV2Backbone
+        from mtl_framework import RoFormerV2Backbone
 
         return RoFormerV2Backbone(**cfg, attention_dropout=0.0, exact_padding=False), False
     if system == "roberta_like":
@@ -327,10 +327,10 @@ def multitask(args, config, deadline):
         import jax
 
         from bench.mtl_overhead import FAMILIES, OPTIMIZER, family_batch
-        from mtl_framework.backbone import RoFormerV2Backbone
-        from mtl_framework.heads import build_head
-        from mtl_framework.optimizers import build_optimizer
-        from mtl_framework.training import MultiTaskModel
+        from mtl_framework import RoFormerV2Backbone
+        from mtl_framework.families.heads import build_head
+        from mtl_framework.step.model import MultiTaskModel
+        from mtl_framework.step.optimizers import build_optimizer
     except Exception as error:  # noqa: BLE001 - the reason is the result
         return {"available": False, "reason": f"{type(error).__name__}: {error}",
                 "where": "import"}

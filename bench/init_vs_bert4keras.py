@@ -85,11 +85,10 @@ def prepare(args, work):
     from data_adapters import read_task
     from mtl_framework.architectures.roformer_v2.bert4keras import bert_config_from_config
     from mtl_framework.architectures.roformer_v2.presets import backbone_config
-    from mtl_framework.cache import cached_features
-    from mtl_framework.mixture import TaskStream, iterate_batches
-    from mtl_framework.registry import load_registry
-    from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+    from mtl_framework.config.registry import load_registry
+    from mtl_framework.mixing.mixture import TaskStream, iterate_batches
+    from mtl_framework.prepare.cache import cached_features
+    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
     tasks = {t.name: t for t in load_registry().select(list(args.tasks))}
     vocab = work / "vocab.txt"
@@ -155,8 +154,8 @@ def run_ours(args, config, name, info, seed, old=False):
     import keras
     import tensorflow as tf
 
-    from mtl_framework.backbone import RoFormerV2Backbone
-    from mtl_framework.heads import build_head
+    from mtl_framework import RoFormerV2Backbone
+    from mtl_framework.families.heads import build_head
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
@@ -204,7 +203,7 @@ def run_ours(args, config, name, info, seed, old=False):
 
 
 def run_bert4keras(args, name, info, seed, gold_from):
-    from mtl_framework.heads import spans_from_scores
+    from mtl_framework.families.heads import spans_from_scores
 
     request = {"config": str(work_path(args, "bert_config.json")), "task": TASKS[name],
                "labels": info["labels"], "head_size": args.head_size,
@@ -237,7 +236,7 @@ def run_bert4keras(args, name, info, seed, gold_from):
 
 
 def score(name, predictions, gold):
-    from mtl_framework.metrics import accuracy, set_f1
+    from mtl_framework.scoring.metrics import accuracy, set_f1
 
     if TASKS[name] == "classification":
         return float(accuracy(predictions, gold))
@@ -260,7 +259,7 @@ def work_path(args, name):
 
 def dev_reference(args, name, info):
     """Gold structures and row lengths of the dev batches (for the bert4keras side's decode)."""
-    from mtl_framework.heads import build_head
+    from mtl_framework.families.heads import build_head
 
     batches = load_batches(info["dev"], "dev")
     if TASKS[name] == "classification":

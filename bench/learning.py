@@ -47,10 +47,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from data_adapters import read_task  # noqa: E402
-from mtl_framework.cache import cached_features  # noqa: E402
-from mtl_framework.registry import load_registry  # noqa: E402
-from mtl_framework.tokenizer import Tokenizer  # noqa: E402
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
+from mtl_framework.config.registry import load_registry  # noqa: E402
+from mtl_framework.prepare.cache import cached_features  # noqa: E402
+from mtl_framework.tokenizer import (  # noqa: E402
+    Tokenizer,  # noqa: E402
+    build_vocab,
+    count_units,
+    example_texts,
+    write_vocab,
+)
 
 TASKS = ["tnews", "afqmc", "ocnli", "cluener"]
 MODES = ["gradient_norm", "none"]

@@ -38,9 +38,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from data_adapters import read_task  # noqa: E402
-from mtl_framework.registry import load_registry  # noqa: E402
-from mtl_framework.tokenizer import Tokenizer  # noqa: E402
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
+from mtl_framework.config.registry import load_registry  # noqa: E402
+from mtl_framework.tokenizer import (  # noqa: E402
+    Tokenizer,  # noqa: E402
+    build_vocab,
+    count_units,
+    example_texts,
+    write_vocab,
+)
 
 TASK = "cmrc2018"
 TRAINED = 128
@@ -87,10 +92,10 @@ def train(args, work, log):
 
 
 def evaluate(args, run_dir, log):
-    from mtl_framework import evaluation
+    from mtl_framework.architectures.rope_scaling import describe
     from mtl_framework.assemble import open_run
-    from mtl_framework.cache import cached_features
-    from mtl_framework.rope_scaling import describe
+    from mtl_framework.evaluation import dev as evaluation
+    from mtl_framework.prepare.cache import cached_features
 
     experiment = open_run(str(run_dir), log=None).experiment
     task = load_registry().select([TASK])[0]

@@ -156,10 +156,10 @@ class Worker:
         import keras
         import tensorflow as tf
 
-        from mtl_framework.backbone import RoFormerV2Backbone
-        from mtl_framework.heads import build_head
-        from mtl_framework.optimizers import build_optimizer
-        from mtl_framework.training import MultiTaskModel
+        from mtl_framework import RoFormerV2Backbone
+        from mtl_framework.families.heads import build_head
+        from mtl_framework.step.model import MultiTaskModel
+        from mtl_framework.step.optimizers import build_optimizer
 
         self.tf = tf
         self.rss_after_import = rss_bytes()

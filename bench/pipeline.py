@@ -33,11 +33,16 @@ from bench import REPO
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from data_adapters import read_task  # noqa: E402
-from mtl_framework import cache as C  # noqa: E402
-from mtl_framework.mixture import TaskStream  # noqa: E402
-from mtl_framework.registry import load_registry  # noqa: E402
-from mtl_framework.tokenizer import Tokenizer  # noqa: E402
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab  # noqa: E402
+from mtl_framework.config.registry import load_registry  # noqa: E402
+from mtl_framework.mixing.mixture import TaskStream  # noqa: E402
+from mtl_framework.prepare import cache as C  # noqa: E402
+from mtl_framework.tokenizer import (  # noqa: E402
+    Tokenizer,  # noqa: E402
+    build_vocab,
+    count_units,
+    example_texts,
+    write_vocab,
+)
 
 
 def timed(fn, repeat):
@@ -61,7 +66,7 @@ def model_step_seconds(vocab_size, batch_size=32, length=128, steps=20):
     import tensorflow as tf
     from keras import ops
 
-    from mtl_framework.backbone import RoFormerV2Backbone
+    from mtl_framework import RoFormerV2Backbone
 
     backbone = RoFormerV2Backbone(vocab_size=vocab_size, num_layers=2, hidden_size=128, num_heads=2)
     backbone.build()

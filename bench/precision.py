@@ -15,7 +15,7 @@ difference bf16 - f32, its mean and 95% t-interval over seeds, and the seconds p
 of each run (median after the first updates), beside the load average (the machine is
 shared). Writes bench/results/precision.json and precision.md (--quick: its work folder).
 
-`precision: auto` (mtl_framework.precision.resolve_precision) picks mixed_bfloat16 on
+`precision: auto` (mtl_framework.config.precision.resolve_precision) picks mixed_bfloat16 on
 CPUs with amx_bf16 or avx512_bf16; it became the default once this study found that
 learning holds (docs/benchmarks.md says what it found). The study names both precisions.
 """
@@ -34,8 +34,8 @@ from bench.runs import interval, progress_lines, scratch_experiment, train_and_e
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from mtl_framework.precision import native_bf16_flags  # noqa: E402
-from mtl_framework.registry import load_registry  # noqa: E402
+from mtl_framework.config.precision import native_bf16_flags  # noqa: E402
+from mtl_framework.config.registry import load_registry  # noqa: E402
 from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 
 TASKS = ["tnews", "cluener"]

@@ -1,4 +1,4 @@
-"""Data preparation benchmark (issue 17 item 3): `mtl_framework.prepare` at scale.
+"""Data preparation benchmark (issue 17 item 3): `mtl_framework.prepare.pipeline` at scale.
 
     .venv/bin/python -m bench.prepare [--data-root ../shared/data]
         [--corpus-mb 2048] [--skip speed memory first_update]
@@ -46,7 +46,7 @@ from bench.load import child_pids, cpu_model, cpu_seconds, load_average, proc_cp
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from mtl_framework import cache as C  # noqa: E402
+from mtl_framework.prepare import cache as C  # noqa: E402
 
 FULL24 = REPO / "bench" / "experiments" / "full24.yaml"
 MLM_TASKS = ("tnews", "cmrc2018", "cluener")
@@ -98,7 +98,7 @@ def worker_cpu(workers):
 
 
 def tokenizer_for(tasks, data_root, cache_dir):
-    from mtl_framework.prepare import cached_vocab
+    from mtl_framework.prepare.pipeline import cached_vocab
     from mtl_framework.tokenizer import Tokenizer
 
     return Tokenizer(str(cached_vocab(tasks, data_root, 12000, cache_dir, workers=None)))
@@ -114,8 +114,8 @@ def family_speed(args, registry, data_root, scratch):
     """1 worker: each job alone in this process, on one tokenizer thread (`--workers 1`),
     timed per job -> examples/s per family. 2 workers: `prepare` over all the
     jobs at once (big ones chunked, small ones whole, side by side)."""
-    from mtl_framework import prepare as P
-    from mtl_framework.prepare import Job, Workers, prepare
+    from mtl_framework.prepare import pipeline as P
+    from mtl_framework.prepare.pipeline import Job, Workers, prepare
 
     tasks = real_tasks(registry, data_root)
     tokenizer = tokenizer_for(tasks, data_root, scratch / "vocab-cache")
@@ -202,8 +202,8 @@ tasks:
 
 def rss_case(spec, data_root, cache_dir, workers):
     """(Run in a fresh process) prepare one corpus; peak RSS, wall, CPU, examples."""
-    from mtl_framework.prepare import Job, Workers, prepare
-    from mtl_framework.registry import load_paths
+    from mtl_framework.config.registry import load_paths
+    from mtl_framework.prepare.pipeline import Job, Workers, prepare
 
     task = next(iter(load_paths([spec]).tasks.values()))
     tokenizer = tokenizer_for([task], data_root, cache_dir)
@@ -342,7 +342,7 @@ def main():
     if args.rss_case:
         print(json.dumps(rss_case(Path(args.rss_case), args.data_root, args.cache, 2)))
         return
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
 
     out = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
                        "load_start": load_average()}, "started": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -72,8 +72,8 @@ def write_corpus(data_root, folder, limit=None):
     """One text file per dataset with a train file here: every text of its train split
     (the first `limit` texts of each with --quick)."""
     from data_adapters import read_task
-    from mtl_framework.registry import load_registry
-    from mtl_framework.vocab import example_texts
+    from mtl_framework.config.registry import load_registry
+    from mtl_framework.tokenizer import example_texts
 
     folder.mkdir(parents=True, exist_ok=True)
     counts, seen = {}, set()
@@ -101,7 +101,7 @@ def write_corpus(data_root, folder, limit=None):
 
 def resolved_yaml(path):
     """A stage file as a mapping, its `extends` chain merged (stage2_C extends stage2_B)."""
-    from mtl_framework.experiment import load_experiment
+    from mtl_framework.config.experiment import load_experiment
 
     return load_experiment(str(path)).raw
 
@@ -323,7 +323,7 @@ def main():
 
     stage2_dev = {}
     for arm in ("B", "C"):
-        from mtl_framework.run_dir import read_evaluations
+        from mtl_framework.saving.run_dir import read_evaluations
 
         last = [line for line in read_evaluations(runs[arm]) if line["split"] == "dev"][-1]
         config = yaml.safe_load((work / "experiments" / f"stage2_{arm}.yaml").read_text())

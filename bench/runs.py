@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     import keras
 
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
 SKIP_UPDATES = 10  # the first updates trace each task's micro-step: left out of seconds per update
 SCORE_KEYS = ("score", "baseline", "metric", "examples")
@@ -50,7 +50,7 @@ def open_run(experiment: dict, work_dir: Path, name: str, log: Callable[[str], A
     replaces the run's progress bar)."""
     import keras
 
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     work_dir = Path(work_dir)
     run_dir = work_dir / "runs" / name

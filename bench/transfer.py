@@ -31,8 +31,8 @@ def main():
     parser.add_argument("--output", default=str(REPO / "bench" / "results" / "transfer"))
     args = parser.parse_args()
 
-    from mtl_framework.benchmark import initial_export
     from mtl_framework.cli import main as mtl
+    from mtl_framework.loop.benchmark import initial_export
 
     started, load_start = time.perf_counter(), load_average()
     trained = os.path.join(args.run_dir, "export", "keras")

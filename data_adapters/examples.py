@@ -29,7 +29,7 @@ class Span:
 class SpanQAExample:
     """mrc_span: answers empty (and nothing unlocated) means unanswerable. `unlocated`:
     gold answer texts no span of the context supports (a wrong answer_start, CJRC's
-    YES / NO): nothing to learn, but gold when scoring (mtl_framework.scorers)."""
+    YES / NO): nothing to learn, but gold when scoring (mtl_framework.scoring.scorers)."""
     question: str
     context: str
     answers: list[Span] = field(default_factory=list)

@@ -20,7 +20,7 @@ def main(argv=None):
                         help="a run directory or a keras export written --with-heads")
     args = parser.parse_args(argv)
 
-    from mtl_framework.predict import load_model
+    from mtl_framework.evaluation.predict import load_model
 
     model = load_model(args.model, data_root=DEMO_DATA)
     for sentence, spans in zip(SENTENCES, model.predict_texts("cluener", SENTENCES)):

@@ -23,9 +23,9 @@ def main(argv=None):
 
     import keras
 
-    from mtl_framework.experiment import Experiment
-    from mtl_framework.export import export
-    from mtl_framework.trainer import Run
+    from mtl_framework.config.experiment import Experiment
+    from mtl_framework.export.writer import export
+    from mtl_framework.loop.run import Run
 
     experiment = Experiment.from_dict({
         "data_root": DEMO_DATA,

@@ -13,15 +13,22 @@ tf_log_filter.quiet_on_tensorflow_import()
 __version__ = "0.1.0"
 
 
+# The public names, each imported when first used: `mtl tasks list` and the data tools must
+# not pay for importing TensorFlow. Where each lives is the one table below.
+_PUBLIC = {
+    "RoFormerV2Backbone": "mtl_framework.architectures.roformer_v2.backbone",
+    "BertBackbone": "mtl_framework.architectures.bert.backbone",
+    "AlbertBackbone": "mtl_framework.architectures.albert.backbone",
+    "Tokenizer": "mtl_framework.tokenizer",
+    "Experiment": "mtl_framework.config.experiment",
+    "Run": "mtl_framework.loop.run",
+}
+__all__ = ["__version__", *_PUBLIC]
+
+
 def __getattr__(name: str) -> object:
-    # Lazy: `mtl tasks list` and the data tools must not pay for importing TensorFlow.
-    if name in ("RoFormerV2Backbone", "backbone_config", "PRESETS"):
-        from mtl_framework import backbone
-        return getattr(backbone, name)
-    if name in ("BertBackbone", "AlbertBackbone"):
-        from mtl_framework import architectures
-        return architectures.backbone_class(name[:-len("Backbone")].lower())
-    if name == "Tokenizer":
-        from mtl_framework.tokenizer import Tokenizer
-        return Tokenizer
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'mtl_framework' has no attribute {name!r}")

@@ -20,20 +20,21 @@ chosen, is trained_model.py's (on run_dir.py).
 """
 import os
 
-from mtl_framework import architectures, trained_model
-from mtl_framework import rope_scaling as rope
-from mtl_framework import run_dir as files
-from mtl_framework.balancing import Balancing, BalancingError
-from mtl_framework.balancing import describe as describe_balancing
-from mtl_framework.distributed import precision_policy
+from mtl_framework import architectures
+from mtl_framework.architectures import rope_scaling as rope
+from mtl_framework.config.experiment import ExperimentError, load_experiment
+from mtl_framework.config.precision import run_precision
 from mtl_framework.errors import UserError
-from mtl_framework.experiment import ExperimentError, load_experiment
 from mtl_framework.families import MLM, family
-from mtl_framework.heads import build_head, task_head
-from mtl_framework.optimizers import build_optimizer
-from mtl_framework.precision import run_precision
-from mtl_framework.preflight import INIT_OVERRIDES, MLM_TASK
-from mtl_framework.training import MultiTaskModel
+from mtl_framework.families.heads import build_head, task_head
+from mtl_framework.mixing.balancing import Balancing, BalancingError
+from mtl_framework.mixing.balancing import describe as describe_balancing
+from mtl_framework.plan import INIT_OVERRIDES, MLM_TASK
+from mtl_framework.saving import run_dir as files
+from mtl_framework.saving import trained_model
+from mtl_framework.step.distributed import precision_policy
+from mtl_framework.step.model import MultiTaskModel
+from mtl_framework.step.optimizers import build_optimizer
 
 # --- backbones --------------------------------------------------------------------------
 

@@ -28,8 +28,8 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.heads import build_head
-from mtl_framework.training import MultiTaskModel
+from mtl_framework.families.heads import build_head
+from mtl_framework.step.model import MultiTaskModel
 
 TINY = dict(vocab_size=50, num_layers=1, hidden_size=16, num_heads=2, intermediate_size=32,
             dropout=0.0)

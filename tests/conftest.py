@@ -42,8 +42,7 @@ def real_sentences(shared_data):
 def real_batch(real_sentences, tmp_path_factory):
     """(token_ids, segment_ids, vocab_size): the sentences tokenized with a vocab built
     from them, padded to the longest (bert4keras-style [CLS] a [SEP] b [SEP])."""
-    from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
     titles, pairs = real_sentences
     texts = titles + [t for pair in pairs for t in pair]

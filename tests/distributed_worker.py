@@ -17,7 +17,7 @@ def main(experiment, output, distribution, steps, dump, *flags):
     start, cpu = time.time(), time.process_time()
     import numpy as np
 
-    from mtl_framework.trainer import Run  # noqa: E402 (after sys.path)
+    from mtl_framework.loop.run import Run  # noqa: E402 (after sys.path)
 
     run = Run(experiment, output, log=lambda *a: None, distribution=distribution)
     run.experiment.raw["steps"] = int(steps)  # constant learning rate: steps only says when to stop

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from mtl_framework.families import family
-from mtl_framework.heads import build_head
+from mtl_framework.families.heads import build_head
 
 HIDDEN = 16
 
@@ -116,7 +116,7 @@ def run_on_backbone(case, backbone):
     any architecture), as training computes it (training.py `_outputs`: the choice axis
     folded into the batch): a finite loss with training True and False, and finite
     gradients that reach every backbone weight a token's path uses."""
-    from mtl_framework.heads import backbone_inputs
+    from mtl_framework.families.heads import backbone_inputs
 
     batch = {k: tf.constant(v) for k, v in case.batch.items()}
     tied = {"embeddings": backbone.token_embedding} if case.tied else {}

@@ -35,10 +35,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from mtl_framework import RoFormerV2Backbone  # noqa: E402
-from mtl_framework.backbone import backbone_config  # noqa: E402
-from mtl_framework.heads import build_head  # noqa: E402
-from mtl_framework.run_dir import layer_variable_names  # noqa: E402
-from mtl_framework.training import MultiTaskModel  # noqa: E402
+from mtl_framework.architectures.roformer_v2.presets import backbone_config  # noqa: E402
+from mtl_framework.families.heads import build_head  # noqa: E402
+from mtl_framework.saving.run_dir import layer_variable_names  # noqa: E402
+from mtl_framework.step.model import MultiTaskModel  # noqa: E402
 
 if args.devices:
     keras.distribution.set_distribution(keras.distribution.DataParallel())

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from mtl_framework.mixture import TaskSampler, format_rates, schedule_from_config
+from mtl_framework.mixing.mixture import TaskSampler, format_rates, schedule_from_config
 
 from conftest import write_tiny_experiment
 
@@ -61,7 +61,7 @@ def test_rates_table_shows_both_ends():
 ])
 def test_bad_anneal_is_one_line_naming_the_file(tmp_path, sampling, message):
     path = write_tiny_experiment(tmp_path / "e.yaml", sampling=sampling)
-    from mtl_framework.experiment import ExperimentError, load_experiment
+    from mtl_framework.config.experiment import ExperimentError, load_experiment
 
     with pytest.raises(ExperimentError, match=message) as error:
         load_experiment(str(path))
@@ -69,8 +69,8 @@ def test_bad_anneal_is_one_line_naming_the_file(tmp_path, sampling, message):
 
 
 def test_metrics_lines_carry_the_annealed_rates(tmp_path):
-    from mtl_framework.mixture import example_count
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
+    from mtl_framework.mixing.mixture import example_count
 
     over = 4
     path = write_tiny_experiment(tmp_path / "e.yaml", steps=6, sampling={

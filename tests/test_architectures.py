@@ -8,11 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
+from interop.roformer_torch import BERT_WORKER, run_torch, torch_unavailable_reason
 
 from mtl_framework import architectures
 from mtl_framework.errors import UserError
-from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
-from mtl_framework.interop.roformer_torch import BERT_WORKER, run_torch, torch_unavailable_reason
 
 TOLERANCE = 1e-5
 # bert_config.json / config.json keys of a tiny model (Google's and transformers' names)
@@ -259,7 +259,7 @@ def test_a_run_trains_bert_and_starts_from_a_transformers_folder(tmp_path):
 
 
 def test_experiment_checks_the_architecture(tmp_path):
-    from mtl_framework.experiment import ExperimentError, load_experiment
+    from mtl_framework.config.experiment import ExperimentError, load_experiment
 
     from conftest import write_tiny_experiment
 

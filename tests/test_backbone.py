@@ -2,11 +2,12 @@ import json
 
 import numpy as np
 import pytest
+from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
-from mtl_framework import RoFormerV2Backbone, backbone_config
+from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2 import bert4keras
 from mtl_framework.architectures.roformer_v2.keras_hub import keras_hub_available, to_keras_hub
-from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
+from mtl_framework.architectures.roformer_v2.presets import backbone_config
 
 TINY = dict(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256, dropout=0.0)
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from balancing_harness import SEED, TASKS, BalancingCase, make_model, run_balancing_test
 
-from mtl_framework import balancing
-from mtl_framework.balancing import BalancingError, resolve
+from mtl_framework.mixing import balancing
+from mtl_framework.mixing.balancing import BalancingError, resolve
 
 K = len(TASKS)
 
@@ -173,7 +173,7 @@ def test_mtl_train_refuses_pcgrad_over_budget_in_one_line_exit_2(tmp_path, capsy
 
 
 def test_experiment_check_names_the_balancing_line(tmp_path):
-    from mtl_framework.experiment import ExperimentError, load_experiment
+    from mtl_framework.config.experiment import ExperimentError, load_experiment
 
     path = tmp_path / "e.yaml"
     path.write_text("tasks: [tnews]\nsteps: 3\nbalancing:\n  normalize: gradient_norm\n"

@@ -9,7 +9,7 @@ import pytest
 from bench import balancing
 from data_adapters import read_task
 from data_adapters.report import ReadReport
-from mtl_framework.registry import load_registry
+from mtl_framework.config.registry import load_registry
 
 # one task per unit kind (cluener's train.json is concatenated pretty-printed JSON)
 TASKS = ["resume", "cluener", "chnsenticorp", "c3_m", "cmrc2018", "weibo_nam"]

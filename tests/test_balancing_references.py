@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from balancing_harness import TASKS, make_model, micro_batches, tape_gradients, train
 
-from mtl_framework.balancing import GradNorm, pcgrad_coefficients, pcgrad_orders
+from mtl_framework.mixing.balancing import GradNorm, pcgrad_coefficients, pcgrad_orders
 
 # three 2-d gradients, pairwise conflicting except g_0 · g_2 = 14
 THREE = [(4, 6), (-3, -2), (5, -1)]

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtl_framework.benchmark import initial_export, load_suite, mean_ci, t_quantile
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
+from mtl_framework.loop.benchmark import initial_export, load_suite, mean_ci, t_quantile
 
 from conftest import write_tiny_experiment
 
@@ -223,7 +223,7 @@ def test_changed_settings_are_refused_not_mixed(exports, results, capsys):
     ("seeds: [0]\ntasks: [tnews]\nseeds: [1]\n", 3, "key 'seeds' given twice (also on line 1)"),
 ])
 def test_suite_errors_name_file_and_line(tmp_path, text, line, message):
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
 
     path = tmp_path / "suite.yaml"
     path.write_text(text)
@@ -251,8 +251,8 @@ def test_cli_errors_are_one_line_and_write_nothing(exports, tmp_path, capsys):
 
 
 def test_shipped_suites_are_valid(shared_data):
-    from mtl_framework.benchmark import check_task_files
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
+    from mtl_framework.loop.benchmark import check_task_files
 
     registry = load_registry()
     small = load_suite(str(REPO / "suites" / "clue_small.yaml"), registry)

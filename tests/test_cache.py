@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 
 import data_adapters
-from mtl_framework import cache as C
-from mtl_framework import features as F
-from mtl_framework import mixture as M
-from mtl_framework import vocab as V
+from mtl_framework import tokenizer as V
+from mtl_framework.config.registry import load_paths
 from mtl_framework.families import FAMILIES, choice, make_featurizer, mrc, text
-from mtl_framework.registry import load_paths
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import build_vocab, count_units, write_vocab
+from mtl_framework.families import features as F
+from mtl_framework.mixing import mixture as M
+from mtl_framework.prepare import cache as C
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
 CHARS = "我爱北京天安门上太阳升伟大领袖毛主席指引我们向前进今天气很好明后会下雨吗是的不他她它在家里"
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from data_adapters import ChoiceExample, NERExample, SpanQAExample, TextExample
-from mtl_framework import clue
-from mtl_framework.registry import load_registry
+from mtl_framework.config.registry import load_registry
+from mtl_framework.evaluation import clue
 
 BY_NAME = {f.name: f for f in clue.CLUE_FILES}
 

@@ -6,8 +6,8 @@ import io
 import re
 import types
 
-from mtl_framework.callbacks import Progress
 from mtl_framework.console import PlainBar, progress_bar
+from mtl_framework.loop.callbacks import Progress
 
 from conftest import write_tiny_experiment
 
@@ -15,7 +15,7 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # any control byte but \t and
 
 
 def test_a_tiny_run_logged_to_a_file_reads_as_plain_lines(tmp_path, capfd):
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     path = write_tiny_experiment(tmp_path / "tiny.yaml", tasks=["tnews", "afqmc", "mlm"],
                                  backbone={"num_layers": 1, "hidden_size": 32, "num_heads": 2,

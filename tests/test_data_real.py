@@ -22,7 +22,7 @@ from data_adapters import (
     read_task,
 )
 from data_adapters.qa import UNLOCATED_QUESTION
-from mtl_framework.registry import load_registry
+from mtl_framework.config.registry import load_registry
 
 # The catalog datasets with real files in ../shared/data (one spec file each).
 DATASETS = ["afqmc", "tnews", "iflytek", "ocnli", "cmnli", "csl", "cluewsc2020", "cmrc2018",

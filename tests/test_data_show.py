@@ -4,8 +4,9 @@ span task's texts are glued to position digits (issue 34: a naive Weibo NER spec
 import json
 from pathlib import Path
 
-from mtl_framework import cli, data_stats
-from mtl_framework.registry import load_paths, load_registry
+from mtl_framework import cli
+from mtl_framework.config.registry import load_paths, load_registry
+from mtl_framework.prepare import stats as data_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "experiments" / "demo" / "data"
@@ -47,8 +48,7 @@ def test_ner_spans_are_shown_with_the_characters_they_cover(capsys):
 
 
 def test_tokens_are_what_the_tokenizer_gives_for_the_pair_cut_at_max_length(capsys, tmp_path):
-    from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
     rows = [line.split("\t") for line in
             (DEMO_DATA / "afqmc" / "dev.txt").read_text(encoding="utf-8").splitlines()[:2]]

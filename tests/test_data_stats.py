@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from data_adapters.qa import UNLOCATED_QUESTION
-from mtl_framework import data_stats
-from mtl_framework.commands import data as data_command
+from mtl_framework.cli import data as data_command
+from mtl_framework.prepare import stats as data_stats
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 SPECS = FIXTURES / "specs"
@@ -92,8 +92,7 @@ def test_stats_counts_truncation_and_cut_spans_on_real_ner(shared_data, tmp_path
     """At max_length 24 on cluener dev, `truncated` and `cut` equal counts made
     directly: a text is truncated when [CLS] text [SEP] is over 24 tokens, an
     entity is cut when [CLS] + the tokens of the text up to its end pass 23."""
-    from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
     records = read_json_stream(shared_data / "cluener" / "dev.json")
     texts = [record["text"] for record in records]

@@ -16,11 +16,11 @@ import yaml
 from run_harness import checkpoint_state, load_state, wait_all
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.distributed import is_chief, precision_policy
-from mtl_framework.experiment import ExperimentError, load_experiment
-from mtl_framework.heads import build_head
-from mtl_framework.trainer import Run
-from mtl_framework.training import MultiTaskModel
+from mtl_framework.config.experiment import ExperimentError, load_experiment
+from mtl_framework.families.heads import build_head
+from mtl_framework.loop.run import Run
+from mtl_framework.step.distributed import is_chief, precision_policy
+from mtl_framework.step.model import MultiTaskModel
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_DATA = os.path.join(REPO, "experiments", "demo", "data")

@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtl_framework import evaluation
-from mtl_framework import heads as H
-from mtl_framework import run_dir as files
-from mtl_framework.cache import cached_features
-from mtl_framework.heads import build_head
-from mtl_framework.registry import load_registry
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+from mtl_framework.config.registry import load_registry
+from mtl_framework.evaluation import dev as evaluation
+from mtl_framework.families import heads as H
+from mtl_framework.families.heads import build_head
+from mtl_framework.prepare.cache import cached_features
+from mtl_framework.saving import run_dir as files
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "experiments" / "demo" / "data"
@@ -204,7 +203,7 @@ def test_publisher_scorer_is_the_score_and_the_generic_metric_stays_beside_it(se
     over the release's questions, computed here again from the predicted texts."""
     from data_adapters import read_task
     from mtl_framework.families import mrc
-    from mtl_framework.scorers import cmrc2018
+    from mtl_framework.scoring.scorers import cmrc2018
 
     tasks, tokenizer, cache = setup
     task = tasks["cmrc2018"]
@@ -249,7 +248,7 @@ def test_a_partial_evaluation_scores_only_the_questions_it_ran(setup):
 def test_run_evaluate_takes_task_names(tmp_path):
     """Run.evaluate(split, tasks) with names (it used to want TaskSpecs: AttributeError)."""
     from mtl_framework.errors import UserError
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     experiment = tmp_path / "tiny.yaml"
     experiment.write_text(f"""
@@ -270,8 +269,8 @@ steps: 1
 
 
 def test_keep_best_the_model_card_and_old_lines_read_the_publishers_score():
-    from mtl_framework.callbacks import BestTracker
-    from mtl_framework.model_card import eval_results
+    from mtl_framework.export.model_card import eval_results
+    from mtl_framework.loop.callbacks import BestTracker
 
     new = {"metric": "em_f1", "score": 0.61, "metric_score": 0.70, "scorer": "cmrc2018",
            "scorer_figure": "average", "scorer_result": {"average": 0.61}, "baseline": 0.0}

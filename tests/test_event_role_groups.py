@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from mtl_framework.trainer import Run
+from mtl_framework.loop.run import Run
 
 SPEC = """
 dataset: tiny_events

@@ -7,8 +7,7 @@ import pytest
 import tensorflow as tf
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework import backbone as backbone_module
-from mtl_framework.layers import attention_softmax
+from mtl_framework.layers import attention_softmax, resolve_exact_padding
 
 TINY = dict(vocab_size=200, num_layers=2, hidden_size=32, num_heads=2, dropout=0.0)
 
@@ -97,8 +96,8 @@ def test_default_chooses_itself(monkeypatch):
     assert RoFormerV2Backbone(**TINY, dtype="mixed_bfloat16", exact_padding=True).exact_padding
     monkeypatch.setattr(tf.config, "list_logical_devices",
                         lambda kind=None: ["/GPU:0"] if kind == "GPU" else [])
-    assert backbone_module.resolve_exact_padding(None, "float32") is False
-    assert backbone_module.resolve_exact_padding(True, "float32") is True
+    assert resolve_exact_padding(None, "float32") is False
+    assert resolve_exact_padding(True, "float32") is True
     with pytest.raises(ValueError, match="exact_padding must be true, false or null"):
         RoFormerV2Backbone(**TINY, exact_padding="false")
 

@@ -57,7 +57,7 @@ def test_finetune_classifier_then_predict_raw_strings(trained, tmp_path, capsys)
     assert [text for _, text in printed] == module.REVIEWS
     assert all(label in ("negative", "positive") for label, _ in printed)
     # the same texts through the task's own format (TSV: text<TAB>label), by predict_file
-    from mtl_framework.predict import load_model
+    from mtl_framework.evaluation.predict import load_model
 
     model = load_model(str(tmp_path / "ft"), data_root=str(DEMO_DATA))
     tsv = tmp_path / "reviews.tsv"
@@ -84,7 +84,7 @@ def test_predict_ner_from_raw_strings(trained, tmp_path):
 
 def test_raw_strings_need_a_head_and_give_one_prediction_each(trained):
     from mtl_framework.errors import UserError
-    from mtl_framework.predict import load_model
+    from mtl_framework.evaluation.predict import load_model
 
     model = load_model(str(trained / "run"), data_root=str(DEMO_DATA))
     with pytest.raises(UserError, match="no head for task 'cmrc2018'"):

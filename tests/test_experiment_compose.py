@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from mtl_framework import cli
-from mtl_framework.experiment import Experiment, ExperimentError, load_experiment
+from mtl_framework.config.experiment import Experiment, ExperimentError, load_experiment
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DATA = REPO / "experiments" / "demo" / "data"

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtl_framework import balancing, cli, mixture
-from mtl_framework import experiment as E
+from mtl_framework import cli
+from mtl_framework.config import experiment as E
+from mtl_framework.mixing import balancing, mixture
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "experiment.md"
@@ -88,7 +89,7 @@ def worked_example(tmp_path):
 
 def test_worked_example_passes_every_check_mtl_train_makes(worked_example, tmp_path, capsys,
                                                             monkeypatch):
-    from mtl_framework.preflight import plan_run
+    from mtl_framework.plan import plan_run
 
     monkeypatch.chdir(tmp_path)  # not the project folder: paths resolve against the file
     plan = plan_run(str(worked_example), output=str(tmp_path / "runs" / "mixed"))

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2.keras_hub import keras_hub_available
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
-from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
 from conftest import write_tiny_experiment
 
@@ -202,7 +202,7 @@ def test_keras_hub_tokenizer_points_at_our_vocab(run_dir, exported):
 def test_residual_scale_is_folded_for_bert4keras(tmp_path):
     """Exported before its warm-up ended (a = 0.4): a moves into the output kernels."""
     from mtl_framework.architectures.roformer_v2 import bert4keras
-    from mtl_framework.export import fold_residual_alpha
+    from mtl_framework.export.writer import fold_residual_alpha
 
     backbone = RoFormerV2Backbone(vocab_size=300, num_layers=2, hidden_size=32, num_heads=2,
                                   intermediate_size=64, dropout=0.0, alpha_warmup_steps=10)
@@ -269,8 +269,8 @@ def test_with_heads_export_holds_heads_and_their_weights(exported, checkpoint):
 
 
 def test_init_from_export_starts_backbone_and_same_named_heads(exported, checkpoint, tmp_path):
+    from mtl_framework.loop.run import Run
     from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.trainer import Run
 
     state, arrays = checkpoint
     experiment = write_experiment(
@@ -294,7 +294,7 @@ def test_init_from_export_starts_backbone_and_same_named_heads(exported, checkpo
 
 
 def test_init_errors_name_the_file_and_the_mismatch(exported, tmp_path):
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     cache = str(exported["heads"].parent.parent.parent / "cache")
     bad_dims = write_experiment(tmp_path / "dims.yaml", cache_dir=cache, tasks=["tnews"],

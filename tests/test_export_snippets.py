@@ -28,7 +28,7 @@ def snippets():
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     """A folder for the exports, each written when a test first asks for it."""
-    from mtl_framework.export import export
+    from mtl_framework.export.writer import export
 
     base = tmp_path_factory.mktemp("snippets")
 
@@ -89,7 +89,7 @@ def test_bert4keras_and_pytorch_snippets_give_the_keras_vector(exports, fmt, cap
 
 def test_from_preset_takes_a_size_name_as_keras_hub_does(tmp_path, monkeypatch):
     from mtl_framework import RoFormerV2Backbone
-    from mtl_framework.backbone import PRESETS
+    from mtl_framework.architectures.roformer_v2.presets import PRESETS
 
     backbone = RoFormerV2Backbone.from_preset("small", vocab_size=64)
     assert {k: backbone.config[k] for k in PRESETS["small"]} == PRESETS["small"]

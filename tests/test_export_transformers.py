@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from interop.roformer_torch import BERT_WORKER, run_torch, torch_unavailable_reason
 
 from mtl_framework import architectures
 from mtl_framework.errors import UserError
-from mtl_framework.interop.roformer_torch import BERT_WORKER, run_torch, torch_unavailable_reason
 
 TOLERANCE = 1e-5
 HUB = {"bert": "BertBackbone", "albert": "AlbertBackbone"}
@@ -20,7 +20,7 @@ TINY = dict(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=64, dro
 
 @pytest.fixture(scope="module")
 def vocab(real_sentences, tmp_path_factory):
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.tokenizer import build_vocab, count_units, write_vocab
 
     titles, pairs = real_sentences
     path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
@@ -170,7 +170,7 @@ def test_keras_hub_export_loads_in_keras_hub(architecture, vocab, real_sentences
                                                      ("albert", "gelu_approximate")])
 def test_bert4keras_export_loads_in_bert4keras(architecture, activation, vocab, real_sentences,
                                                tmp_path):
-    from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
+    from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 
     if not bert4keras_available():
         pytest.skip("bert4keras/tf-keras not installed (make interop)")

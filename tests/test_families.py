@@ -29,21 +29,20 @@ from data_adapters.examples import (
     TextExample,
     Triple,
 )
-from mtl_framework import heads as H
-from mtl_framework import spec_schema
+from mtl_framework.config import spec_schema
+from mtl_framework.config.registry import load_registry
 from mtl_framework.families import FAMILIES, MLM, family, featurizer_for_task, make_featurizer
-from mtl_framework.registry import load_registry
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+from mtl_framework.families import heads as H
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
 # --- the table ---------------------------------------------------------------------------
 
 
 def test_importing_the_table_and_the_schema_loads_no_tensorflow():
     """Spec checks and feature workers run before TensorFlow loads (and must stay light)."""
-    code = ("import sys, mtl_framework.families, mtl_framework.spec_schema, "
-            "mtl_framework.features, mtl_framework.registry, mtl_framework.preflight, "
-            "mtl_framework.prepare; "
+    code = ("import sys, mtl_framework.families, mtl_framework.config.spec_schema, "
+            "mtl_framework.families.features, mtl_framework.config.registry, mtl_framework.plan, "
+            "mtl_framework.prepare.pipeline; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'keras'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -93,7 +92,7 @@ def test_raw_texts_become_examples_as_the_family_says():
     from types import SimpleNamespace
 
     from mtl_framework.errors import UserError
-    from mtl_framework.predict import PredictModel
+    from mtl_framework.evaluation.predict import PredictModel
 
     raw = [name for name, record in FAMILIES.items() if record.from_texts]
     for name, record in FAMILIES.items():

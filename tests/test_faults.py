@@ -232,7 +232,7 @@ def test_evaluate_unknown_task_of_a_run(trained, capsys):
 
 
 def test_a_bug_of_ours_keeps_its_traceback(monkeypatch, tmp_path):
-    from mtl_framework import preflight
+    from mtl_framework import plan as preflight
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
@@ -272,9 +272,9 @@ def test_error_after_tensorflow_start_is_still_one_line(trained, tmp_path):
 def bert4keras_folder(tmp_path_factory):
     """A tiny released-style bert4keras folder: bert_config.json, bert_model.ckpt.*, vocab.txt
     (a vocab of the demo's TNEWS text, 300 tokens), written by our exporter."""
+    from mtl_framework import RoFormerV2Backbone
     from mtl_framework.architectures.roformer_v2.bert4keras import save_bert4keras
-    from mtl_framework.backbone import RoFormerV2Backbone
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.tokenizer import build_vocab, count_units, write_vocab
 
     folder = tmp_path_factory.mktemp("b4k")
     texts = [json.loads(line)["sentence"] for line in

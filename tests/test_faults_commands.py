@@ -103,7 +103,7 @@ def test_export_force_onto_a_symlink_and_into_a_file_are_refused(trained, tmp_pa
 
 def test_export_disk_full_leaves_the_earlier_export_and_no_temporary(trained, tmp_path, capsys,
                                                                      monkeypatch):
-    from mtl_framework import export
+    from mtl_framework.export import writer as export
 
     out = tmp_path / "export"
     assert cli.main(["export", str(trained["run"]), "--format", "keras", "--output", str(out)]) == 0
@@ -196,7 +196,7 @@ def test_predict_refuses_an_existing_output_unless_forced(trained, five, tmp_pat
 
 def test_predict_checks_its_output_before_loading_the_model(trained, five, tmp_path, capsys,
                                                             monkeypatch):
-    from mtl_framework import predict
+    from mtl_framework.evaluation import predict
 
     def never(*args, **kwargs):
         raise AssertionError("the model was loaded before the output was checked")
@@ -243,7 +243,7 @@ def test_finetune_into_an_existing_run_changes_nothing(trained, tmp_path, capsys
 
 
 def test_finetune_into_a_run_being_trained_is_refused(trained, tmp_path, capsys):
-    from mtl_framework.run_dir import RunLock
+    from mtl_framework.saving.run_dir import RunLock
 
     busy = tmp_path / "busy"
     busy.mkdir()
@@ -282,8 +282,8 @@ def test_finetune_from_a_folder_without_vocab_or_with_cut_weights(trained, tmp_p
 # --- 4. the cached vocab is checked like the feature arrays -----------------------------
 
 def test_a_cut_cached_vocab_is_rebuilt_with_a_warning(tmp_path, capsys):
-    from mtl_framework.prepare import cached_vocab
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
+    from mtl_framework.prepare.pipeline import cached_vocab
 
     tasks = load_registry().select(["tnews"])
     path = cached_vocab(tasks, str(DEMO_DATA), 300, str(tmp_path), workers=None)
@@ -375,7 +375,7 @@ def test_resume_after_the_train_data_changed(trained, tmp_path, capsys):
 
 
 def test_disk_full_when_the_run_files_are_written(tmp_path, capsys, monkeypatch):
-    from mtl_framework import trainer
+    from mtl_framework.loop import run as trainer
 
     def full(source, target, *args, **kwargs):
         Path(target).write_text("[PAD]\n")  # a partial copy, then the disk is full

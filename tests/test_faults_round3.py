@@ -22,11 +22,13 @@ from test_faults import DEMO_DATA, REPO, experiment, line_of, refused, snapshot,
 from test_faults_commands import refused_late
 
 from data_adapters import ReadReport, get_adapter, read_files
-from mtl_framework import cache, cli, model_card
-from mtl_framework import run_dir as files
-from mtl_framework.benchmark import load_suite
+from mtl_framework import cli
+from mtl_framework.config.registry import LabelFileError, load_registry, read_label_file
 from mtl_framework.errors import UserError
-from mtl_framework.registry import LabelFileError, load_registry, read_label_file
+from mtl_framework.export import model_card
+from mtl_framework.loop.benchmark import load_suite
+from mtl_framework.prepare import cache
+from mtl_framework.saving import run_dir as files
 
 
 @pytest.fixture(scope="module")
@@ -517,7 +519,7 @@ def test_data_stats_names_the_alias_it_read(capsys):
 
 
 def test_two_exports_whose_names_slug_alike_are_named_as_such(tmp_path):
-    from mtl_framework.benchmark import check_exports
+    from mtl_framework.loop.benchmark import check_exports
 
     first, second = tmp_path / "my export", tmp_path / "my_export"
     with pytest.raises(UserError) as refusal:
@@ -529,7 +531,7 @@ def test_two_exports_whose_names_slug_alike_are_named_as_such(tmp_path):
 
 
 def test_patience_without_any_score_says_why():
-    from mtl_framework.callbacks import BestTracker
+    from mtl_framework.loop.callbacks import BestTracker
 
     tracker = BestTracker(patience=2)
     for step in (1, 2):

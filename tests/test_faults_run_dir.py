@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtl_framework import run_dir as files
 from mtl_framework.cli import main as mtl
+from mtl_framework.saving import run_dir as files
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DATA = REPO / "experiments" / "demo" / "data"
@@ -187,7 +187,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid_and_a_killed_one_holds_
         trained, tmp_path, capsys):
     run = copy_run(trained, tmp_path)
     holder = subprocess.Popen(  # holds the lock exactly as `mtl train` does, then waits
-        [sys.executable, "-c", "import sys, time; from mtl_framework.run_dir import RunLock; "
+        [sys.executable, "-c", "import sys, time; from mtl_framework.saving.run_dir import RunLock; "
          "lock = RunLock(sys.argv[1]); print('locked', flush=True); time.sleep(300)", str(run)],
         cwd=REPO, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from test_faults import DEMO_DATA, REPO, experiment, write
 
-from mtl_framework import cache as C
-from mtl_framework import run_dir as files
 from mtl_framework.cli import main as mtl
+from mtl_framework.prepare import cache as C
+from mtl_framework.saving import run_dir as files
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 
@@ -176,7 +176,7 @@ def test_sigkill_of_the_parent_leaves_no_worker(tmp_path):
     """The workers (and the resource tracker) end when the parent is SIGKILLed."""
     script = write(tmp_path / "parent.py", (
         "import time\n"
-        "from mtl_framework.prepare import Workers\n"
+        "from mtl_framework.prepare.pipeline import Workers\n"
         "if __name__ == '__main__':  # spawn imports this file again in each worker\n"
         "    pool = Workers(2)\n"
         "    print(sum(pool.map(abs, range(-20, 0))), flush=True)\n"

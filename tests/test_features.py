@@ -21,10 +21,9 @@ from data_adapters.examples import (
     Triple,
 )
 from mtl_framework.families import make_featurizer
+from mtl_framework.families.features import TokenLocator, segment_tokens, truncate_longest_first
 from mtl_framework.families.mrc import mrc_answer, mrc_gold
-from mtl_framework.features import TokenLocator, segment_tokens, truncate_longest_first
-from mtl_framework.tokenizer import Tokenizer, truncate_sequences
-from mtl_framework.vocab import build_vocab, count_units, write_vocab
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, truncate_sequences, write_vocab
 
 CHARS = ("我爱北京天安门上太阳升伟大领袖毛主席指引我们向前进今天气很好明后会下雨吗是的不他她它在家里"
          "学校老师同生看书写字读报纸中国人民银行上海深圳广州南东西山水火木金土日月星什么没")
@@ -384,8 +383,8 @@ def test_mlm_needs_an_rng(tokenizer):
 
 def test_real_cmrc2018_and_cluener_round_trip(shared_data, tmp_path):
     from data_adapters import read_task
-    from mtl_framework.registry import load_registry
-    from mtl_framework.vocab import example_texts
+    from mtl_framework.config.registry import load_registry
+    from mtl_framework.tokenizer import example_texts
 
     registry = load_registry()
     cmrc, cluener = registry.tasks["cmrc2018"], registry.tasks["cluener"]
@@ -416,7 +415,7 @@ def test_real_cmrc2018_and_cluener_round_trip(shared_data, tmp_path):
 def test_disk_arrays_are_npy_files_equal_to_the_memory_arrays(tmp_path):
     """Disk mode appends to .npy files and writes each header last; numpy reads them
     as the arrays memory mode concatenates (dtypes, trailing shapes, empty arrays)."""
-    from mtl_framework.features import NPY_HEADER_BYTES, FeatureWriter, npy_header
+    from mtl_framework.families.features import NPY_HEADER_BYTES, FeatureWriter, npy_header
 
     rng = np.random.default_rng(0)
     chunks = [{"ids": rng.integers(0, 9000, 7).astype(np.uint16),

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtl_framework import architectures, formats
-from mtl_framework.backbone import RoFormerV2Backbone
+from mtl_framework import RoFormerV2Backbone, architectures, formats
 from mtl_framework.cli import build_parser
 from mtl_framework.errors import UserError
 

@@ -9,11 +9,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from interop.legacy_bert4keras import bert4keras_available
 
-from mtl_framework import heads as H
 from mtl_framework import losses
 from mtl_framework.families import FAMILIES
-from mtl_framework.interop.legacy_bert4keras import bert4keras_available
+from mtl_framework.families import heads as H
 
 rng = np.random.default_rng(0)
 B, L, HID = 2, 6, 16

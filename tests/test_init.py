@@ -11,7 +11,7 @@ import pytest
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2.layers import SelfAttention
 from mtl_framework.families import FAMILIES
-from mtl_framework.heads import HEAD_CLASSES, build_head
+from mtl_framework.families.heads import HEAD_CLASSES, build_head
 from mtl_framework.layers import RoFormerV2Initializer
 
 LAYERS = 4

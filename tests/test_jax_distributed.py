@@ -15,8 +15,8 @@ import pytest
 import yaml
 from run_harness import checkpoint_state, load_state, wait_all
 
-from mtl_framework.distributed import jax_cluster
-from mtl_framework.experiment import ExperimentError
+from mtl_framework.config.experiment import ExperimentError
+from mtl_framework.step.distributed import jax_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "distributed_worker.py"

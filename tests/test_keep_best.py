@@ -8,12 +8,12 @@ import keras
 import numpy as np
 import pytest
 
-from mtl_framework import run_dir as files
+from mtl_framework.config.experiment import Experiment
 from mtl_framework.errors import UserError
-from mtl_framework.experiment import Experiment
-from mtl_framework.export import export
-from mtl_framework.trained_model import read_run
-from mtl_framework.trainer import Run
+from mtl_framework.export.writer import export
+from mtl_framework.loop.run import Run
+from mtl_framework.saving import run_dir as files
+from mtl_framework.saving.trained_model import read_run
 
 from conftest import DEMO_DATA, TINY_BACKBONE
 
@@ -135,7 +135,7 @@ def test_export_best_and_a_step(runs, tmp_path):
     run_dir = str(run_tmp / "whole")
     best_step = whole.best.best_step
     out = export(run_dir, "keras", str(tmp_path / "best"), checkpoint="best", log=None)
-    from mtl_framework.backbone import RoFormerV2Backbone
+    from mtl_framework import RoFormerV2Backbone
 
     backbone = RoFormerV2Backbone.from_preset(out)
     saved = arrays(Path(run_dir) / "checkpoints" / f"best-step-{best_step:08d}")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework import run_dir as files
 from mtl_framework.cli import main
+from mtl_framework.saving import run_dir as files
 
 from conftest import DEMO_DATA, TINY_BACKBONE, write_tiny_experiment
 
@@ -92,7 +92,7 @@ def test_evaluate_refuses_a_bad_scaling_in_one_line(run, capsys):
 
 
 def test_predict_model_takes_the_override_backbone_and_heads_alike(run):
-    from mtl_framework.predict import load_model
+    from mtl_framework.evaluation.predict import load_model
 
     model = load_model(str(run), rope_scaling="ntk:8", log=None, max_length=512)
     expected = {"type": "ntk", "factor": 8.0, "original_max_length": TRAINED}

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mtl_framework import metrics as M
+from mtl_framework.scoring import metrics as M
 
 
 def test_accuracy_and_f1_single_label():

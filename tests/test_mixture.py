@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from mtl_framework.families import make_featurizer
-from mtl_framework.mixture import Mixture, RoundRobin, TaskSampler, TaskStream, example_count
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import build_vocab, count_units, write_vocab
+from mtl_framework.mixing.mixture import Mixture, RoundRobin, TaskSampler, TaskStream, example_count
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
 CHARS = "我爱北京天安门上太阳升伟大领袖毛主席指引我们向前进今天气很好明后会下雨吗是的不他她它在家里"
 OLD_RUN = Path(__file__).parent / "fixtures" / "run_format1"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mtl_framework.mixture import task_rates
-from mtl_framework.trainer import Run
+from mtl_framework.loop.run import Run
+from mtl_framework.mixing.mixture import task_rates
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DATA = REPO / "experiments" / "demo" / "data"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from mtl_framework.optimizers import AdamW, WarmupLinearDecay, build_optimizer
+from mtl_framework.step.optimizers import AdamW, WarmupLinearDecay, build_optimizer
 
 
 def run_adamw(optimizer_class, traced, steps=6):

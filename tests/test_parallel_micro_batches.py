@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.heads import build_head
-from mtl_framework.training import MultiTaskModel
+from mtl_framework.families.heads import build_head
+from mtl_framework.step.model import MultiTaskModel
 
 TINY = dict(vocab_size=60, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, dropout=0.1)
 

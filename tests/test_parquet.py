@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from data_adapters import ReadReport, read_files, read_task
+from mtl_framework.config.registry import BUILTIN_SPECS, load_paths, load_registry
 from mtl_framework.errors import UserError
-from mtl_framework.registry import BUILTIN_SPECS, load_paths, load_registry
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

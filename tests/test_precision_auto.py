@@ -3,8 +3,8 @@ instructions (amx_bf16, avx512_bf16), float32 elsewhere; the choice is in the ru
 import keras
 import pytest
 
-from mtl_framework.distributed import precision_policy
-from mtl_framework.precision import native_bf16_flags, resolve_precision
+from mtl_framework.config.precision import native_bf16_flags, resolve_precision
+from mtl_framework.step.distributed import precision_policy
 
 CPUINFO = """processor\t: {n}
 vendor_id\t: GenuineIntel
@@ -61,7 +61,7 @@ def test_policy_under_auto_is_this_machines_choice():
 def test_an_auto_run_builds_at_the_machines_choice_and_logs_it(tmp_path):
     from test_distributed import write_experiment
 
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     lines = []
     experiment = write_experiment(tmp_path, precision="auto", tasks=["tnews"], steps=1)
@@ -78,7 +78,7 @@ def test_an_auto_run_builds_at_the_machines_choice_and_logs_it(tmp_path):
 def bf16_cpu(tmp_path, monkeypatch):
     """No $MTL_PRECISION (the default applies) on a CPU with avx512_bf16; returns a
     function that turns it into one without."""
-    from mtl_framework import precision
+    from mtl_framework.config import precision
 
     monkeypatch.delenv("MTL_PRECISION", raising=False)
     monkeypatch.setattr(precision, "CPUINFO", cpuinfo(tmp_path, "avx512_bf16"))
@@ -88,7 +88,7 @@ def bf16_cpu(tmp_path, monkeypatch):
 
 
 def test_the_default_is_auto_and_mtl_precision_stands_in_for_it(monkeypatch):
-    from mtl_framework.experiment import Experiment, ExperimentError
+    from mtl_framework.config.experiment import Experiment, ExperimentError
 
     minimal = {"tasks": ["tnews"], "backbone": {"size": "small"}}
     experiment = Experiment.from_dict(minimal)
@@ -104,7 +104,7 @@ def test_the_default_is_auto_and_mtl_precision_stands_in_for_it(monkeypatch):
 
 
 def test_auto_is_float32_on_jax(monkeypatch, tmp_path):
-    from mtl_framework import precision
+    from mtl_framework.config import precision
 
     monkeypatch.setattr(precision, "keras_backend", lambda: "jax")
     assert resolve_precision("auto", cpuinfo(tmp_path, "avx512_bf16 amx_bf16"))[0] == "float32"
@@ -114,10 +114,10 @@ def test_a_run_records_what_auto_chose_and_keeps_it_on_another_cpu(tmp_path, bf1
     from test_distributed import write_experiment
 
     from mtl_framework.assemble import open_run
-    from mtl_framework.experiment import ExperimentError
-    from mtl_framework.preflight import plan_run
-    from mtl_framework.run_dir import read_experiment
-    from mtl_framework.trainer import Run
+    from mtl_framework.config.experiment import ExperimentError
+    from mtl_framework.loop.run import Run
+    from mtl_framework.plan import plan_run
+    from mtl_framework.saving.run_dir import read_experiment
 
     experiment = write_experiment(tmp_path, tasks=["tnews"], steps=1)  # names no precision
     run_dir, lines = str(tmp_path / "run"), []
@@ -144,8 +144,8 @@ def test_a_run_that_records_no_precision_trained_in_float32(tmp_path, bf16_cpu):
     from test_run_dir import format1_copy
 
     from mtl_framework.assemble import open_run
-    from mtl_framework.preflight import plan_run
-    from mtl_framework.run_dir import experiment_file
+    from mtl_framework.plan import plan_run
+    from mtl_framework.saving.run_dir import experiment_file
 
     run = format1_copy(tmp_path)  # written before `auto` became the default: no precision
     assert resolve_precision("auto")[0] == "mixed_bfloat16"

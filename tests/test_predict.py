@@ -76,8 +76,8 @@ def tiny_run(tmp_path_factory):
 
 def make_tiny_run(base):
     """A 1-layer run trained 2 updates on 11 tasks (every family), with its keras export."""
-    from mtl_framework.export import export
-    from mtl_framework.trainer import Run
+    from mtl_framework.export.writer import export
+    from mtl_framework.loop.run import Run
 
     data = base / "data"
     shutil.copytree(DEMO_DATA, data)
@@ -131,7 +131,7 @@ def _json_lines(path):
 
 
 def _spec_labels(task):
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
 
     return load_registry().tasks[task].labels
 
@@ -199,7 +199,7 @@ def test_ner_spans_are_half_open_and_their_text_is_the_mention(tiny_run, outputs
 def test_relation_and_event_arguments_carry_text_and_char_spans(tiny_run, outputs):
     rows = _json_lines(tiny_run["data"] / TASKS["duie_spo"])
     assert len(outputs["duie_spo"]) == len(rows)
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
 
     predicates = set(load_registry().tasks["duie_spo"].resolve_labels(str(tiny_run["data"])))
     for line, row in zip(outputs["duie_spo"], rows):
@@ -257,7 +257,7 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tiny_run, tmp_path, c
         assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
     # an export without heads
-    from mtl_framework.export import export
+    from mtl_framework.export.writer import export
 
     bare = tmp_path / "bare"
     export(run, "keras", str(bare), log=None)

@@ -21,7 +21,7 @@ NER_TEXT = "浙商银行企业信贷部叶老桂博士则从另一个角度对�
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     """A 1-layer run trained 2 updates on tnews, afqmc and cluener (demo samples)."""
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     base = tmp_path_factory.mktemp("predict-text")
     data = base / "data"
@@ -60,7 +60,7 @@ def file_predictions(tmp_path, run_dir, task, rows):
 
 def test_repeated_text_prints_one_json_line_per_text_as_the_file_input_predicts(
         run_dir, tmp_path, capsys):
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
 
     args = [run_dir, "--task", "tnews"] + [a for t in TITLES for a in ("--text", t)]
     lines = predict_lines(capsys, *args)

@@ -1,4 +1,4 @@
-"""Preparation in worker processes (mtl_framework.prepare) gives the arrays one
+"""Preparation in worker processes (mtl_framework.prepare.pipeline) gives the arrays one
 process gives, for every family; `mtl data prepare` builds what a run reads."""
 import itertools
 import os
@@ -12,13 +12,12 @@ import pytest
 
 from data_adapters import read_task
 from data_adapters.examples import Entity, Event, EventExample
-from mtl_framework import cache as C
-from mtl_framework import prepare as P
-from mtl_framework.experiment import load_experiment
+from mtl_framework.config.experiment import load_experiment
+from mtl_framework.config.registry import load_registry
 from mtl_framework.families import featurizer_for_task, make_featurizer
-from mtl_framework.registry import load_registry
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+from mtl_framework.prepare import cache as C
+from mtl_framework.prepare import pipeline as P
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "experiments" / "demo.yaml"

@@ -10,7 +10,7 @@ import pytest
 
 import mtl_framework
 from mtl_framework import cli
-from mtl_framework.provenance import describe, provenance
+from mtl_framework.saving.provenance import describe, provenance
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def fresh_provenance():
     """provenance() is computed once per process; the checkout may have moved since."""
-    from mtl_framework import provenance as module
+    from mtl_framework.saving import provenance as module
 
     module._provenance.cache_clear()
 
@@ -75,7 +75,7 @@ def test_report_without_matplotlib_is_one_line_and_writes_nothing(tmp_path, monk
     run.mkdir()
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0, "tasks": {}}) + "\n")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
-    monkeypatch.delitem(sys.modules, "mtl_framework.report", raising=False)
+    monkeypatch.delitem(sys.modules, "mtl_framework.evaluation.report", raising=False)
     assert cli.main(["report", str(run)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: plots need matplotlib, which is not installed: pip install mtl_framework[plots]"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from data_adapters import MissingDataFile, ReadReport, qa, read_task
-from mtl_framework.registry import load_registry
+from mtl_framework.config.registry import load_registry
 
 from conftest import SHARED_DATA
 

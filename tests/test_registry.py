@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mtl_framework import registry
+from mtl_framework.config import registry
 from mtl_framework.families import FAMILIES
 
 SPECS = Path(__file__).parent / "fixtures" / "specs"
@@ -287,7 +287,7 @@ def test_a_task_reading_another_format_keeps_only_the_dataset_files(tmp_path):
 
 
 def test_an_unknown_scorer_is_one_line_naming_the_known_ones(tmp_path):
-    from mtl_framework.scorers import SCORERS
+    from mtl_framework.scoring.scorers import SCORERS
 
     path = tmp_path / "bad_scorer.yaml"
     path.write_text("dataset: bad_scorer\nformat: squad\nfiles:\n  dev: x/dev.json\ntasks:\n"

@@ -5,7 +5,7 @@ format, option or field the adapters do not have fails here.
 """
 from collections import Counter
 
-from mtl_framework import registry
+from mtl_framework.config import registry
 
 # CATALOG.md section 1, the dataset ids (77).
 DATASETS = """

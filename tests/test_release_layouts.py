@@ -10,9 +10,9 @@ import pytest
 from data_adapters import MissingDataFile, ReadReport, read_files, read_task
 from data_adapters.ner_spans import InlineNerAdapter
 from mtl_framework import cli
-from mtl_framework.cache import data_files
-from mtl_framework.preflight import missing_files
-from mtl_framework.registry import load_paths, validate_paths
+from mtl_framework.config.registry import load_paths, validate_paths
+from mtl_framework.plan import missing_files
+from mtl_framework.prepare.cache import data_files
 
 SPEC = """dataset: pairs
 verified: documentation
@@ -258,9 +258,8 @@ def test_ipre_two_sentence_parts_with_one_relation_file(tmp_path):
 
 
 def test_training_logs_say_which_optional_files_were_absent(pairs, tmp_path):
-    from mtl_framework.cache import cached_features
-    from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.prepare.cache import cached_features
+    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
     task, root = pairs
     vocab = tmp_path / "vocab.txt"

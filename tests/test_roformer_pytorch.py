@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interop.roformer_torch import run_torch, torch_site_packages, torch_unavailable_reason
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
-from mtl_framework.interop.roformer_torch import run_torch, torch_site_packages, torch_unavailable_reason
 
 from conftest import TINY_BACKBONE, padded_batch, write_tiny_experiment
 
@@ -298,7 +298,7 @@ def test_layout_tells_the_folders_apart(exported, tmp_path):
                                       ("bert4keras", "checkpoint"),
                                       ("roformer-pytorch", "checkpoint")])
 def test_run_starts_from_every_folder(kind, key, exported, trained, batch, run_dir, tmp_path):
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     directory = exported[kind]
     experiment = write_experiment(tmp_path / "start.yaml", tasks=["tnews"],
@@ -317,7 +317,7 @@ def test_run_starts_from_every_folder(kind, key, exported, trained, batch, run_d
 
 
 def test_run_refuses_dims_that_differ_from_the_folder(exported, run_dir, tmp_path):
-    from mtl_framework.trainer import Run
+    from mtl_framework.loop.run import Run
 
     experiment = write_experiment(
         tmp_path / "dims.yaml", tasks=["tnews"], cache_dir=str(run_dir.parent / "cache"),

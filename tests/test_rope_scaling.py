@@ -8,10 +8,11 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from interop.roformer_torch import torch_python, torch_unavailable_reason
 
-from mtl_framework import RoFormerV2Backbone, rope_scaling
-from mtl_framework import heads as H
-from mtl_framework.interop.roformer_torch import torch_python, torch_unavailable_reason
+from mtl_framework import RoFormerV2Backbone
+from mtl_framework.architectures import rope_scaling
+from mtl_framework.families import heads as H
 from mtl_framework.layers import ntk_base, rotary_angles, rotary_inverse_frequency, rotary_tables
 
 WORKER = Path(__file__).with_name("hf_rope_worker.py")

@@ -14,8 +14,8 @@ import pytest
 import tensorflow as tf
 
 from mtl_framework import cli
-from mtl_framework.experiment import Experiment
-from mtl_framework.trainer import Run
+from mtl_framework.config.experiment import Experiment
+from mtl_framework.loop.run import Run
 
 from conftest import DEMO_DATA
 

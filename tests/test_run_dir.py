@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from mtl_framework import run_dir as files
 from mtl_framework.cli import main as mtl
+from mtl_framework.saving import run_dir as files
 
 REPO = Path(__file__).resolve().parents[1]
 FORMAT1 = REPO / "tests" / "fixtures" / "run_format1"
@@ -78,9 +78,9 @@ def test_find_cycle_finds_one_and_only_one():
 
 def test_the_package_has_no_import_cycle():
     graph = module_imports()
-    assert {"mtl_framework.trainer", "mtl_framework.export", "mtl_framework.evaluation",
-            "mtl_framework.run_dir"} <= set(graph)
-    assert "mtl_framework.run_dir" in graph["mtl_framework.export"]  # the parser sees imports
+    assert {"mtl_framework.loop.run", "mtl_framework.export.writer", "mtl_framework.evaluation.dev",
+            "mtl_framework.saving.run_dir"} <= set(graph)
+    assert "mtl_framework.saving.run_dir" in graph["mtl_framework.export.writer"]  # the parser sees imports
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -88,7 +88,7 @@ def test_the_package_has_no_import_cycle():
 # --- names, write, read ---------------------------------------------------------------------
 
 def test_names_do_not_depend_on_what_else_the_process_built():
-    from mtl_framework.backbone import RoFormerV2Backbone
+    from mtl_framework import RoFormerV2Backbone
 
     config = dict(vocab_size=50, num_layers=1, hidden_size=8, num_heads=2, intermediate_size=16,
                   dropout=0.1)
@@ -213,8 +213,8 @@ def test_format1_run_exports_its_backbone_and_heads(tmp_path):
 
 
 def test_format1_run_evaluates_like_the_full_run_rebuilt(tmp_path):
-    from mtl_framework.evaluation import evaluate_run
-    from mtl_framework.trainer import Run
+    from mtl_framework.evaluation.dev import evaluate_run
+    from mtl_framework.loop.run import Run
 
     run = format1_copy(tmp_path)
     line = evaluate_run(str(run), max_examples=6, batch_size=4, log=None)

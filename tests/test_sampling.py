@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mtl_framework.mixture import TaskSampler, format_rates, rates_from_config, task_rates
+from mtl_framework.mixing.mixture import TaskSampler, format_rates, rates_from_config, task_rates
 
 SIZES = {"big": 1_000_000, "mid": 40_000, "small": 500}
 

@@ -2,7 +2,7 @@
 import pytest
 from official_fixtures import assert_figures, load, shared_file
 
-from mtl_framework.scorers import cail2018
+from mtl_framework.scoring.scorers import cail2018
 
 FIXTURE = load("cail2018")
 
@@ -50,8 +50,8 @@ def test_publisher_entry_reads_the_release_layout(gold, tmp_path):
     import shutil
 
     from data_adapters import read_task
-    from mtl_framework import scorers
-    from mtl_framework.registry import load_registry
+    from mtl_framework.config.registry import load_registry
+    from mtl_framework.scoring import scorers
 
     folder = tmp_path / "cail2018"
     (folder / "final_all_data" / "exercise_contest").mkdir(parents=True)

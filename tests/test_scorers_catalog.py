@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mtl_framework.registry import load_registry
-from mtl_framework.scorers import SCORERS
+from mtl_framework.config.registry import load_registry
+from mtl_framework.scoring.scorers import SCORERS
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOG = ROOT.parent / "shared" / "CATALOG.md"

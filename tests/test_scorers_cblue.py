@@ -8,8 +8,8 @@ import pytest
 from official_fixtures import assert_figures, load, shared_file
 
 from data_adapters import read_task
-from mtl_framework import metrics as M
-from mtl_framework.registry import load_registry
+from mtl_framework.config.registry import load_registry
+from mtl_framework.scoring import metrics as M
 
 FIXTURE = load("chip_cdn")
 CASES = [(d, s) for d, entry in FIXTURE["datasets"].items() for s in entry["sets"]]

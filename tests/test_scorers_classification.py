@@ -4,7 +4,7 @@ and ctc/sts macro F1) on 20 prediction sets per dataset built from real dev labe
 import pytest
 from official_fixtures import assert_figures, load
 
-from mtl_framework import metrics as M
+from mtl_framework.scoring import metrics as M
 
 FIXTURE = load("classification")
 CASES = [(d, s) for d, entry in FIXTURE["datasets"].items() for s in entry["sets"]]

@@ -2,8 +2,8 @@
 import pytest
 from official_fixtures import assert_figures, load, shared_file
 
-from mtl_framework.scorers import cluener
-from mtl_framework.scorers.cluener import read_records
+from mtl_framework.scoring.scorers import cluener
+from mtl_framework.scoring.scorers.cluener import read_records
 
 FIXTURE = load("cluener")
 
@@ -46,13 +46,12 @@ def test_evaluate_reports_score_py_figure_for_the_gold_spans(tmp_path):
     of the written lines, the generic span F1 beside it."""
     from pathlib import Path
 
-    from mtl_framework import evaluation
-    from mtl_framework import heads as H
-    from mtl_framework.cache import cached_features
-    from mtl_framework.heads import build_head
-    from mtl_framework.registry import load_registry
-    from mtl_framework.tokenizer import Tokenizer
-    from mtl_framework.vocab import build_vocab, count_units, write_vocab
+    from mtl_framework.config.registry import load_registry
+    from mtl_framework.evaluation import dev as evaluation
+    from mtl_framework.families import heads as H
+    from mtl_framework.families.heads import build_head
+    from mtl_framework.prepare.cache import cached_features
+    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
     demo = Path(__file__).resolve().parents[1] / "experiments" / "demo" / "data"
     task = load_registry().select(["cluener"])[0]

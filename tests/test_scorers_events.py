@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from mtl_framework import evaluation
-from mtl_framework import heads as H
-from mtl_framework import metrics as M
-from mtl_framework.cache import cached_features
-from mtl_framework.heads import build_head
-from mtl_framework.registry import load_registry
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import build_vocab, count_units, example_texts, write_vocab
+from mtl_framework.config.registry import load_registry
+from mtl_framework.evaluation import dev as evaluation
+from mtl_framework.families import heads as H
+from mtl_framework.families.heads import build_head
+from mtl_framework.prepare.cache import cached_features
+from mtl_framework.scoring import metrics as M
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REAL = Path(os.environ.get("MTL_REAL_FORMATS", SHARED / "real_formats"))

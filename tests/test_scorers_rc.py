@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mtl_framework.scorers import SCORERS
+from mtl_framework.scoring.scorers import SCORERS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "official_scorers"

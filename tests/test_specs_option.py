@@ -26,7 +26,7 @@ tasks:
 
 @pytest.fixture(scope="module")
 def backbone_dir(tmp_path_factory):
-    from mtl_framework.backbone import RoFormerV2Backbone
+    from mtl_framework import RoFormerV2Backbone
 
     folder = tmp_path_factory.mktemp("specs-option")
     backbone = RoFormerV2Backbone(vocab_size=64, num_layers=1, hidden_size=16, num_heads=2,

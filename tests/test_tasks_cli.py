@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from test_registry import BROKEN, SPECS, fake_formats  # noqa: F401 (autouse fixture)
 
-from mtl_framework import cli, registry
+from mtl_framework import cli
+from mtl_framework.config import registry
 
 VALID = SPECS / "valid"
 
@@ -91,7 +92,7 @@ def test_mtl_console_script_exit_codes():
 
 
 def test_registry_and_tasks_command_do_not_import_tensorflow():
-    code = ("import sys, mtl_framework.commands.tasks as t; t.reg.load_paths([sys.argv[1]]); "
+    code = ("import sys, mtl_framework.cli.tasks as t; t.reg.load_paths([sys.argv[1]]); "
             "bad = [m for m in ('tensorflow', 'keras') if m in sys.modules]; "
             "sys.exit('imported ' + ', '.join(bad) if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code, str(VALID)], capture_output=True, text=True,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from data_adapters import ReadReport, read_files
-from mtl_framework.trainer import Run
+from mtl_framework.loop.run import Run
 
 DOCS = ["今天天气很好，我们去公园散步。", "北京是中国的首都。", "机器学习需要大量的数据。",
         "他喜欢在周末读书和写字。", "这家饭店的菜非常好吃。"]
@@ -116,8 +116,8 @@ def test_run_mlm_reads_its_own_corpus(tmp_path, whole_word):
 
 def test_editing_a_corpus_file_changes_its_cache_key(tmp_path):
     """A folder corpus is keyed by every file in it, not by the folder's own mtime."""
-    from mtl_framework.cache import data_files
-    from mtl_framework.preflight import mlm_corpus_task
+    from mtl_framework.plan import mlm_corpus_task
+    from mtl_framework.prepare.cache import data_files
 
     (tmp_path / "corpus" / "sub").mkdir(parents=True)
     (tmp_path / "corpus" / "a.txt").write_text(DOCS[0] + "\n", encoding="utf-8")

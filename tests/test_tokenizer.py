@@ -3,11 +3,10 @@ import re
 from collections import Counter
 
 import pytest
+from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
 from token_spans import char_span_to_token_span
 
-from mtl_framework.interop.legacy_bert4keras import bert4keras_available, run_bert4keras
-from mtl_framework.tokenizer import Tokenizer, truncate_sequences
-from mtl_framework.vocab import build_vocab, count_units, write_vocab
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, truncate_sequences, write_vocab
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

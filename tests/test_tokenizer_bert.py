@@ -8,10 +8,9 @@ import re
 from collections import Counter
 
 import pytest
+from interop.roformer_torch import BERT_WORKER, run_torch, torch_unavailable_reason
 
-from mtl_framework.interop.roformer_torch import BERT_WORKER, run_torch, torch_unavailable_reason
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import count_units
+from mtl_framework.tokenizer import Tokenizer, count_units
 
 
 def jsonl(path, limit):

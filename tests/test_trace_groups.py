@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.families import FAMILIES
-from mtl_framework.heads import HEAD_CLASSES, build_head
-from mtl_framework.training import MultiTaskModel
+from mtl_framework.families.heads import HEAD_CLASSES, build_head
+from mtl_framework.step.model import MultiTaskModel
 
 HID, B = 16, 3
 TINY = dict(vocab_size=40, num_layers=1, hidden_size=HID, num_heads=2, intermediate_size=32,

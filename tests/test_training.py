@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from mtl_framework import RoFormerV2Backbone
-from mtl_framework.heads import build_head
-from mtl_framework.training import MultiTaskModel, NonFiniteLossError
+from mtl_framework.families.heads import build_head
+from mtl_framework.step.model import MultiTaskModel, NonFiniteLossError
 
 TINY = dict(vocab_size=50, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, dropout=0.0)
 

@@ -8,10 +8,9 @@ import pytest
 import data_adapters
 from data_adapters import Adapter, TextExample, read_task, register_adapter
 from data_adapters.report import NO_LABEL, ReadReport
-from mtl_framework import cache as C
-from mtl_framework.registry import load_paths
-from mtl_framework.tokenizer import Tokenizer
-from mtl_framework.vocab import build_vocab, count_units, write_vocab
+from mtl_framework.config.registry import load_paths
+from mtl_framework.prepare import cache as C
+from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
 TEXT = "我爱北京天安门今天气很好"
 
@@ -145,7 +144,7 @@ def test_train_features_hold_no_unlabelled_row(tmp_path, monkeypatch):
 
 
 def test_data_stats_reports_the_places(tmp_path):
-    from mtl_framework.data_stats import collect
+    from mtl_framework.prepare.stats import collect
 
     task, data = task_of(tmp_path, **CASES["wsc coreference"])
     rows = {row["split"]: row for row in collect([task], tmp_path / "data")}

@@ -109,7 +109,7 @@ def test_installed_wheel_lists_the_tasks_from_another_directory(venv, tmp_path):
     folder = tmp_path / "elsewhere"
     folder.mkdir()
     where, _ = run([venv / "bin" / "python", "-c",
-                    "import mtl_framework, data_adapters, mtl_framework.registry as r; "
+                    "import mtl_framework, data_adapters, mtl_framework.config.registry as r; "
                     "print(mtl_framework.__file__, data_adapters.__file__, r.BUILTIN_SPECS)"],
                    cwd=folder)
     assert all(Path(p).resolve().is_relative_to(venv.resolve()) for p in where.split()), where

@@ -15,9 +15,9 @@ import platform
 import time
 from datetime import datetime
 
-from mtl_framework import run_dir as files
-from mtl_framework.model_card import dev_table, last_dev_evaluation
-from mtl_framework.provenance import describe
+from mtl_framework.export.model_card import dev_table, last_dev_evaluation
+from mtl_framework.saving import run_dir as files
+from mtl_framework.saving.provenance import describe
 
 BEGIN = "<!-- make demo: dev scores (experiments/demo/dev_table.py --readme) -->"
 END = "<!-- end of make demo's dev scores -->"

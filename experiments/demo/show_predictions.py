@@ -10,7 +10,7 @@ import json
 import os
 
 from data_adapters import read_task
-from mtl_framework.registry import load_registry
+from mtl_framework.config.registry import load_registry
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

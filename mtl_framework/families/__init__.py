@@ -11,12 +11,12 @@ denominators, the model card's Hub task type, raw-text prediction, data stats.
 Adding a family = a module here with its `Family` record(s) (every fact the rest of
 the framework needs about it a field of the record: its name is spelled in its own
 modules only, tests/test_families.py checks), listed in MODULES, and its head class
-beside it in `<module>_heads.py` (`@head_for`), imported by mtl_framework/heads.py.
+beside it in `<module>_heads.py` (`@head_for`), imported by mtl_framework/families/heads.py.
 No TensorFlow or Keras is imported here (the spec checks and the feature workers run
 before TensorFlow loads); the `_heads` modules import Keras and nothing here imports them.
 """
 from mtl_framework.families import choice, coreference, mlm, mrc, spans, text
-from mtl_framework.features import read_features
+from mtl_framework.families.features import read_features
 
 MODULES = (text, mrc, choice, spans, coreference, mlm)
 FAMILIES = {f.name: f for module in MODULES for f in module.FAMILIES}

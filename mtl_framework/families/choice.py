@@ -7,7 +7,13 @@ import numpy as np
 
 from data_adapters.examples import ChoiceExample
 from mtl_framework.families.base import Family, negative_label
-from mtl_framework.features import CHOICES, Featurizer, batch_length, pad_rows, truncate_longest_first
+from mtl_framework.families.features import (
+    CHOICES,
+    Featurizer,
+    batch_length,
+    pad_rows,
+    truncate_longest_first,
+)
 
 
 class ChoiceFeaturizer(Featurizer):

@@ -1,12 +1,12 @@
 """The head of families/choice.py: a score per choice, softmax over the choices.
 
-Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
+Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
 family records load before Keras)."""
 import numpy as np
 from keras import ops
 
 from mtl_framework import losses
-from mtl_framework.head_base import ScoreHead, _np, head_for
+from mtl_framework.families.heads import ScoreHead, _np, head_for
 from mtl_framework.layers import NEG_INF
 
 

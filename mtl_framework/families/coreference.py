@@ -6,8 +6,8 @@ import numpy as np
 
 from data_adapters.examples import CorefExample
 from mtl_framework.families.base import Family, label_output, negative_label
+from mtl_framework.families.features import Featurizer, TokenLocator, pad_tokens, segment_tokens
 from mtl_framework.families.spans import SpanFeaturizer
-from mtl_framework.features import Featurizer, TokenLocator, pad_tokens, segment_tokens
 
 
 class CorefFeaturizer(SpanFeaturizer):

@@ -8,7 +8,7 @@ import numpy as np
 
 from data_adapters.examples import EXAMPLE_TYPES
 from mtl_framework.families.base import Family
-from mtl_framework.features import Featurizer, pad_tokens
+from mtl_framework.families.features import Featurizer, pad_tokens
 
 
 class MLMFeaturizer(Featurizer):
@@ -40,7 +40,7 @@ class MLMFeaturizer(Featurizer):
         return fields
 
     def encode_chunk(self, chunk, writer, report):
-        from mtl_framework.vocab import example_texts
+        from mtl_framework.tokenizer import example_texts
         texts = []
         for example in chunk:
             found = [example] if isinstance(example, str) else list(example_texts(example))

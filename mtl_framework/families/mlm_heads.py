@@ -1,13 +1,13 @@
 """The head of families/mlm.py: the backbone's tied token embedding.
 
-Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
+Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
 family records load before Keras)."""
 import keras
 import numpy as np
 from keras import ops
 
 from mtl_framework import losses
-from mtl_framework.head_base import TaskHead, _np, head_for
+from mtl_framework.families.heads import TaskHead, _np, head_for
 
 
 @head_for("mlm")

@@ -7,7 +7,7 @@ import numpy as np
 
 from data_adapters.examples import SpanQAExample
 from mtl_framework.families.base import Family
-from mtl_framework.features import Featurizer, TokenLocator, pad_tokens
+from mtl_framework.families.features import Featurizer, TokenLocator, pad_tokens
 
 
 def _utf8(texts):

@@ -1,12 +1,12 @@
 """The head of families/mrc.py: a GlobalPointer over the context window.
 
-Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
+Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
 family records load before Keras)."""
 import numpy as np
 from keras import ops
 
 from mtl_framework import losses
-from mtl_framework.head_base import TaskHead, _np, _real_lengths, head_for
+from mtl_framework.families.heads import TaskHead, _np, _real_lengths, head_for
 from mtl_framework.layers import NEG_INF, GlobalPointer
 
 

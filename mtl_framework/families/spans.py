@@ -10,7 +10,7 @@ import numpy as np
 
 from data_adapters.examples import EventExample, NERExample, RelationExample
 from mtl_framework.families.base import Family, char_span
-from mtl_framework.features import Featurizer, TokenLocator, pad_tokens, segment_tokens, span_labels
+from mtl_framework.families.features import Featurizer, TokenLocator, pad_tokens, segment_tokens, span_labels
 
 
 class SpanFeaturizer(Featurizer):

@@ -1,13 +1,13 @@
 """The heads of families/spans.py: EfficientGlobalPointers for entities, and
 GPLinker's three pointers for relation triples and events (as bert4keras).
 
-Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
+Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
 family records load before Keras)."""
 from itertools import groupby
 
 import numpy as np
 
-from mtl_framework.head_base import (
+from mtl_framework.families.heads import (
     TaskHead,
     _label_scores,
     _np,

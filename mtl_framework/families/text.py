@@ -9,7 +9,7 @@ import numpy as np
 
 from data_adapters.examples import TextExample
 from mtl_framework.families.base import Family, label_output, negative_label
-from mtl_framework.features import Featurizer, pad_tokens
+from mtl_framework.families.features import Featurizer, pad_tokens
 
 
 class TextFeaturizer(Featurizer):

@@ -1,13 +1,13 @@
 """The heads of families/text.py: [CLS] -> Dense, as bert4keras's CLUE classifiers.
 
-Keras: mtl_framework.heads imports this module, families/__init__.py never does (the
+Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
 family records load before Keras)."""
 import keras
 import numpy as np
 from keras import ops
 
 from mtl_framework import losses
-from mtl_framework.head_base import ScoreHead, TaskHead, _np, head_for
+from mtl_framework.families.heads import ScoreHead, TaskHead, _np, head_for
 
 
 @head_for("classification", "matching")

@@ -6,7 +6,7 @@ import os
 
 import tensorflow as tf
 
-from mtl_framework.distributed import shard_batch
+from mtl_framework.step.distributed import shard_batch
 
 
 class TensorFlowStep:

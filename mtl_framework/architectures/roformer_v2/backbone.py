@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import keras
 from keras import ops
 
-from mtl_framework import rope_scaling as rope
+from mtl_framework.architectures import rope_scaling as rope
 from mtl_framework.architectures.backbone import Backbone
 from mtl_framework.architectures.roformer_v2 import bert4keras, roformer_pytorch
 from mtl_framework.architectures.roformer_v2.layers import RMSNorm, TransformerLayer

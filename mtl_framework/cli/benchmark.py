@@ -1,0 +1,40 @@
+"""`mtl benchmark EXPORT [EXPORT...] --suite SUITE.yaml --data-root DIR --output DIR`:
+fine-tune each exported backbone on each task of a suite for each seed; scores with 95%
+intervals and paired differences (see mtl_framework.loop.benchmark)."""
+import os
+
+from mtl_framework.formats import loadable
+
+
+def register(subparsers):
+    parser = subparsers.add_parser(
+        "benchmark", help="fine-tune exported encoders on a suite of tasks and compare them")
+    parser.add_argument("exports", nargs="+", metavar="EXPORT",
+                        help="backbone folders `mtl finetune` starts from (`mtl export RUN_DIR --format "
+                             f"{'|'.join(loadable())}`); with two or "
+                             "more, each pair is compared as the earlier export minus the later "
+                             "one, paired by seed")
+    parser.add_argument("--suite", required=True, help="suite YAML (e.g. suites/clue_small.yaml)")
+    parser.add_argument("--data-root", default=os.environ.get("MTL_DATA_ROOT"),
+                        help="dataset root (default: $MTL_DATA_ROOT)")
+    parser.add_argument("--output", required=True,
+                        help="results folder; run again with the same folder to resume")
+    parser.add_argument("--specs", nargs="+", default=[], metavar="DIR", help="extra task spec folders")
+    parser.add_argument("--cache-dir", default=None, help="features cache (default: OUTPUT/cache)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each fine-tune's checkpoint (default: removed once scored)")
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    from mtl_framework.loop.benchmark import benchmark
+
+    results = benchmark(args.exports, args.suite, args.data_root, args.output,
+                        task_specs=args.specs, cache_dir=args.cache_dir,
+                        keep_checkpoints=args.keep_checkpoints,
+                        log=lambda message: print(message, flush=True))
+    with open(os.path.join(args.output, "results.md"), encoding="utf-8") as f:
+        print("\n" + f.read())
+    print(f"wrote {os.path.join(args.output, 'results.json')}, results.md, results.png "
+          f"({len(results['rows'])} rows)")
+    return 0

@@ -1,0 +1,124 @@
+"""`mtl predict RUN_DIR --task TASK --text "..." [--text ...]`,
+`mtl predict RUN_DIR --task TASK --input FILE --output OUT.jsonl` and
+`mtl predict RUN_DIR --clue --output DIR`.
+
+RUN_DIR is a run directory (its latest checkpoint) or a keras export written with
+`mtl export --with-heads`. The first form prints one JSON line per text (`--text -`:
+one text per line of stdin; `--separator SEP` splits a pair); the second writes one
+JSON line per input example (`id` + `prediction`, input order); the third writes the
+CLUE 1.1 submission files of the run's CLUE tasks from their test splits
+(docs/predict.md).
+"""
+import json
+import os
+import sys
+
+from mtl_framework.cli.arguments import at_least, check_rope_scaling
+
+
+def register(subparsers):
+    parser = subparsers.add_parser("predict", help="predict with a run's task heads")
+    parser.add_argument("run_dir", help="a run directory, or a keras export with --with-heads")
+    parser.add_argument("--task", help="the task whose head predicts (one of the run's)")
+    parser.add_argument("--text", action="append", metavar="TEXT",
+                        help="a text to predict (repeat for more; `-`: one text per line of "
+                             "stdin); prints one JSON line per text")
+    parser.add_argument("--separator", metavar="SEP",
+                        help="with --text: split each text at SEP into a pair (text, text_b), "
+                             "e.g. --separator '|||' for matching tasks")
+    parser.add_argument("--input", metavar="FILE", help="examples in the task spec's format "
+                        "(only the fields a prediction reads are needed: no label)")
+    parser.add_argument("--clue", action="store_true",
+                        help="write the CLUE 1.1 submission files from the test splits")
+    parser.add_argument("--output",
+                        help="OUT.jsonl (with --input; with --text, default: stdout) or a "
+                             "folder (with --clue); an existing file is replaced only with "
+                             "--force, the input never")
+    parser.add_argument("--force", action="store_true",
+                        help="replace existing output file(s)")
+    parser.add_argument("--data-root", help="data folder (label files, --clue test files); "
+                        "default: the run's")
+    parser.add_argument("--specs", nargs="+", default=[], metavar="DIR",
+                        help="extra task spec folders or files")
+    parser.add_argument("--batch-size", type=at_least(1), default=32)
+    parser.add_argument("--max-length", type=at_least(4), default=None, metavar="N",
+                        help="cap each task's max_length (default: the run's max_length); may "
+                        "exceed the trained length (see --rope-scaling)")
+    parser.add_argument("--rope-scaling", default=None, metavar="TYPE:FACTOR",
+                        help="linear|ntk|dynamic_ntk:FACTOR, or none (default: the run's)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args):
+    check_rope_scaling(args.rope_scaling)  # before anything is read or written
+    from mtl_framework.errors import UserError
+    from mtl_framework.evaluation.predict import check_output, load_model
+
+    if args.clue == bool(args.task):
+        raise UserError("mtl predict: give either --task TASK (with --text TEXT or --input FILE) "
+                        "or --clue")
+    if args.task and not args.input and not args.text:
+        raise UserError("mtl predict: --task needs --input FILE (examples in the task's format) "
+                        "or --text TEXT (repeatable; `-` reads stdin)")
+    if args.input and args.text:
+        raise UserError("mtl predict: give --input FILE or --text TEXT, not both")
+    if args.separator is not None and not args.text:
+        raise UserError("mtl predict: --separator splits --text values: give --text")
+    if args.separator == "":
+        raise UserError("mtl predict: --separator is empty: give the string between text and "
+                        "text_b, e.g. '|||'")
+    if not args.text and not args.output:
+        raise UserError("mtl predict: --output is needed with "
+                        + ("--clue (a folder)" if args.clue else "--input (OUT.jsonl)"))
+    if args.input and (os.path.isdir(args.input) or not os.path.exists(args.input)):
+        # a pipe (`--input /dev/stdin`, `<(...)`) is read like a file
+        raise UserError(f"--input {args.input}: "
+                        + ("a folder: give a file" if os.path.isdir(args.input) else "no such file"))
+    if args.data_root and not os.path.isdir(args.data_root):
+        raise UserError(f"--data-root {args.data_root}: no such folder")
+    if not os.path.isdir(args.run_dir):
+        raise UserError(f"{args.run_dir}: no such folder: give a run directory or a keras "
+                        "export written with --with-heads")
+    # the outputs before any work: an hour of predictions never ends in "cannot write"
+    if args.output:
+        check_output(args.output, [args.input], args.run_dir, args.force, folder=args.clue)
+    texts = read_texts(args.text) if args.text else None
+    to_stderr = args.json or (args.text and not args.output)  # stdout holds the JSON
+    log = (lambda message: print(message, file=sys.stderr)) if to_stderr else print
+    model = load_model(args.run_dir, args.data_root, args.specs, args.max_length, log=log,
+                       rope_scaling=args.rope_scaling)
+    if args.clue:
+        summary = model.predict_clue(args.output, args.batch_size, args.force)
+        if not args.json:
+            for name, rows in summary["written"].items():
+                print(f"wrote {args.output}/{name} ({rows} rows)")
+            for name, reason in summary["skipped"].items():
+                print(f"skipped {name}: {reason}")
+    elif texts is not None:
+        summary = model.predict_text_lines(args.task, texts, args.separator, args.output,
+                                           args.batch_size)
+    else:
+        summary = model.predict_file(args.task, args.input, args.output, args.batch_size)
+    if args.json:
+        stream = sys.stderr if to_stderr and not args.output else sys.stdout
+        json.dump(summary, stream, ensure_ascii=False, indent=1)
+        print(file=stream)
+    return 0
+
+
+def read_texts(values):
+    """The --text values in order, `-` replaced by stdin's lines (one text each; blank
+    lines skipped, a trailing newline or `\r` removed)."""
+    from mtl_framework.errors import UserError
+
+    texts = []
+    for value in values:
+        if value != "-":
+            texts.append(value)
+            continue
+        texts += [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
+    if not any(text.strip() for text in texts):
+        raise UserError("mtl predict: --text: no text given" + (" (stdin was empty)"
+                                                                 if "-" in values else ""))
+    return texts

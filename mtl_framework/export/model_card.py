@@ -1,0 +1,180 @@
+"""The model card (README.md) and provenance.json of an export.
+
+The card is a Hugging Face model card built with huggingface_hub's `ModelCard` /
+`ModelCardData`: YAML metadata (language, license, library_name, tags, the
+mixture's datasets, base_model when the run started from a backbone folder, and a
+model-index of the run's last dev evaluation), then what the run was, its dev
+table, how to load the export and which code made it. `provenance.json` holds the
+same provenance as JSON: the `mtl train` starts that trained the checkpoint (from
+RUN_DIR/provenance.jsonl) and the `mtl export` that wrote it.
+
+No absolute path goes into either: the run is named by its folder's name and the
+checkpoint by its path inside the run.
+"""
+import json
+import os
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from mtl_framework import architectures, formats
+from mtl_framework.architectures import architecture_of
+from mtl_framework.errors import UserError
+from mtl_framework.families import FAMILIES
+from mtl_framework.saving import run_dir as files
+from mtl_framework.saving.provenance import describe, provenance
+from mtl_framework.scoring.scorers import score_name
+
+LICENSE = "apache-2.0"
+# Our task families as the Hub's task types (model-index `task.type`, and the card's
+# tags): each family's record says its own (families/: `hub_task`).
+HUB_TASK_TYPE = {name: record.hub_task for name, record in FAMILIES.items()}
+HUB_DATASETS = "https://huggingface.co/datasets/"
+def last_dev_evaluation(run_dir, step=None):
+    """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
+    one is of it: an export of keep_best's checkpoint shows that evaluation), or None."""
+    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"
+           and not files.other_settings(line)  # not one at another --max-length/--rope-scaling
+           and not partial(line)]  # nor a smoke check (`--max-examples 8 --tasks tnews`)
+    at = [line for line in dev if step is not None and line.get("step") == step]
+    return (at or dev or [None])[-1]
+
+
+def partial(line):
+    """Whether an evaluations.jsonl line scored only some examples or some tasks
+    (`mtl evaluate --max-examples/--tasks`, `mtl finetune --eval-max-examples`)."""
+    return "max_examples" in line or "tasks_asked" in line
+
+
+def run_name(run_dir):
+    return os.path.basename(os.path.abspath(run_dir))
+
+
+def relative_checkpoint(checkpoint_path):
+    """`checkpoints/step-N`: the checkpoint's place inside its run."""
+    return f"{files.CHECKPOINTS}/{os.path.basename(os.path.normpath(checkpoint_path))}"
+
+
+def export_provenance(run_dir, state, fmt):
+    """provenance.json of an export: the training starts whose updates the checkpoint
+    holds (RUN_DIR/provenance.jsonl lines with a start step before its step) and this
+    export."""
+    trained_by = [line for line in files.read_provenance(run_dir) if line["step"] < state["step"]]
+    return {"run": run_name(run_dir), "checkpoint": relative_checkpoint(state["checkpoint"]),
+            "step": state["step"], "format": fmt, "trained_by": trained_by,
+            "exported_by": provenance()}
+
+
+def experiment_sources(run_dir):
+    """({task: dataset}, base model) from the run's experiment.yaml and registry. A
+    dataset read from the Hub is named by its Hub id, any other by our registry's id."""
+    from mtl_framework.config.experiment import load_experiment
+    from mtl_framework.config.registry import load_registry
+
+    try:  # an experiment.yaml this version no longer reads: the card names tasks only
+        experiment = load_experiment(files.experiment_file(run_dir))
+    except (UserError, OSError):
+        return {}, None
+    folder = experiment.backbone.get("init") or experiment.backbone.get("checkpoint")
+    base_model = os.path.basename(os.path.normpath(folder)) if folder else None
+    try:
+        registry = load_registry([experiment.resolve_path(d) for d in experiment.task_specs] or None)
+    except (UserError, OSError):  # its spec folders moved: the card names tasks, not datasets
+        return {}, base_model
+    datasets = {}
+    for name in (entry["name"] for entry in experiment.tasks):
+        task = registry.tasks.get(name)
+        if task is None:  # mlm: the other tasks' text, or a corpus of its own
+            continue
+        source = registry.datasets[task.dataset].source or ""
+        datasets[name] = source[len(HUB_DATASETS):].strip("/") if source.startswith(HUB_DATASETS) \
+            else task.dataset
+    return datasets, base_model
+
+
+def eval_results(evaluation, heads, datasets):
+    """The model-index entries of a dev evaluation: one per task with a score."""
+    results = []
+    for task, result in (evaluation or {}).get("tasks", {}).items():
+        if not isinstance(result.get("score"), (int, float)):
+            continue
+        family = (heads or {}).get(task, {}).get("type", "")
+        results.append(EvalResult(
+            task_type=HUB_TASK_TYPE.get(family, family or "other"),
+            dataset_type=datasets.get(task, task), dataset_name=task, dataset_split="dev",
+            metric_type=score_name(result),
+            metric_value=round(float(result["score"]), 4)))
+    return results
+
+
+def card_data(run_dir, state, fmt):
+    datasets, base_model = experiment_sources(run_dir)
+    tag = architecture_of(state["backbone"]).replace("_", "-")  # roformer-v2, bert, albert
+    model_name = f"{tag}-mtl-{run_name(run_dir)}"
+    results = eval_results(last_dev_evaluation(run_dir, state["step"]), state.get("heads"), datasets)
+    return ModelCardData(
+        language="zh", license=LICENSE, library_name=formats.FORMATS[fmt].library,
+        tags=[tag, "multi-task", "mtl_framework", fmt,
+              *sorted({r.task_type for r in results})],
+        datasets=list(dict.fromkeys(datasets.values())) or None, base_model=base_model,
+        model_name=model_name, eval_results=results or None)
+
+
+def dev_table(run_dir, step=None):
+    evaluation = last_dev_evaluation(run_dir, step)
+    if evaluation is None:
+        return ["not evaluated (run `mtl evaluate RUN_DIR`)"]
+    lines = [f"From `{files.EVALUATIONS}`, step {evaluation.get('step')}"
+             + (f", aggregate {evaluation['aggregate']:.4f}"
+                if isinstance(evaluation.get("aggregate"), (int, float)) else "") + ":", "",
+             "| task | metric | score | majority baseline | examples |", "|---|---|---|---|---|"]
+
+    def number(value):
+        return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+    for task, result in evaluation.get("tasks", {}).items():
+        lines.append(f"| {task} | {score_name(result)} | {number(result.get('score'))} | "
+                     f"{number(result.get('baseline'))} | {result.get('examples', '-')} |")
+    return lines
+
+
+def model_card(run_dir, state, fmt, record, heads=None, use=None):
+    """The ModelCard of an export in format `fmt`: metadata, the run, its last dev
+    scores, `use` (lines on loading it; default: the format's), provenance (`record`:
+    export_provenance)."""
+    tasks = list(state["mixture"]["streams"])
+    config = state["backbone"]
+    data = card_data(run_dir, state, fmt)
+    lines = [
+        f"# {data.model_name}", "",
+        f"{architectures.package(architecture_of(config)).TITLE} backbone from mtl_framework, "
+        f"run `{record['run']}`, checkpoint "
+        f"`{record['checkpoint']}` ({state['step']} optimizer updates)"
+        + (f", started from `{data.base_model}`" if data.base_model else "") + ".", "",
+        f"Backbone: {config['num_layers']} layers, hidden {config['hidden_size']}, "
+        f"{config['num_heads']} heads, FFN {config['intermediate_size']}, "
+        f"vocab {config['vocab_size']}.", "",
+        f"Trained by supervised multi-task pretraining on {len(tasks)} tasks: "
+        f"{', '.join(tasks)}.", "",
+        "## Dev scores", "", *dev_table(run_dir, state["step"]),
+        "", "## Use", "", *(use or architectures.converter(fmt, architecture_of(config)).CARD_USE)]
+    if heads:
+        lines += ["", f"Task heads included (heads.weights.npz): {', '.join(heads)}; an "
+                      "experiment with `backbone: {init: DIR}` starts the heads of tasks with "
+                      "the same name from them."]
+    elif formats.FORMATS[fmt].ours:
+        lines += ["", "Task heads are not included (export with `--with-heads` to keep them)."]
+    lines += ["", "## Provenance", ""]
+    lines += [f"- trained from step {line['step']} by {describe(line)}"
+              for line in record["trained_by"]] or ["- training: not recorded (a run older "
+                                                    "than provenance.jsonl)"]
+    lines += [f"- exported by {describe(record['exported_by'])}", "",
+              "The same as JSON: `provenance.json`."]
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
+
+
+def write_card(directory, run_dir, state, fmt, heads=None, use=None):
+    """README.md (the model card) and provenance.json into an export folder."""
+    record = export_provenance(run_dir, state, fmt)
+    model_card(run_dir, state, fmt, record, heads, use).save(os.path.join(directory, "README.md"))
+    with open(os.path.join(directory, "provenance.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)

@@ -1,0 +1,537 @@
+"""`mtl train`: an experiment YAML -> a run directory. The training loop, at the end of
+the core's five stages, each a module:
+
+    plan      preflight.plan_run      the checked experiment: tasks, files, vocab, run directory
+    prepare   prepare.py              the vocab and feature caches -> train streams (+ mixture.py)
+    assemble  assemble.py             backbone, heads, optimizer (also from a checkpoint: resume,
+                                      evaluate, predict, export; from a folder: finetune)
+    step      training.py + step/     one update: micro-batches, per-task gradients, balancing
+    loop      here                    fit, callbacks, checkpoints, evaluations
+
+run_dir/
+  experiment.yaml       the resolved experiment (what ran)
+  vocab.txt             the vocabulary the run used
+  checkpoints/step-N/   state.npz (every model + optimizer variable, by name) + trainer.json
+                        (step, sampler and per-task stream positions), written atomically
+                        (the layout, names and faults: mtl_framework/saving/run_dir.py)
+  checkpoints/best-step-N/  keep_best's checkpoint (best dev score so far), never rotated
+  metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
+  provenance.jsonl      one line per start or resume: our version, commit, TF/Keras versions
+  logs/                 TensorBoard scalars
+
+Distributed runs (`distribution: mirrored | multi_worker`): every process builds the
+same streams and model in the strategy's scope; only the chief (task `chief`, else
+worker 0) writes the run directory; the other workers keep their vocab, metrics and
+logs in a temporary folder, removed at the end, and resume from the chief's checkpoints.
+
+Python: `Run(experiment, callbacks=[...]).train()`, `experiment` a path or an
+experiment.Experiment; the callbacks see per-task losses, rates and dev scores in
+Keras's `logs` (callbacks.py), a Keras epoch being `eval_every` updates. `Run.close()`
+(or `with Run(...) as run:`) stops the run's micro-step threads when a process trains
+many runs one after another.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from typing import TYPE_CHECKING
+
+import keras
+import numpy as np
+
+from mtl_framework import assemble
+from mtl_framework.config.experiment import keep_best_settings
+from mtl_framework.config.precision import AS_NAMED
+from mtl_framework.errors import UserError
+from mtl_framework.loop.callbacks import (
+    EPOCH_CUT_WARNING,
+    BestTracker,
+    EvaluationEpochs,
+    Progress,
+    ScalarLog,
+    TaskLogs,
+)
+from mtl_framework.mixing.mixture import Mixture
+from mtl_framework.plan import MLM_TASK, check_run_dir, plan_run
+from mtl_framework.prepare.cache import CacheNotes
+from mtl_framework.prepare.pipeline import prepare_vocab, train_streams
+from mtl_framework.saving import run_dir as files
+from mtl_framework.step.distributed import (
+    check_same_on_every_worker,
+    describe_jax_distribution,
+    is_chief,
+    make_strategy,
+)
+from mtl_framework.step.model import NonFiniteLossError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from typing import Any
+
+    from mtl_framework.config.experiment import Experiment
+    from mtl_framework.plan import Plan
+
+
+def update_counter(updates, strategy=None):
+    """What fit iterates: its elements are never read (the mixture draws the micro-batches),
+    it only counts updates. On TensorFlow a repeated tf.data range (NumPy input made fit
+    stall seconds per epoch, ../shared/PITFALLS.md), batched by the strategy's replicas; on
+    JAX an endless generator with one element per data-parallel device."""
+    if keras.backend.backend() != "tensorflow":
+        rows = keras.distribution.distribution()
+        rows = rows.device_mesh.shape[0] if rows is not None else 1
+
+        def counter():
+            while True:
+                yield (np.zeros((rows,), "float32"),)
+        return counter()
+    tf = importlib.import_module("tensorflow")
+    steps = tf.data.Dataset.range(updates).repeat()
+    if strategy is not None:  # a strategy distributes batches; fit's elements go unread
+        steps = steps.batch(strategy.num_replicas_in_sync)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        steps = steps.with_options(options)
+    return steps
+
+
+def task_settings(plan):
+    """({task: loss weight}, {task: pinned rate}): the experiment's entry for the task (by
+    name, else by dataset) over the task spec's own values; the reserved mlm task's from
+    its entry alone."""
+    loss_weights, pinned = {}, {}
+    for task in plan.tasks:
+        entry = plan.entries.get(task.name) or plan.entries.get(task.dataset) or {}
+        loss_weights[task.name] = entry.get("loss_weight", task.loss_weight)
+        rate = entry.get("rate", task.rate)
+        if rate is not None:
+            pinned[task.name] = rate
+    if MLM_TASK in plan.entries:
+        entry = plan.entries[MLM_TASK]
+        loss_weights[MLM_TASK] = entry.get("loss_weight", 1.0)
+        if "rate" in entry:
+            pinned[MLM_TASK] = entry["rate"]
+    return loss_weights, pinned
+
+
+class RunLogger(keras.callbacks.Callback):
+    """metrics.jsonl + TensorBoard per update; checkpoints every `every` updates."""
+
+    def __init__(self, run, every, keep, start_step):
+        super().__init__()
+        self.run, self.every, self.keep, self.step = run, every, keep, start_step
+        self.evaluated = None  # step of the last evaluation
+        self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
+        self.metrics = open(os.path.join(run.work_dir, files.METRICS), "a", encoding="utf-8")
+        self.writer = ScalarLog(os.path.join(run.work_dir, "logs"))
+        if not self.writer.available:
+            run.log("TensorBoard logs: not written (no tensorboard package in this environment)")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        model = self.run.model
+        alpha = getattr(model.backbone, "residual_alpha", None)  # RoFormerV2's alone
+        record = {"step": self.step, "time": time.time(), "loss": (logs or {}).get("loss"),
+                  # .numpy(): float() fails on the MirroredVariable a strategy holds
+                  "alpha": 1.0 if alpha is None else float(alpha.numpy()),
+                  "lr": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate)),
+                  "tasks": {}}
+        # annealed sampling moves the rates: those of this update's first draw
+        self.run.rates = self.run.current_rates(-model.tasks_per_update)
+        for entry in model.last_micro_logs:
+            task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": [],
+                                                              "tokens": 0})
+            task["loss"].append(entry["loss"])
+            task["gradient_norm"].append(entry["gradient_norm"])
+            task["tokens"] += entry.get("tokens", 0)
+        for name, stats in record["tasks"].items():
+            stats["count"] = len(stats["loss"])  # micro-batches drawn: `mtl report` plots the mixture
+            stats["rate"] = float(self.run.rates[name])  # the sampler's effective rate
+            for key in ("loss", "gradient_norm"):
+                stats[key] = float(np.mean(stats[key]))
+        record["tokens"] = sum(stats["tokens"] for stats in record["tasks"].values())
+        record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
+        record["skipped"] = dict(model.skipped)
+        weights = model.balancing.weights()
+        if weights:  # adaptive task weights (balancing.py), as the next update uses them
+            record["balancing_weights"] = weights
+        for entry in model.last_micro_logs:
+            if entry["finite"]:
+                self.bad_since.pop(entry["task"], None)
+            else:
+                if entry["task"] not in self.bad_since and self.run.is_chief:  # said once a run
+                    files.warn(f"update {self.step}: a micro-batch of {entry['task']} had a "
+                               "non-finite loss or gradient and was skipped "
+                               f"({model.skipped.get(entry['task'], 0)} skipped so far; "
+                               "metrics.jsonl counts them)")
+                self.bad_since.setdefault(entry["task"], self.step)
+        self.metrics.write(json.dumps(record) + "\n")
+        self.metrics.flush()
+        # the update a Ctrl-C reports (commands/train.py) is the last one metrics.jsonl holds
+        self.run.step = self.step
+        scalars = {"loss": record["loss"] or 0.0}
+        for name, stats in record["tasks"].items():
+            scalars.update({f"{name}/loss": stats["loss"], f"{name}/gradient_norm":
+                            stats["gradient_norm"], f"{name}/sampling_rate": stats["rate"]})
+        self.writer.write(self.step, scalars)
+        eval_every, steps = self.run.experiment.eval_every, self.run.experiment.steps
+        if eval_every and (self.step % eval_every == 0 or self.step == steps):
+            self.evaluate()  # before this step's checkpoint, which keeps keep_best's state
+        if self.every and self.step % self.every == 0:
+            self.checkpoint()
+
+    def evaluate(self):
+        """Dev scores (first `eval_batches` batches per task) -> evaluations.jsonl + TensorBoard."""
+        from mtl_framework.evaluation import dev as evaluation
+
+        if not self.run.is_chief:  # the chief evaluates and records; the model is the same
+            return
+        exp = self.run.experiment
+        results = self.run.evaluate("dev", max_examples=exp.eval_batches * exp.batch_size)
+        line = evaluation.record(self.run.run_dir, self.step, "dev", results)
+        scalars = {f"{name}/dev_score": entry["score"] for name, entry in results.items()
+                   if entry.get("score") is not None}
+        if line["aggregate"] is not None:
+            scalars["dev_aggregate"] = line["aggregate"]
+        self.writer.write(self.step, scalars)
+        self.run.log("\n" + evaluation.format_results(line))
+        self.evaluated = self.step
+        self.run.last_evaluation = line
+        tracker = self.run.best
+        if tracker is None:
+            return
+        if tracker.update(self.step, line) and "keep_best" in exp.raw:
+            self.run.save_best(self.step)
+        if tracker.exhausted():
+            self.run.log(f"stopping at update {self.step} of {exp.steps}: {tracker.stop_reason()}")
+            self.run.model.stop_training = True
+
+    def checkpoint(self):
+        """A checkpoint, unless a task is in a run of skipped (non-finite) micro-batches:
+        the state then may be what made them non-finite (the next checkpoint catches up)."""
+        if self.bad_since:
+            self.run.log(f"warning: no checkpoint at step {self.step}: the last micro-batches of "
+                         f"{', '.join(sorted(self.bad_since))} were non-finite (skipped)")
+            return
+        self.run.save_checkpoint(self.step, self.keep)
+
+    def on_train_end(self, logs=None):
+        eval_every = self.run.experiment.eval_every
+        if eval_every and self.evaluated != self.step:
+            self.evaluate()  # the run always ends with its final dev scores
+        self.checkpoint()
+        best = self.run.best
+        if self.step < self.run.experiment.steps and not (best and best.exhausted()):
+            self.run.log(f"stopped at update {self.step} of {self.run.experiment.steps} by a "
+                         "callback (model.stop_training)")
+        self.metrics.close()
+        self.writer.close()
+
+
+class Run:
+    """A training run: `Run(EXPERIMENT, output, callbacks=[...]).train(resume=...)`, EXPERIMENT
+    a YAML path or an `Experiment` (Experiment.from_dict / from_yaml), checked alike.
+
+    Everything checkable is checked first (preflight.plan_run: the experiment, tasks,
+    data and label files, vocab; with `resume` True/False also the run directory), then
+    the model is built; nothing is written to the run directory until `train` starts
+    and holds the run's lock (`Run.load`, which evaluates, writes nothing at all).
+    `plan`: a Plan already made (`mtl train` makes it before importing TensorFlow) in
+    place of the four arguments it was made from (experiment_path, output, data_root,
+    resume)."""
+
+    def __init__(self, experiment: Experiment | str | None, output: str | None = None,
+                 log: Callable[[str], Any] = print, distribution: str | None = None,
+                 data_root: str | None = None, resume: bool | None = None, plan: Plan | None = None,
+                 callbacks: Iterable[keras.callbacks.Callback] | None = None) -> None:
+        self.log = log
+        self.eval_cache_notes = CacheNotes(log)  # one "dev features from cache" line per run
+        self.callbacks = list(callbacks or [])  # Keras callbacks for fit, after the run's own
+        plan = plan or plan_run(experiment, output, data_root, resume)
+        self.plan, self.experiment, experiment = plan, plan.experiment, plan.experiment
+        self.run_dir, self.data_root, self.registry, self.tasks = \
+            plan.run_dir, plan.data_root, plan.registry, plan.tasks
+        self.lock = None  # taken by `train` before its first write (run_dir.RunLock)
+        # First TensorFlow work: MultiWorkerMirroredStrategy must exist before any op runs.
+        self.distribution = distribution or experiment.distribution
+        if self.distribution == "multi_worker" and experiment.raw.get("patience"):
+            raise UserError(f"{experiment.where('patience')}: patience stops on the chief's "
+                            "evaluations, which the other workers do not see: not with "
+                            "distribution multi_worker (keep_best alone is fine)")
+        self.strategy = make_strategy(self.distribution)
+        self.is_chief = is_chief(self.strategy)
+        # Where this process writes: the run directory (chief) or a scratch folder.
+        self.work_dir = self.run_dir if self.is_chief else tempfile.mkdtemp(prefix="mtl-worker-")
+        if self.strategy is not None:
+            log(f"distribution: {self.distribution}, "
+                f"{self.strategy.num_replicas_in_sync} replica(s), "
+                f"{'chief' if self.is_chief else 'worker (writes nothing to the run directory)'}")
+        elif keras.distribution.distribution() is not None:  # JAX: DataParallel (distributed.py)
+            log(f"distribution: {self.distribution}, {describe_jax_distribution()}")
+        policy, why = plan.precision
+        if why != AS_NAMED:  # auto, the run's record or $MTL_PRECISION chose
+            log(f"precision: {policy} ({why})")
+        self.tokenizer, self.vocab_path = prepare_vocab(plan, log)  # plan -> prepare
+        self.step = 0
+        self.last_evaluation = None  # the latest evaluations.jsonl line of this process
+        settings = keep_best_settings(experiment)
+        self.best = settings and BestTracker(settings["metric"], settings["mode"],
+                                             experiment.raw.get("patience"))
+        with self.strategy.scope() if self.strategy else contextlib.nullcontext():
+            self.build()
+
+    @classmethod
+    def load(cls, run_dir: str, log: Callable[[str], Any] = print, data_root: str | None = None,
+             split: str | None = None, tasks: Iterable[str] | None = None) -> Run:
+        """A finished or interrupted run, rebuilt whole (optimizer and mixture too) from its
+        experiment.yaml at its newest readable checkpoint; writes nothing. `split` and
+        `tasks` (names) are checked before the model is built: the split's files must
+        exist, the names must be the run's. (`mtl evaluate` reads less: evaluation.py.)"""
+        from mtl_framework.plan import missing_files
+
+        path = files.experiment_file(run_dir)
+        if not files.checkpoint_dirs(run_dir):
+            raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
+                            "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
+        plan = plan_run(path, output=run_dir, data_root=data_root)
+        unknown = sorted(set(tasks or []) - {t.name for t in plan.tasks})
+        if unknown:
+            raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
+                            f"{', '.join(t.name for t in plan.tasks)}")
+        # a task without the split is scored as "no such split", not refused
+        chosen = [t for t in plan.tasks if (not tasks or t.name in tasks) and split in t.files]
+        problems = missing_files(chosen, plan.data_root, split, "pass --data-root DIR") \
+            if split else []
+        if problems:
+            raise UserError("\n".join(problems))
+        run = cls(path, log=log, distribution="none", plan=plan)  # one process evaluates
+        if not run.restore_latest():
+            raise UserError(f"{run_dir}: no readable checkpoint to evaluate")
+        return run
+
+    def write_run_files(self):
+        """experiment.yaml and vocab.txt into the run directory: called by `train` once
+        every check has passed and the lock is held, so a refused command leaves the
+        directory as it was."""
+        target = os.path.join(self.work_dir, files.VOCAB)
+        temporary = f"{target}{files.TEMPORARY}{os.getpid()}"
+        try:
+            os.makedirs(self.work_dir, exist_ok=True)
+            files.write_experiment(self.work_dir, self.plan.resolved)
+            files.append_provenance(self.work_dir, self.step)  # self.step: where this start resumes
+            if os.path.abspath(self.vocab_path) != os.path.abspath(target):
+                shutil.copyfile(self.vocab_path, temporary)  # whole or not at all
+                os.replace(temporary, target)
+        except OSError as error:  # disk full, a read-only run directory
+            if os.path.exists(temporary):
+                os.remove(temporary)
+            raise UserError(f"{self.work_dir}: cannot write the run's files "
+                            f"({error.strerror or error}): free space or train into another "
+                            "--output") from None
+
+    def evaluate(self, split: str = "dev", tasks: Iterable[str] | None = None,
+                 batch_size: int | None = None, max_examples: int | None = None) -> dict[str, dict]:
+        """{task: score entry} (see mtl_framework.evaluation.dev) of the model as it is now;
+        `tasks`: task names (or TaskSpecs) of this run, all of them when None."""
+        from mtl_framework.evaluation.dev import evaluate_tasks
+
+        exp = self.experiment
+        train = {name: stream.features for name, stream in self.mixture.streams.items()
+                 if hasattr(stream, "features")}
+        return evaluate_tasks(self.model, self.scored_tasks(tasks), self.tokenizer, self.data_root,
+                              split, batch_size or 2 * exp.batch_size, max_examples,
+                              exp.resolve_path(exp.raw.get("cache_dir")), exp.max_length,
+                              train, log=self.eval_cache_notes)
+
+    def scored_tasks(self, tasks=None):
+        """The run's TaskSpecs named by `tasks` (names or specs; None: all), in run order."""
+        if tasks is None:
+            return self.tasks
+        names = [t if isinstance(t, str) else t.name for t in tasks]
+        known = [t.name for t in self.tasks]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UserError(f"evaluate: the run has no task(s) {unknown}; its tasks: "
+                            f"{', '.join(known)}")
+        return [t for t in self.tasks if t.name in names]
+
+    def build(self):
+        """plan -> prepare -> assemble: the vocab, the train streams and the mixture, the
+        backbone and heads (assemble.py), the model with its optimizer."""
+        exp, plan = self.experiment, self.plan
+        keras.utils.set_random_seed(exp.seed)
+        self.backbone = assemble.experiment_backbone(exp, self.tokenizer.vocab_size)
+        with_mlm = MLM_TASK in plan.entries
+        task_names = [t.name for t in self.tasks] + ([MLM_TASK] if with_mlm else [])
+        assemble.check_balancing_memory(exp, self.backbone, task_names)  # before any feature
+        streams, sizes = train_streams(plan, self.tokenizer, self.log)
+        heads = assemble.task_heads(exp, self.tasks, self.backbone, self.data_root, with_mlm,
+                                    self.log)
+        loss_weights, pinned = task_settings(plan)
+        self.mixture, self.rates = Mixture.for_experiment(exp, streams, sizes, pinned, self.log)
+        self.model = assemble.training_model(exp, self.backbone, heads, loss_weights, self.log)
+        self.model.mixture = self.mixture
+
+    def current_rates(self, offset=0):
+        """{task: rate} the sampler draws its next micro-batch (+ offset) with."""
+        sampler = self.mixture.sampler
+        step = max(0, sampler.step + offset)
+        return dict(zip(self.mixture.names, map(float, sampler.rates_at(step))))
+
+    # --- checkpoints ----------------------------------------------------------
+
+    def checkpoint_dirs(self):
+        return files.checkpoint_dirs(self.run_dir)
+
+    def save_checkpoint(self, step, keep):
+        state = self.checkpoint_state(step)
+        if state:
+            files.write_checkpoint(self.run_dir, step, *state, keep)
+
+    def save_best(self, step):
+        """checkpoints/best-step-N: the state at keep_best's best evaluation so far."""
+        state = self.checkpoint_state(step)
+        if state:
+            files.write_best(self.run_dir, step, *state)
+            self.log(f"best {self.best.name} so far ({self.best.best:.4f}): kept as "
+                     f"{files.CHECKPOINTS}/{files.BEST}step-{step:08d}")
+
+    def checkpoint_state(self, step):
+        """(arrays, trainer.json entries) of the state now; None on a worker or when a value
+        is non-finite (never a checkpoint of such a state: resuming it could not recover)."""
+        if not self.is_chief:  # every worker holds the same values; one writes them
+            return None
+        arrays = {name: np.asarray(v.numpy())
+                  for name, v in self.model.named_state_variables.items()}
+        broken = [n for n, a in arrays.items() if a.dtype.kind == "f" and not np.isfinite(a).all()]
+        if broken:
+            self.log(f"warning: no checkpoint at step {step}: non-finite values in "
+                     f"{', '.join(broken[:3])}{'...' if len(broken) > 3 else ''}")
+            return None
+        trainer = {"mixture": self.mixture.state(), "skipped": self.model.skipped,
+                   "backbone": self.backbone.config,
+                   "heads": files.head_metadata(self.model.heads, self.backbone)}
+        if self.best is not None:
+            trainer["best"] = self.best.state()
+        return arrays, trainer
+
+    def restore_latest(self):
+        """Restore the newest readable checkpoint (a damaged newer one is named and moved
+        aside, so its steps are trained again); returns its step, 0 without any."""
+        checkpoint = files.latest_checkpoint(self.run_dir, log=self.log)
+        if checkpoint is None:
+            return 0
+        assemble.load_state(self.model, checkpoint)
+        if checkpoint.damaged and self.lock is not None:  # only the run's writer moves files
+            files.set_aside(checkpoint.damaged, self.log)
+        state = checkpoint.trainer
+        try:
+            self.mixture.restore(state["mixture"])
+        except ValueError as error:  # the train data changed since the checkpoint
+            raise UserError(f"{checkpoint.path}: {error}: restore the data the run trained "
+                            "on, or train into a new --output") from None
+        self.model.skipped.update(state.get("skipped", {}))
+        if self.best is not None:
+            self.best.restore(state.get("best"))
+        self.log(f"resumed from {checkpoint.path} (step {state['step']})")
+        self.step = state["step"]
+        return state["step"]
+
+    def release(self):
+        """Let another process write the run directory."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def close(self) -> None:
+        """Let go of what the run holds besides memory: the run directory's lock and the
+        threads that run micro-steps side by side. `with Run(...) as run:` closes it on the
+        way out; a closed run can still train and evaluate (the threads start again)."""
+        self.release()
+        self.model.close()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def train(self, resume: bool = False) -> Run:
+        try:
+            return self._train(resume)
+        finally:
+            self.release()  # on every way out: another process may write the run now
+
+    def _train(self, resume):
+        if keras.backend.backend() == "tensorflow":
+            # Each task's micro-step traces once on its first batch; TF's generic
+            # "N calls triggered retracing" warning counts those as a problem.
+            importlib.import_module("tensorflow").get_logger().setLevel("ERROR")
+        if self.is_chief:  # before writing anything (again: cheap, and it may have changed)
+            self.plan.checkpoints = self.checkpoint_dirs()
+            check_run_dir(self.plan, resume)
+            os.makedirs(self.run_dir, exist_ok=True)
+            self.lock = files.RunLock(self.run_dir)  # one writer per run directory
+            files.remove_leftovers(self.run_dir, self.log)
+        if resume and self.strategy is None:  # JAX's processes restore in step: agree first
+            check_same_on_every_worker(None, files.newest_checkpoint_step(self.run_dir),
+                                       "step to start from")
+        start = self.restore_latest() if resume else 0
+        check_same_on_every_worker(self.strategy, start, "step to start from")  # one process: no-op
+        remaining = self.experiment.steps - start
+        if remaining <= 0:  # a resume that does nothing writes nothing
+            self.log(f"nothing to do: the run already has {start} of {self.experiment.steps} steps")
+            return self
+        if self.best is not None and self.best.exhausted():
+            self.log(f"nothing to do: the run stopped at update {start}: "
+                     f"{self.best.stop_reason()} (raise patience with --set to go on)")
+            return self
+        if self.is_chief:
+            if self.lock is not None:
+                files.remove_best_after(self.run_dir, start, self.log)
+            for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
+                files.trim_records(os.path.join(self.run_dir, name), start, self.log)
+            self.write_run_files()
+        steps = update_counter(remaining, self.strategy)
+        logger = RunLogger(self, self.experiment.checkpoint_every,
+                           self.experiment.keep_checkpoints, start)
+        # A Keras epoch: eval_every updates, so an epoch's logs hold its evaluation.
+        epoch = self.experiment.eval_every or self.experiment.steps
+        callbacks = [logger, EvaluationEpochs(self, epoch), TaskLogs(self), *self.callbacks]
+        verbose = 1 if self.log and self.is_chief else 0
+        if verbose and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
+            callbacks.insert(0, Progress(self))  # first: its bar's line ends before evaluations print
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=EPOCH_CUT_WARNING)
+                self.model.fit(steps, steps_per_epoch=epoch,
+                               epochs=math.ceil(self.experiment.steps / epoch),
+                               initial_epoch=start // epoch, verbose=verbose,
+                               callbacks=callbacks,
+                               shuffle=False)  # the mixture draws the batches; nothing to shuffle
+        except NonFiniteLossError as error:
+            raise UserError(self.non_finite_stop(error, logger)) from None
+        finally:
+            if self.work_dir != self.run_dir:
+                shutil.rmtree(self.work_dir, ignore_errors=True)
+        return self
+
+    def non_finite_stop(self, error, logger):
+        """The stop's one line: the task, and the newest checkpoint from before its first
+        skipped micro-batch (the stop itself writes none)."""
+        since = logger.bad_since.get(error.task, logger.step + 1)
+        before = [d for d in self.checkpoint_dirs() if files.checkpoint_step(d) < since]
+        good = (f"the newest checkpoint before it is "
+                f"{os.path.join(self.run_dir, files.CHECKPOINTS, before[-1])}" if before
+                else "no checkpoint was written before it")
+        return (f"{self.run_dir}: training stopped at update {logger.step + 1}: {error} "
+                f"(first skipped in update {since}; {good}, no checkpoint of the non-finite "
+                "state was written)")

@@ -1,0 +1,462 @@
+"""Everything about a training run that can be checked before anything is built or written.
+
+    plan = plan_run("experiments/demo.yaml", output=None, data_root=None, resume=False)
+
+`mtl train` calls this before TensorFlow is even imported, and `trainer.Run`
+builds from the plan: an experiment with a mistake in it (an unknown task, a
+missing data or label file, `lr: fast`, a vocab that does not fit the
+checkpoint's embedding table, a run directory that holds another run) fails
+in about a second with one `file:line: message` line per problem, and the run
+directory is left exactly as it was. The run's own files (experiment.yaml,
+vocab.txt) are written by `Run.train` only once every check has passed.
+
+Checked here, in order: the experiment file (experiment.py), the run directory
+and data root paths, the task specs and task names, each task's train files
+and label files, the vocab and its size against a checkpoint's embedding
+table, and (with `resume` given) that the run directory is free for a new run
+or holds a run of this same experiment.
+"""
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+
+from mtl_framework import architectures
+from mtl_framework.config.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
+from mtl_framework.config.precision import AS_NAMED, recorded_precision, run_precision
+from mtl_framework.config.registry import UnknownTaskError, load_registry
+from mtl_framework.families import MLM
+from mtl_framework.saving.run_dir import checkpoint_dirs
+
+# Experiment keys holding paths relative to the experiment file; the run directory's
+# copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
+PATH_KEYS = ("data_root", "cache_dir", "vocab")
+BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
+# What a resumed run may change: how long it goes on, how it checkpoints and scores,
+# and where things are. Anything else (tasks, batch size, model, optimizer, seed, ...)
+# would continue the checkpoint with another experiment than the one that wrote it.
+RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eval_batches",
+             "distribution", "name", "output_dir", "data_root", "cache_dir", "task_specs",
+             "patience")
+# Backbone values an experiment may set over a backbone folder's config (not shapes).
+INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
+                  "rope_scaling")
+# Backbone values a checkpoint or export does not fix (the rest must equal its config).
+BACKBONE_OVERRIDES = INIT_OVERRIDES + ("checkpoint", "init",
+                      "vocab", "vocab_size", "size")  # size: compared as its dims
+
+
+@dataclass
+class Plan:
+    """A checked training run: what `trainer.Run` builds."""
+    experiment: Experiment
+    run_dir: str
+    data_root: str
+    registry: object
+    tasks: list  # registry TaskSpecs, MLM excluded
+    entries: dict  # task name -> the experiment's {name, rate?, loss_weight?}
+    vocab: str | None  # the vocab.txt to use; None: built from the tasks' train text
+    checkpoints: list = field(default_factory=list)  # the run directory's step-* folders
+    resolved: dict = field(default_factory=dict)  # experiment.yaml as the run directory keeps it
+    precision: tuple = ("float32", AS_NAMED)  # (Keras policy, why): run_precision
+
+
+def plan_run(experiment, output=None, data_root=None, resume=None, overrides=()):
+    """The Plan for `mtl train EXPERIMENT [--output DIR] [--data-root DIR] [--resume]
+    [--set KEY=VALUE ...]`, or a UserError naming every problem. `experiment`: a path or an
+    experiment.Experiment. resume None: the run directory is not checked yet."""
+    if not isinstance(experiment, Experiment):
+        experiment = load_experiment(experiment, overrides)
+    run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \
+        os.path.join("runs", experiment.stem)
+    root = _data_root(experiment, data_root)
+    registry = _registry(experiment)
+    entries = {t["name"]: t for t in experiment.tasks}
+    tasks = _select(experiment, registry, [n for n in entries if n != MLM_TASK])
+    corpus = entries.get(MLM_TASK, {}).get("corpus")
+    if not tasks and not corpus:
+        raise ExperimentError(f"{experiment.where('tasks')}: the {MLM_TASK!r} task masks the other "
+                              "tasks' train text: list at least one other task, or give mlm "
+                              "its own `corpus`")
+    if corpus and not os.path.exists(experiment.resolve_path(corpus)):
+        raise ExperimentError(f"{experiment.where('tasks')}: mlm corpus "
+                              f"{experiment.resolve_path(corpus)}: no such file or folder (the "
+                              "path is relative to the experiment file)")
+    _check_task_files(experiment, tasks, root, training=resume is not None)
+    vocab = _vocab(experiment)
+    if MLM_TASK in entries:
+        _check_mlm_tie(experiment)
+    checkpoints = checkpoint_dirs(run_dir)
+    precision = run_precision(experiment, run_dir if checkpoints else None)
+    # the run builds, and its experiment.yaml keeps, the policy itself: a run started
+    # under `auto` resumes, evaluates and predicts in what it trained in, on any CPU
+    experiment = dataclasses.replace(experiment, raw={**experiment.raw, "precision": precision[0]})
+    plan = Plan(experiment, run_dir, root, registry, tasks, entries, vocab,
+                checkpoints=checkpoints, resolved=resolved_experiment(experiment, root),
+                precision=precision)
+    if resume is not None:
+        check_run_dir(plan, resume)
+    return plan
+
+
+def _check_mlm_tie(experiment):
+    """The mlm head scores against the token embedding: it must be hidden_size wide
+    (ALBERT's factorised embedding is not)."""
+    backbone = experiment.backbone
+    folder = backbone.get("init") or backbone.get("checkpoint")
+    if folder:
+        folder = experiment.resolve_path(folder)
+        config = architectures.read_config(folder, architectures.layout(folder))
+    else:
+        dims = {k: v for k, v in backbone.items() if k not in BACKBONE_OVERRIDES
+                and k not in ("architecture", "activation", "max_positions")}
+        config = architectures.backbone_config(backbone.get("architecture"), backbone.get("size"),
+                                               **dims)
+    width = config.get("embedding_size") or config["hidden_size"]
+    if width != config["hidden_size"]:
+        raise ExperimentError(
+            f"{experiment.where('tasks')}: the {MLM_TASK!r} head ties to the token embedding, "
+            f"{width} wide, but hidden_size is {config['hidden_size']}: drop {MLM_TASK!r}, or "
+            "use embedding_size = hidden_size")
+
+
+MLM_SETTINGS = ("whole_word", "mask_rate")  # mlm entry keys passed to its featurizer
+
+
+def mlm_settings(entry):
+    """The featurizer settings an mlm entry gives (whole_word, mask_rate)."""
+    return {key: entry[key] for key in MLM_SETTINGS if key in entry}
+
+
+def mlm_corpus_task(experiment, entry):
+    """The TaskSpec of an mlm entry's `corpus`: a text file or a folder of them (one
+    document per line, the `text_lines` format), relative to the experiment file."""
+    from mtl_framework.config.registry import TaskSpec
+
+    return TaskSpec(name=MLM_TASK, dataset="mlm_corpus", type=MLM, format="text_lines",
+                    files={"train": experiment.resolve_path(entry["corpus"])}, options={},
+                    fields={}, labels=None, label_file=None, multi_label=False,
+                    max_length=experiment.max_length, metric="none", spec_path=experiment.path)
+
+
+def vocab_sources(plan):
+    """What a from-scratch run's vocab is counted from: the tasks' train text and the
+    mlm entry's corpus, if it has one."""
+    mlm = plan.entries.get(MLM_TASK, {})
+    return list(plan.tasks) + ([mlm_corpus_task(plan.experiment, mlm)] if mlm.get("corpus")
+                               else [])
+
+
+def resolved_experiment(experiment, data_root):
+    """The experiment as the run directory keeps it: every path absolute."""
+    raw = {**experiment.raw, "data_root": os.path.abspath(data_root)}
+    for key in PATH_KEYS:
+        if raw.get(key):
+            raw[key] = experiment.resolve_path(raw[key])
+    raw["tasks"] = [{**t, "corpus": experiment.resolve_path(t["corpus"])}
+                    if isinstance(t, dict) and t.get("corpus") else t for t in raw["tasks"]]
+    if raw.get("task_specs"):
+        raw["task_specs"] = [experiment.resolve_path(d) for d in raw["task_specs"]]
+    if isinstance(raw.get("backbone"), dict):
+        raw["backbone"] = dict(raw["backbone"])
+        for key in BACKBONE_PATH_KEYS:
+            if raw["backbone"].get(key):
+                raw["backbone"][key] = experiment.resolve_path(raw["backbone"][key])
+    return raw
+
+
+def check_run_dir(plan, resume):
+    """Without --resume the run directory must not hold another run; with --resume its
+    checkpoints must come from this same experiment (RESUMABLE keys may differ)."""
+    run_dir, experiment = plan.run_dir, plan.experiment
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ExperimentError(f"{run_dir}: is a file, not a run directory: --output a folder")
+    check_writable(run_dir)
+    stored_path = os.path.join(run_dir, "experiment.yaml")
+    if not os.path.exists(stored_path) and not plan.checkpoints:
+        foreign = not_a_run(run_dir)
+        if foreign:
+            raise ExperimentError(
+                f"{run_dir}: holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''} "
+                "but no run (no experiment.yaml): a run would replace or append to such "
+                "files; --output a new or empty folder")
+    if not resume:
+        if plan.checkpoints:
+            raise ExperimentError(
+                f"{run_dir}: already holds checkpoints ({plan.checkpoints[-1]}): pass --resume to "
+                "continue that run, or --output a new directory")
+        if os.path.exists(stored_path) and _differences(plan, stored_path):
+            raise ExperimentError(
+                f"{stored_path}: the run directory already holds another experiment's run: "
+                "--output a new directory (or --resume it with its own experiment)")
+        return
+    if not plan.checkpoints:
+        return  # nothing trained yet: a fresh start
+    for name in ("experiment.yaml", "vocab.txt"):
+        if not os.path.exists(os.path.join(run_dir, name)):
+            raise ExperimentError(f"{run_dir}: holds checkpoints but no {name}, so they cannot be "
+                                  "matched to this experiment: --output a new directory")
+    problems = _differences(plan, stored_path)
+    if problems:
+        raise ExperimentError("\n".join(problems))
+    if plan.vocab and _read_bytes(plan.vocab) != _read_bytes(os.path.join(run_dir, "vocab.txt")):
+        raise ExperimentError(
+            f"{experiment.where('backbone', 'vocab')}: the vocab {plan.vocab} differs from "
+            f"{os.path.join(run_dir, 'vocab.txt')}, which the run was trained with: use that "
+            "one to resume, or --output a new directory")
+    own, rows = os.path.join(run_dir, "vocab.txt"), _checkpoint_vocab_size(run_dir, plan)
+    if rows is not None and _vocab_size(own, own) != rows:
+        raise ExperimentError(
+            f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
+            f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
+
+
+# What a run directory holds before its experiment.yaml is written: an older version's
+# lock, a fine-tune's record of its settings and `mtl benchmark`'s log of it, and killed
+# writes' temporaries.
+BEFORE_EXPERIMENT = ("train.lock", "finetune.yaml", "finetune.log")
+
+
+def not_a_run(run_dir):
+    """The entries of an existing folder that no run wrote there yet ([] when none)."""
+    if not os.path.isdir(run_dir):
+        return []
+    return sorted(name for name in os.listdir(run_dir)
+                  if name not in BEFORE_EXPERIMENT and ".tmp-" not in name)
+
+
+def check_writable(run_dir):
+    """The run directory can be created and written (checked before any work: an hour of
+    feature building never ends in "permission denied")."""
+    from mtl_framework.saving.outputs import check_folder
+
+    check_folder(run_dir, "--output")
+    if os.path.isdir(run_dir) and not os.access(run_dir, os.W_OK | os.X_OK):
+        raise ExperimentError(f"--output {run_dir}: not writable (read-only folder or another "
+                              "user's): make it writable, or --output another folder")
+    for name in ("checkpoints", "logs"):
+        path = os.path.join(run_dir, name)
+        if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+            raise ExperimentError(f"--output {run_dir}: {path} is not writable: make it "
+                                  "writable, or --output another folder")
+
+
+def _checkpoint_vocab_size(run_dir, plan):
+    """vocab_size in the newest checkpoint's trainer.json (None when it cannot be read:
+    the resume then falls back past it, and checks the one it uses)."""
+    from mtl_framework.saving import run_dir as files
+
+    path = os.path.join(run_dir, files.CHECKPOINTS, plan.checkpoints[-1], files.TRAINER)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return int(json.load(f)["backbone"]["vocab_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _differences(plan, stored_path):
+    """One message per experiment value that differs from the stored experiment.yaml's
+    (RESUMABLE keys aside); [] when the stored file is this experiment."""
+    from mtl_framework.config.yaml_io import read_yaml
+
+    stored_doc = read_yaml(stored_path)
+    try:  # values normalised as the new experiment's are (`1e-3` -> 0.001)
+        stored = load_experiment(stored_path).raw
+    except ExperimentError:
+        stored = stored_doc.data if isinstance(stored_doc.data, dict) else {}
+    given = plan.resolved
+    problems = []
+    for key in list(given) + [k for k in stored if k not in given]:
+        if key in RESUMABLE:
+            continue
+        new, old = given.get(key, DEFAULTS.get(key)), stored.get(key, DEFAULTS.get(key))
+        if key == "precision":  # given: the policy run_precision settled on
+            old = recorded_precision(stored)
+        if key == "tasks":
+            new, old = [_task_entry(t) for t in new or []], [_task_entry(t) for t in old or []]
+        if new == old:
+            continue
+        if isinstance(new, dict) and isinstance(old, dict):
+            for sub in sorted(set(new) | set(old)):
+                if new.get(sub) != old.get(sub):
+                    problems.append(_difference(plan, stored_doc, (key, sub), new.get(sub),
+                                                old.get(sub)))
+        else:
+            problems.append(_difference(plan, stored_doc, (key,), new, old))
+    return problems
+
+
+def _difference(plan, stored_doc, where, new, old):
+    name = ".".join(where)
+    if where == ("tasks",):
+        added = [t["name"] for t in new if t not in old]
+        dropped = [t["name"] for t in old if t not in new]
+        what = f"tasks differ (here, not in the run: {added or 'none'}; in the run, not here: " \
+               f"{dropped or 'none'})"
+    else:
+        what = f"{name} is {'absent' if new is None else repr(new)}, the run's is " \
+               f"{'absent' if old is None else repr(old)}"
+    return (f"{plan.experiment.where(*where)}: {what} ({stored_doc.where(*where)}): resume with "
+            "the run's own experiment, or --output a new directory")
+
+
+def _task_entry(entry):
+    return {"name": entry} if isinstance(entry, str) else dict(entry)
+
+
+def data_root_path(experiment, data_root=None):
+    """(the data root a run would read, what named it), unchecked."""
+    if data_root:
+        return data_root, "--data-root"
+    if experiment.raw.get("data_root"):
+        return experiment.resolve_path(experiment.raw["data_root"]), \
+            f"{experiment.where('data_root')}: data_root"
+    if "MTL_DATA_ROOT" in os.environ:
+        return os.environ["MTL_DATA_ROOT"], "$MTL_DATA_ROOT"
+    return "data", f"{experiment.path}: no data_root given, and the default"
+
+
+def _data_root(experiment, data_root):
+    data_root, where = data_root_path(experiment, data_root)
+    if not os.path.isdir(data_root):
+        raise ExperimentError(f"{where} {data_root}: no such folder: set data_root in the "
+                              "experiment or pass --data-root DIR (the folder holding the datasets)")
+    return data_root
+
+
+def _registry(experiment):
+    spec_dirs = [experiment.resolve_path(d) for d in experiment.task_specs]
+    for i, path in enumerate(spec_dirs):
+        if not os.path.exists(path):
+            raise ExperimentError(f"{experiment.where('task_specs', i)}: task_specs {path}: no such "
+                                  "folder or file")
+    return load_registry(spec_dirs or None)
+
+
+def _select(experiment, registry, names):
+    unknown = []
+    for i, entry in enumerate(experiment.tasks):
+        if entry["name"] == MLM_TASK:
+            continue
+        try:
+            registry.select([entry["name"]])
+        except UnknownTaskError as error:
+            unknown.append(f"{experiment.where('tasks', i)}: {error}")
+    if unknown:
+        raise ExperimentError("\n".join(unknown))
+    return registry.select(names)
+
+
+def _check_task_files(experiment, tasks, data_root, training=False):
+    fix = f"set data_root in {experiment.path} or pass --data-root DIR"
+    problems = missing_files(tasks, data_root, "train", fix)
+    if training and experiment.raw.get("eval_every"):  # scored as it trains: dev files too
+        problems += missing_files([t for t in tasks if "dev" in (t.files or {})], data_root,
+                                  "dev", f"{fix}, or set eval_every: 0")
+    if problems:
+        raise ExperimentError("\n".join(problems))
+
+
+def missing_files(tasks, data_root, split, fix="pass --data-root DIR"):
+    """One `spec:line: message` per file of `split` (and label file) of `tasks` that is not
+    there; `fix` says how to point at the data. The adapters read the files later."""
+    from data_adapters import MissingDataFile, split_paths
+    from mtl_framework.config.registry import LabelFileError
+
+    problems = []
+    for task in tasks:
+        where = f"{task.spec_path}:{task.line}"
+        try:
+            split_paths(task, split, data_root)
+        except KeyError as error:
+            problems.append(error.args[0])
+            continue
+        except MissingDataFile as error:
+            problems.append(error.with_fix(fix))
+        if task.labels is None and task.label_file:
+            try:
+                task.resolve_labels(data_root)
+            except FileNotFoundError as error:
+                problems.append(str(error))
+            except LabelFileError as error:
+                problems.append(f"{where}: task {task.name!r}: {error}")
+    return problems
+
+
+def _vocab(experiment):
+    """The vocab.txt the experiment names (backbone.vocab, vocab, or the one in
+    backbone.init / backbone.checkpoint), checked against the embedding table it
+    will index; None when the run builds its own from the tasks' text."""
+    backbone = experiment.backbone
+    init, checkpoint = backbone.get("init"), backbone.get("checkpoint")
+    if init or checkpoint:
+        from mtl_framework import architectures
+
+        key = "init" if init else "checkpoint"
+        folder = experiment.resolve_path(init or checkpoint)
+        kind = architectures.layout(folder, experiment.where("backbone", key))
+        config = architectures.read_config(folder, kind)
+        config_path = architectures.config_path(folder, kind)
+        _check_dims(experiment, key, config, config_path)
+    named = ("backbone", "vocab") if backbone.get("vocab") else ("vocab",) \
+        if experiment.raw.get("vocab") else None
+    if named:
+        path = experiment.resolve_path(backbone.get("vocab") or experiment.raw["vocab"])
+        where = experiment.where(*named)
+    elif init or checkpoint:
+        path = os.path.join(folder, "vocab.txt")
+        where = experiment.where("backbone", key)
+        if not os.path.isfile(path):
+            raise ExperimentError(f"{where}: backbone.{key} has no vocab.txt ({path}): give "
+                                  "backbone.vocab (the vocab the weights were trained with)")
+    else:
+        return None
+    if not os.path.isfile(path):
+        raise ExperimentError(f"{where}: vocab {path}: no such file")
+    size = _vocab_size(path, where)
+    if (init or checkpoint) and size != config["vocab_size"]:
+        raise ExperimentError(
+            f"{where}: the vocab {path} has {size} tokens but {config_path} has vocab_size "
+            f"{config['vocab_size']} (rows of the embedding table): use the vocab.txt the "
+            "weights were trained with")
+    return path
+
+
+def _check_dims(experiment, key, config, config_path):
+    """Dims the experiment gives beside a checkpoint must be the checkpoint's (they cannot
+    change a trained model); init exports are checked the same way when built."""
+    asked = {k: v for k, v in experiment.backbone.items() if k not in BACKBONE_OVERRIDES}
+    if experiment.backbone.get("size"):
+        architecture = experiment.backbone.get("architecture") or architectures.DEFAULT
+        asked = {**architectures.presets(architecture).PRESETS[experiment.backbone["size"]], **asked}
+    config = {**config, "architecture": architectures.architecture_of(config)}
+    if experiment.max_length > config.get("max_positions", experiment.max_length):
+        raise ExperimentError(
+            f"{experiment.where('max_length')}: max_length {experiment.max_length} > "
+            f"max_position_embeddings {config['max_positions']} of {config_path} (its "
+            "position table): lower max_length")
+    for dim, value in asked.items():
+        if config.get(dim) != value:
+            raise ExperimentError(
+                f"{experiment.where('backbone', dim)}: backbone.{dim} is {value} but {config_path} "
+                f"has {config.get(dim)}: drop backbone.{dim} (backbone.{key} fixes the model's "
+                "dims) or use another checkpoint")
+
+
+def _vocab_size(path, where):
+    from mtl_framework.tokenizer import Tokenizer
+
+    try:
+        return Tokenizer(path).vocab_size
+    except UnicodeDecodeError as error:
+        raise ExperimentError(f"{path}: not UTF-8 text ({error.reason}); named at {where}") from None
+    except ValueError as error:
+        raise ExperimentError(f"{error} (named at {where})") from None
+    except OSError as error:  # unreadable (chmod 000), a FIFO that fails
+        raise ExperimentError(f"{path}: cannot be read ({error.strerror or error}); named at "
+                              f"{where}") from None
+
+
+def _read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()

@@ -1,0 +1,352 @@
+"""MultiTaskModel: the shared backbone, one head per task, and the mixed update.
+
+One optimizer update = `tasks_per_update` single-task micro-batches. Each
+micro-batch's gradient is scaled by its balancing factor, normalisation × task weight
+(balancing.py; gradient_norm: 1 / ||g over the backbone||, the head's gradient by the
+same factor), the scaled gradients are summed in accumulators, and the optimizer
+applies them once; the balancing's hooks run after each micro-step, before the apply
+(pcgrad) and after it (adaptive weights). Consequence: multiplying one task's loss by a
+constant does not change the shared update under gradient_norm; emphasis comes from
+sampling rates.
+
+Backends: this module is the update written once; its backend half (the traced
+micro-step, accumulation, the optimizer's apply, what fit calls) is mtl_framework/step/
+(TensorFlow's, described below, or JAX's: step/jax.py, docs/backends.md).
+
+Runs under `model.fit`: the dataset given to fit only counts updates; the
+micro-batches come from `model.mixture` (anything with `next() -> (task, batch)`),
+because single-task batches of different families have different structures.
+Tracing: one tf.function per trace group, not per task, traced once. Heads of one class
+and the same settings (TaskHead.trace_key; label counts and decoding options left out)
+share a micro-step: the group's first head computes with the weights of the micro-batch's
+task, passed in as arguments; the step returns the scaled gradients and the task's new
+initial loss and loss scale, and `_finish` adds them to the accumulators and the task's
+state (see Lanes). No op in any graph belongs to one task, so a new task of a
+known family costs its head's variables and its share of the optimizer update, not a
+trace (92 catalog tasks + MLM: 10 groups). Every axis of the signature is unknown (any
+length, batch size, label count): one trace per group and batch layout.
+
+The token embedding's gradient stays sparse (without a strategy): repeated ids' rows are
+summed, so the backbone norm is the dense one, and only the used rows are accumulated.
+
+Lanes (`parallel_micro_batches`, default 2 on a CPU with 2+ cores): without a strategy a
+traced step changes no variable; it returns its gradients, and `_finish` accumulates them
+in micro-batch order. So two steps can compute at once in threads, which uses 2 cores
+better than one small micro-batch at a time (bench/mtl_overhead.py), and the update is
+the one of one lane. Dropout draws from seeds numbered by micro-batch
+(`micro_batches_seen`, checkpointed), not from Keras's shared seed state, so masks do not
+depend on which step ran first. initial_loss balancing (any method with `ordered`) and
+dynamic loss scaling read what the previous micro-step wrote: one lane.
+
+Under a tf.distribute strategy (built in its scope; see distributed.py) every worker
+feeds the same global micro-batch; each replica takes its slice of the rows, and the
+per-task gradient is all-reduced (SUM, i.e. the gradient of the global-batch loss)
+BEFORE its backbone norm is taken, so N workers make the update of one process with
+the combined batch. Mixed precision: losses and norms are float32; with
+`loss_scale="dynamic"` (mixed_float16) each task's loss is multiplied by that task's
+own scale and its gradients divided by it before the norm; a non-finite micro-batch
+is skipped and halves its task's scale (a per-task scale: tasks' losses and loss
+weights differ by orders of magnitude, and each gradient is normalised on its own).
+"""
+import concurrent.futures
+import contextlib
+
+import keras
+import numpy as np
+from keras import ops
+
+from mtl_framework.families import family
+from mtl_framework.families.heads import backbone_inputs, use_backbone_rotary
+from mtl_framework.mixing.balancing import Balancing
+from mtl_framework.saving.run_dir import layer_variable_names, optimizer_variable_names
+from mtl_framework.step import Step, WeightsScope, structure
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many non-finite micro-batches in a row; `task` names whose."""
+
+    def __init__(self, message, task=None):
+        super().__init__(message)
+        self.task = task
+
+
+class MultiTaskModel(Step, keras.Model):
+    def __init__(self, backbone, heads, tasks_per_update=8, balancing="gradient_norm",
+                 loss_weights=None, max_consecutive_bad=20, loss_scale=None,
+                 parallel_micro_batches=None, seed=0, **kwargs):
+        super().__init__(**kwargs)
+        if tasks_per_update < 1:
+            raise ValueError(f"tasks_per_update must be >= 1, got {tasks_per_update}")
+        self.backbone = backbone
+        self.heads = dict(heads)
+        use_backbone_rotary(self.heads.values(), backbone)  # pointers rotate as the backbone
+        self.task_names = list(self.heads)
+        self.tasks_per_update = int(tasks_per_update)
+        self.balancing = Balancing(balancing, self.task_names, seed)  # balancing.py
+        self.loss_weights = {t: float((loss_weights or {}).get(t, 1.0)) for t in self.task_names}
+        self.max_consecutive_bad = max_consecutive_bad
+        if loss_scale not in (None, "dynamic"):
+            raise ValueError(f"loss_scale must be None or 'dynamic', got {loss_scale!r}")
+        self.dynamic_loss_scale = loss_scale == "dynamic"
+        self.parallel_micro_batches = parallel_micro_batches
+        # Made in a strategy's scope: micro-steps then run per replica (see module doc).
+        self.strategy = self._current_strategy()
+        self.mixture = None
+        self.skipped = {t: 0 for t in self.task_names}
+        self._consecutive_bad = {t: 0 for t in self.task_names}
+        self._micro_steps = {}
+        self._forward_steps = {}
+        self._traces = {}  # JAX: traces per jitted function (TensorFlow's functions count their own)
+        self._apply_update_fn = None
+        self._accumulate_fns = {}
+        self._reset_fn = None
+        self._threads = None
+        self.last_micro_logs = []
+        # Updates the current Keras epoch may still run (None: steps_per_epoch decides); a
+        # run's epochs end at its evaluation steps (trainer.Run, callbacks.EvaluationEpochs).
+        self.epoch_updates_left = None
+
+    # --- variables ------------------------------------------------------------
+
+    def build_all(self):
+        """Build backbone, heads, accumulators and the optimizer before fit.
+
+        Variables cannot be created inside the traced steps, and a lazily built
+        optimizer refuses variables it has not seen.
+        """
+        self.backbone.build()
+        backbone_ids = {id(v) for v in self.backbone.trainable_variables}
+        self.backbone_variables = list(self.backbone.trainable_variables)
+        # Heads may hold backbone variables (the tied MLM embedding): count them once, as backbone.
+        self.head_variables = {
+            t: [v for v in h.trainable_variables if id(v) not in backbone_ids]
+            for t, h in self.heads.items()}
+        self.all_variables = self.backbone_variables + [
+            v for t in self.task_names for v in self.head_variables[t]]
+        self.accumulators = [self._accumulator(v, f"accumulated_{i}")
+                             for i, v in enumerate(self.all_variables)]
+        index = {id(v): i for i, v in enumerate(self.all_variables)}
+        self._head_slots = {t: [index[id(v)] for v in self.head_variables[t]] for t in self.task_names}
+        # named initial_loss/<task> under every balancing: old checkpoints hold them
+        self.initial_losses = {
+            t: self._state_variable(0.0, f"initial_loss_{i}") for i, t in enumerate(self.task_names)}
+        if self.dynamic_loss_scale:
+            self.loss_scales = {t: self._state_variable(2.0 ** 15, f"loss_scale_{i}")
+                                for i, t in enumerate(self.task_names)}
+            self._finite_in_a_row = {t: self._state_variable(0, f"finite_in_a_row_{i}", "int32")
+                                     for i, t in enumerate(self.task_names)}
+        # Dropout seeds come from this count (see _dropout_seeds): a micro-step's masks do
+        # not depend on which micro-steps ran before it, or at the same time.
+        self.micro_batches_seen = self._state_variable(0, "micro_batches_seen", "int64")
+        layers = list(self.backbone._flatten_layers()) + [
+            layer for head in self.heads.values() for layer in head._flatten_layers()]
+        self._seed_states = list({id(g.state): g.state for layer in layers
+                                  for g in layer._seed_generators}.values())
+        # a model that is not compiled has no optimizer to build
+        if getattr(self, "optimizer", None) is not None and not self.optimizer.built:
+            self.optimizer.build(self.all_variables)
+        self.balancing.build(self)  # after the accumulators and initial losses it may use
+        self._group_trace_steps()
+        self.lanes = self._lanes()
+        self.built = True
+
+    @property
+    def state_variables(self):
+        """Everything an exact resume needs besides the data positions."""
+        return list(self.named_state_variables.values())
+
+    @property
+    def named_state_variables(self):
+        """state_variables by the names a checkpoint stores them under (run_dir.py).
+
+        Names do not depend on what else the process built: Keras numbers auto-named
+        layers and seed generators per process, so the backbone's variables are named
+        from inside it, and each optimizer slot after the variable it belongs to."""
+        named = layer_variable_names(self.backbone, "backbone")
+        owned = {id(v) for v in named.values()}
+        for task, head in self.heads.items():  # a head's layer is named after its task
+            named.update((name, v) for name, v in layer_variable_names(head, task).items()
+                         if id(v) not in owned)
+        for task in self.task_names:
+            named[f"initial_loss/{task}"] = self.initial_losses[task]
+        named["micro_batches_seen"] = self.micro_batches_seen
+        named.update(self.balancing.variables())  # none for the four old methods
+        if self.dynamic_loss_scale:
+            named.update({f"loss_scale/{t}": v for t, v in self.loss_scales.items()})
+            named.update({f"finite_in_a_row/{t}": v for t, v in self._finite_in_a_row.items()})
+        if getattr(self, "optimizer", None) is not None:
+            named.update(optimizer_variable_names(self.optimizer, named))
+        return named
+
+    # --- forward ---------------------------------------------------------------
+
+    def task_outputs(self, task, batch, training=False):
+        return self._outputs(self.heads[task], batch, training)
+
+    def task_loss(self, task, batch, training=False):
+        return self._loss(self.heads[task], batch, training)
+
+    def _outputs(self, head, batch, training, head_values=None, seeds=None, backbone_values=None):
+        """The head on the backbone's output; with `head_values`, `head` computes with
+        those weights in place of its own (as Keras's stateless_call); with `seeds`
+        ([(seed state variable, value)]), dropout draws from those values and the seed
+        states' own updates stay in the scope; with `backbone_values` ([(variable,
+        value)]: JAX's step differentiates them), the backbone reads those."""
+        seeds = list(seeds or [])
+        seeds = seeds + list(backbone_values or [])
+        with WeightsScope(seeds) if seeds else contextlib.nullcontext():
+            hidden = self.backbone(backbone_inputs(batch), training=training)
+            if family(head.family).choice_axis:  # choices folded into the batch axis
+                hidden = ops.reshape(hidden, (*ops.shape(batch["token_ids"]), hidden.shape[-1]))
+            if head_values is None:
+                return head(hidden, batch, training=training)
+            # the innermost scope is the one read: it holds the seeds (and backbone) too
+            with WeightsScope(list(zip(head.trainable_variables, head_values)) + seeds):
+                return head.call(hidden, batch, training=training)
+
+    def _loss(self, head, batch, training, head_values=None, seeds=None, backbone_values=None):
+        outputs = self._outputs(head, batch, training, head_values, seeds, backbone_values)
+        # mixed precision: heads compute in 16 bits, losses always in float32
+        outputs = keras.tree.map_structure(
+            lambda t: ops.cast(t, "float32") if keras.backend.is_float_dtype(t.dtype) else t, outputs)
+        return head.compute_task_loss(outputs, batch)
+
+    # --- the mixed update --------------------------------------------------------
+
+    def _group_trace_steps(self):
+        """Tasks whose heads have equal trace keys (TaskHead.trace_key: same class and
+        settings, any label count) share one traced micro-step."""
+        self.trace_groups = {}
+        for task in self.task_names:
+            self.trace_groups.setdefault(self.heads[task].trace_key(), []).append(task)
+        self._task_group = {task: key for key, tasks in self.trace_groups.items() for task in tasks}
+        for tasks in self.trace_groups.values():
+            ranks = {tuple(len(v.shape) for v in self.heads[t].trainable_variables) for t in tasks}
+            if len(ranks) > 1:
+                raise ValueError(f"heads of tasks {tasks} share a trace key but not their weights' "
+                                 "layout; give their head class a finer trace_key")
+        self._loss_weight_tensors = {t: self._constant(w) for t, w in self.loss_weights.items()}
+
+    def _lanes(self):
+        """How many micro-steps run at once. Default: 2 on a CPU with 2+ cores, where 8
+        small forward/backward passes use the cores less fully than one large pass
+        (bench/mtl_overhead.py); 1 where a micro-step reads state that an earlier one of
+        the same update writes (initial_loss, dynamic loss scale) or runs per replica."""
+        ordered = self.strategy is not None or self.balancing.ordered or self.dynamic_loss_scale
+        if self.parallel_micro_batches is None:
+            return 1 if ordered or self._on_gpu() else self._default_lanes()
+        lanes = int(self.parallel_micro_batches)
+        if lanes < 1:
+            raise ValueError(f"parallel_micro_batches must be >= 1, got {lanes}")
+        self._check_lanes(lanes)
+        if lanes > 1 and ordered:
+            raise ValueError("parallel_micro_batches > 1 needs no tf.distribute strategy, no dynamic "
+                             "loss scale and a balancing other than initial_loss (those micro-steps "
+                             "read what the previous one wrote); set it to 1")
+        return lanes
+
+    def micro_step(self, task, batch):
+        """One micro-batch of `task` (a dict of tensors): its scaled gradient is added to
+        the accumulators; returns {loss, gradient_norm, normalized_gradient_norm, finite} as tensors."""
+        return self._finish(task, self._launch(task, batch, self._take_counts(1)[0]))
+
+    def _step_key(self, task, batch):
+        return self._task_group[task], structure(batch)
+
+    def _head_values(self, template, own_values, backbone_values=None):
+        """Values for all of `template`'s trainable variables: `own_values` for its own,
+        for a tied one the backbone's current value (or its value in `backbone_values`,
+        [(variable, value)])."""
+        backbone = {id(v): v for v in self.backbone_variables}
+        given = {id(v): value for v, value in backbone_values or []}
+        own = iter(own_values)
+        return [(given[id(v)] if id(v) in given else backbone[id(v)].value)
+                if id(v) in backbone else next(own) for v in template.trainable_variables]
+
+    def close(self):
+        """Stops the threads that run micro-steps side by side (lanes > 1); a later
+        run_update starts them again. trainer.Run.close calls it."""
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
+
+    def run_update(self, micro_batches):
+        """One optimizer update from [(task, batch), ...]; returns per-micro-batch logs.
+        With lanes > 1, up to that many traced micro-steps compute at once in threads; their
+        gradients are accumulated in micro-batch order, so the update is the same."""
+        tokens = [int(np.count_nonzero(batch["token_ids"])) for _, batch in micro_batches]
+        micro_batches = [(task, self._to_tensors(batch)) for task, batch in micro_batches]
+        counts = self._take_counts(len(micro_batches))
+        logs, pending, unchecked = [], [], []
+        if self.lanes > 1 and self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(self.lanes, "micro_step")
+
+        def finish_oldest():
+            task, future = pending.pop(0)
+            logs.append(self._check(task, self._finish(task, future.result())))
+        try:
+            for (task, batch), count in zip(micro_batches, counts):
+                key = self._step_key(task, batch)
+                if self.lanes > 1 and key in self._micro_steps:
+                    if len(pending) == self.lanes:
+                        finish_oldest()
+                    pending.append((task, self._threads.submit(self._launch, task, batch, count)))
+                else:  # one at a time; a first call traces, in this thread
+                    while pending:
+                        finish_oldest()
+                    result = self._finish(task, self._launch(task, batch, count))
+                    if self.checks_after_update:
+                        unchecked.append((task, result))
+                    else:
+                        logs.append(self._check(task, result))
+            while pending:
+                finish_oldest()
+        finally:
+            concurrent.futures.wait([future for _, future in pending])
+        logs.extend(self._check(task, result) for task, result in unchecked)
+        if any(log["finite"] for log in logs):
+            self.apply_update()
+            self.balancing.after_update(logs, int(self.optimizer.iterations.numpy()))
+        else:  # nothing finite to apply: drop the update rather than step on zeros
+            self.balancing.before_apply(self)  # as apply_update would have
+            self._drop_update()
+        for log, count in zip(logs, tokens):
+            log["tokens"] = count  # real (non-padding) tokens: what the update computed on
+        self.last_micro_logs = logs
+        return logs
+
+    def _check(self, task, result):
+        """A micro-batch's log; counts a non-finite one, stops after too many in a row."""
+        result = {k: np.asarray(v).item() for k, v in result.items()}
+        result["task"] = task
+        if result["finite"]:
+            self._consecutive_bad[task] = 0
+        else:
+            self.skipped[task] += 1
+            self._consecutive_bad[task] += 1
+            if self._consecutive_bad[task] >= self.max_consecutive_bad:
+                raise NonFiniteLossError(
+                    f"task {task!r}: {self._consecutive_bad[task]} micro-batches in a row had a "
+                    "non-finite loss or gradient; check its data/labels or lower the learning rate",
+                    task=task)
+        return result
+
+    def _count_epoch_update(self):
+        """Before an update under fit: the epoch ends here when its updates are done."""
+        if self.epoch_updates_left is not None:
+            if self.epoch_updates_left <= 0:
+                raise StopIteration  # fit ends this epoch early, as when data runs out
+            self.epoch_updates_left -= 1
+
+    def train_step_logs(self):
+        """One update from the mixture (what fit's train function runs; the fit dataset only
+        counts updates; make_train_function is the backend's): Keras's logs of it."""
+        if self.mixture is None:
+            raise RuntimeError("MultiTaskModel.mixture is not set: give it a task mixture "
+                               "(next() -> (task, batch)) before fit")
+        logs = self.run_update([self.mixture.next() for _ in range(self.tasks_per_update)])
+        finite = [log["loss"] for log in logs if log["finite"]]
+        return {"loss": float(np.mean(finite)) if finite else float("nan"),
+                "tasks": float(len({log["task"] for log in logs}))}
+
+

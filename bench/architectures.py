@@ -69,7 +69,7 @@ def architecture_experiment(architecture, seed, steps, work):
 
 
 def count_weights(run_dir):
-    from mtl_framework.assemble import load_run_backbone
+    from mtl_framework.saving.trained import load_run_backbone
 
     backbone, _ = load_run_backbone(str(run_dir))
     return int(sum(int(w.numpy().size) for w in backbone.weights))

@@ -93,9 +93,9 @@ def train(args, work, log):
 
 def evaluate(args, run_dir, log):
     from mtl_framework.architectures.rope_scaling import describe
-    from mtl_framework.assemble import open_run
     from mtl_framework.evaluation import dev as evaluation
     from mtl_framework.prepare.cache import cached_features
+    from mtl_framework.saving.trained import open_run
 
     experiment = open_run(str(run_dir), log=None).experiment
     task = load_registry().select([TASK])[0]

@@ -323,9 +323,9 @@ def main():
 
     stage2_dev = {}
     for arm in ("B", "C"):
-        from mtl_framework.saving.run_dir import read_evaluations
+        from mtl_framework.rundir import RunDir
 
-        last = [line for line in read_evaluations(runs[arm]) if line["split"] == "dev"][-1]
+        last = [line for line in RunDir(runs[arm]).read_evaluations() if line["split"] == "dev"][-1]
         config = yaml.safe_load((work / "experiments" / f"stage2_{arm}.yaml").read_text())
         stage2_dev[arm] = {"step": last["step"], "tasks": last["tasks"],
                            "max_examples": config["eval_batches"] * config["batch_size"]}

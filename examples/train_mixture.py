@@ -24,8 +24,8 @@ def main(argv=None):
     import keras
 
     from mtl_framework.config.experiment import Experiment
-    from mtl_framework.export.writer import export
     from mtl_framework.loop.run import Run
+    from mtl_framework.saving.writer import export
 
     experiment = Experiment.from_dict({
         "data_root": DEMO_DATA,

@@ -6,35 +6,29 @@ in one place for train, resume, evaluate, predict, export and finetune.
     model = training_model(experiment, backbone, heads, loss_weights, log)
     load_state(model, checkpoint)                 # resume: model, optimizer and balancing state
 
-    trained = open_trained(path, checkpoint=None, rope_scaling=None)
-    trained.backbone, trained.heads(scored_only=True), trained.model()
-        # a run directory's checkpoint (newest readable, best, step N) or a keras export
-        # written with --with-heads: `mtl evaluate`, `mtl predict`, `mtl export`
-
 A backbone comes from one of three places: the experiment's `backbone:` mapping (new), a
 backbone folder the experiment names (`init:` / `checkpoint:`, any format
 `architectures.layout` knows), or a checkpoint's own config (a trained run). Heads are
 built new from task specs, or rebuilt from saved metadata and given their weights with
-one set of checks (`assign_heads`). What is read from disk, and how a checkpoint is
-chosen, is trained_model.py's (on run_dir.py).
+one set of checks (`assign_heads`). Nothing here reads a run's files: a trained model
+is opened by `mtl_framework.saving` (which builds it with these functions).
 """
 import os
 
 from mtl_framework import architectures
 from mtl_framework.architectures import rope_scaling as rope
-from mtl_framework.config.experiment import ExperimentError, load_experiment
-from mtl_framework.config.precision import run_precision
+from mtl_framework.config.experiment import ExperimentError
 from mtl_framework.errors import UserError
 from mtl_framework.families import MLM, family
 from mtl_framework.families.heads import build_head, task_head
+from mtl_framework.formats import keras as preset
 from mtl_framework.mixing.balancing import Balancing, BalancingError
 from mtl_framework.mixing.balancing import describe as describe_balancing
 from mtl_framework.plan import INIT_OVERRIDES, MLM_TASK
-from mtl_framework.saving import run_dir as files
-from mtl_framework.saving import trained_model
 from mtl_framework.step.distributed import precision_policy
 from mtl_framework.step.model import MultiTaskModel
 from mtl_framework.step.optimizers import build_optimizer
+from mtl_framework.step.variable_names import head_config, layer_variable_names
 
 # --- backbones --------------------------------------------------------------------------
 
@@ -85,7 +79,7 @@ def checkpoint_backbone(checkpoint, **overrides):
     keys that are not shapes: rope_scaling), weights by name."""
     backbone = architectures.build_backbone({**checkpoint.trainer["backbone"], **overrides})
     backbone.build()
-    named = files.layer_variable_names(backbone, "backbone")
+    named = layer_variable_names(backbone, "backbone")
     for name, value in checkpoint.backbone_arrays(list(named)).items():
         named[name].assign(value)
     return backbone
@@ -150,13 +144,13 @@ def assign_heads(heads, saved, weights, backbone, source, remedy=""):
             if theirs.get(key) != ours:
                 raise UserError(f"{source}: head {task!r} has {key} {theirs.get(key)!r}, this "
                                 f"model's {task!r} has {ours!r}{remedy}")
-        variables = [v for v in files.layer_variable_names(head, task).values()
+        variables = [v for v in layer_variable_names(head, task).values()
                      if id(v) not in shared]
         if len(variables) != len(theirs["variables"]):
             raise UserError(f"{source}: head {task!r} has {len(theirs['variables'])} variables, "
                             f"a {theirs['type']} head built from this config has "
                             f"{len(variables)}: its head config differs "
-                            f"({theirs.get('config')} vs {files.head_config(head)})")
+                            f"({theirs.get('config')} vs {head_config(head)})")
         for variable, name in zip(variables, theirs["variables"]):
             if name not in weights:
                 raise UserError(f"{source}: head {task!r} lists variable {name!r}, which its "
@@ -166,7 +160,7 @@ def assign_heads(heads, saved, weights, backbone, source, remedy=""):
                 raise UserError(f"{source}: head {task!r} variable {name} has shape "
                                 f"{tuple(value.shape)}, this model's {variable.path} "
                                 f"{tuple(variable.shape)}: its head config differs "
-                                f"({theirs.get('config')} vs {files.head_config(head)})")
+                                f"({theirs.get('config')} vs {head_config(head)})")
             variable.assign(value)
         loaded.append(task)
     return loaded
@@ -176,11 +170,11 @@ def init_heads(directory, heads, backbone, log=print):
     """Give the run's heads the export's head weights of the same task name. A task
     absent from the export starts fresh (logged); one present with another type, label
     count or variable shape is an error naming what differs."""
-    saved, weights = trained_model.load_heads(directory)
+    saved, weights = preset.load_heads(directory)
     if saved is None:
         return []
     loaded = assign_heads(heads, saved, weights, backbone,
-                          os.path.join(directory, trained_model.HEADS_CONFIG),
+                          os.path.join(directory, preset.HEADS_CONFIG),
                           remedy=": export without --with-heads (or rename the task) to start "
                                  "it fresh")
     if log:
@@ -242,126 +236,3 @@ def load_state(model, checkpoint):
                         "--output")
     for name, variable in named.items():
         variable.assign(values[name])
-
-
-# --- a trained model, opened ------------------------------------------------------------
-
-class Trained:
-    """A trained backbone and its heads' metadata and weights, read from a run directory
-    or a keras export with heads; the backbone is built when first asked for.
-
-    source: the folder.  experiment: the run's Experiment (None for an export).
-    checkpoint: the run_dir.Checkpoint read (None for an export).  vocab: its vocab.txt.
-    max_length: the run's max_length (an export: the length it records, or None).
-    rope_scaling: the setting asked for instead of the backbone's own, normalised, or
-    None when none was asked."""
-
-    def __init__(self, source, experiment, checkpoint, vocab, build, saved_heads, max_length,
-                 rope_scaling=None, precision=None):
-        self.source, self.experiment, self.checkpoint, self.vocab = \
-            source, experiment, checkpoint, vocab
-        self.max_length, self.rope_scaling = max_length, rope_scaling
-        # what the model computes in: the run's precision, float32 for an export folder
-        self.precision = precision or (experiment.precision if experiment else "float32")
-        self._build, self._read_heads = build, saved_heads
-        self._backbone = self._heads_read = None
-
-    @property
-    def backbone(self):
-        if self._backbone is None:
-            try:
-                with precision_policy(self.precision):
-                    self._backbone = self._build()
-            except ValueError as error:  # a config this version cannot build
-                if isinstance(error, UserError):
-                    raise
-                raise UserError(f"{self.source}: {error}") from None
-        return self._backbone
-
-    @property
-    def head_metadata(self):
-        """{task: head metadata} in the run's task order (type, num_labels, config,
-        variables); a UserError when there is none (a backbone-only export, an old run)."""
-        return self.saved_heads()[0]
-
-    def saved_heads(self):
-        """(head metadata, {variable name: array}), read once."""
-        if self._heads_read is None:
-            self._heads_read = self._read_heads()
-        return self._heads_read
-
-    def heads(self, scored_only=False):
-        """{task: head}, rebuilt with their weights at the run's precision."""
-        with precision_policy(self.precision):
-            return saved_heads(*self.saved_heads(), self.backbone, self.source,
-                               scored_only=scored_only)
-
-    def model(self, scored_only=False):
-        """The prediction model of the backbone and its heads."""
-        tasks_per_update = self.experiment.tasks_per_update if self.experiment else 8
-        return prediction_model(self.backbone, self.heads(scored_only), tasks_per_update)
-
-
-def open_trained(path, checkpoint=None, log=print, rope_scaling=None):
-    """A Trained of a run directory (experiment.yaml: its newest readable checkpoint, or
-    `checkpoint` "best" or a step number) or of a keras export written with `--with-heads`
-    (config.json). `rope_scaling`: `none` or TYPE:FACTOR[:ORIGINAL] instead of the
-    backbone's own, stretched from the trained length. A UserError when it is neither,
-    when the run has no readable checkpoint, or when its vocab does not fit."""
-    if os.path.isfile(os.path.join(path, files.EXPERIMENT)):
-        return open_run(path, checkpoint, log, rope_scaling)
-    if os.path.isfile(os.path.join(path, "config.json")):
-        return _open_export(path, rope_scaling)
-    if not os.path.isdir(path):
-        raise UserError(f"{path}: no such run directory or export folder")
-    raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
-                    "(config.json): give what `mtl train` or `mtl export --with-heads` wrote")
-
-
-def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
-    """A Trained of a run directory only (see open_trained); `precision` instead of the
-    run's (an export writes weights, built at float32)."""
-    experiment = load_experiment(files.experiment_file(run_dir))
-    scaling = _parsed_rope_scaling(rope_scaling, experiment.max_length, run_dir)
-    chosen = trained_model.read_run(run_dir, log, which)
-    vocab = trained_model.check_run_vocab(run_dir, chosen)
-    overrides = {} if scaling is None else {"rope_scaling": scaling}
-    return Trained(run_dir, experiment, chosen, vocab,
-                   lambda: checkpoint_backbone(chosen, **overrides),
-                   lambda: trained_model.run_heads(chosen), experiment.max_length, scaling,
-                   precision or run_precision(experiment, run_dir)[0])
-
-
-def _open_export(directory, rope_scaling):
-    from mtl_framework.formats import keras as preset
-
-    length = preset.trained_length(directory)
-    scaling = _parsed_rope_scaling(rope_scaling, length, directory)
-    overrides = {} if scaling is None else {"rope_scaling": scaling}
-
-    def heads():
-        saved = trained_model.load_heads(directory)
-        if saved[0] is None:
-            raise UserError(f"{directory}: no {trained_model.HEADS_CONFIG}: this export holds the "
-                            "backbone only; export with `mtl export RUN_DIR --format keras "
-                            "--with-heads`, or predict from the run directory")
-        return saved
-
-    return Trained(directory, None, None, os.path.join(directory, files.VOCAB),
-                   lambda: architectures.load_preset(directory, **overrides), heads, None, scaling)
-
-
-def _parsed_rope_scaling(value, trained_length, source):
-    if value is None:
-        return None
-    try:
-        return rope.parse(value, trained_length)
-    except ValueError as error:
-        raise UserError(f"{source}: {error}") from None
-
-
-def load_run_backbone(run_dir, log=print):
-    """(backbone, trainer state + "checkpoint": its folder) of the run's newest readable
-    checkpoint."""
-    trained = open_trained(run_dir, log=log)
-    return trained.backbone, {**trained.checkpoint.trainer, "checkpoint": trained.checkpoint.path}

@@ -17,7 +17,6 @@ table, and (with `resume` given) that the run directory is free for a new run
 or holds a run of this same experiment.
 """
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -26,7 +25,9 @@ from mtl_framework.config.experiment import DEFAULTS, MLM_TASK, Experiment, Expe
 from mtl_framework.config.precision import AS_NAMED, recorded_precision, run_precision
 from mtl_framework.config.registry import UnknownTaskError, load_registry
 from mtl_framework.families import MLM
-from mtl_framework.saving.run_dir import checkpoint_dirs
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.checkpoint import read_trainer
+from mtl_framework.rundir.outputs import check_folder
 
 # Experiment keys holding paths relative to the experiment file; the run directory's
 # copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
@@ -50,7 +51,7 @@ BACKBONE_OVERRIDES = INIT_OVERRIDES + ("checkpoint", "init",
 class Plan:
     """A checked training run: what `trainer.Run` builds."""
     experiment: Experiment
-    run_dir: str
+    run: RunDir  # the run directory, as given (RunDir owns its layout and files)
     data_root: str
     registry: object
     tasks: list  # registry TaskSpecs, MLM excluded
@@ -59,6 +60,10 @@ class Plan:
     checkpoints: list = field(default_factory=list)  # the run directory's step-* folders
     resolved: dict = field(default_factory=dict)  # experiment.yaml as the run directory keeps it
     precision: tuple = ("float32", AS_NAMED)  # (Keras policy, why): run_precision
+
+    @property
+    def run_dir(self):
+        return self.run.path
 
 
 def plan_run(experiment, output=None, data_root=None, resume=None, overrides=()):
@@ -86,12 +91,13 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     vocab = _vocab(experiment)
     if MLM_TASK in entries:
         _check_mlm_tie(experiment)
-    checkpoints = checkpoint_dirs(run_dir)
-    precision = run_precision(experiment, run_dir if checkpoints else None)
+    run = RunDir(run_dir)
+    checkpoints = run.checkpoint_names()
+    precision = run_precision(experiment, run.stored_experiment() if checkpoints else None)
     # the run builds, and its experiment.yaml keeps, the policy itself: a run started
     # under `auto` resumes, evaluates and predicts in what it trained in, on any CPU
     experiment = dataclasses.replace(experiment, raw={**experiment.raw, "precision": precision[0]})
-    plan = Plan(experiment, run_dir, root, registry, tasks, entries, vocab,
+    plan = Plan(experiment, run, root, registry, tasks, entries, vocab,
                 checkpoints=checkpoints, resolved=resolved_experiment(experiment, root),
                 precision=precision)
     if resume is not None:
@@ -168,11 +174,11 @@ def resolved_experiment(experiment, data_root):
 def check_run_dir(plan, resume):
     """Without --resume the run directory must not hold another run; with --resume its
     checkpoints must come from this same experiment (RESUMABLE keys may differ)."""
-    run_dir, experiment = plan.run_dir, plan.experiment
+    run, run_dir, experiment = plan.run, plan.run_dir, plan.experiment
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise ExperimentError(f"{run_dir}: is a file, not a run directory: --output a folder")
     check_writable(run_dir)
-    stored_path = os.path.join(run_dir, "experiment.yaml")
+    stored_path = run.experiment_path
     if not os.path.exists(stored_path) and not plan.checkpoints:
         foreign = not_a_run(run_dir)
         if foreign:
@@ -192,19 +198,20 @@ def check_run_dir(plan, resume):
         return
     if not plan.checkpoints:
         return  # nothing trained yet: a fresh start
-    for name in ("experiment.yaml", "vocab.txt"):
-        if not os.path.exists(os.path.join(run_dir, name)):
-            raise ExperimentError(f"{run_dir}: holds checkpoints but no {name}, so they cannot be "
-                                  "matched to this experiment: --output a new directory")
+    for path in (run.experiment_path, run.vocab_path):
+        if not os.path.exists(path):
+            raise ExperimentError(f"{run_dir}: holds checkpoints but no {os.path.basename(path)}, "
+                                  "so they cannot be matched to this experiment: --output a new "
+                                  "directory")
     problems = _differences(plan, stored_path)
     if problems:
         raise ExperimentError("\n".join(problems))
-    if plan.vocab and _read_bytes(plan.vocab) != _read_bytes(os.path.join(run_dir, "vocab.txt")):
+    if plan.vocab and _read_bytes(plan.vocab) != _read_bytes(run.vocab_path):
         raise ExperimentError(
             f"{experiment.where('backbone', 'vocab')}: the vocab {plan.vocab} differs from "
-            f"{os.path.join(run_dir, 'vocab.txt')}, which the run was trained with: use that "
+            f"{run.vocab_path}, which the run was trained with: use that "
             "one to resume, or --output a new directory")
-    own, rows = os.path.join(run_dir, "vocab.txt"), _checkpoint_vocab_size(run_dir, plan)
+    own, rows = run.vocab_path, _checkpoint_vocab_size(run, plan)
     if rows is not None and _vocab_size(own, own) != rows:
         raise ExperimentError(
             f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
@@ -228,29 +235,23 @@ def not_a_run(run_dir):
 def check_writable(run_dir):
     """The run directory can be created and written (checked before any work: an hour of
     feature building never ends in "permission denied")."""
-    from mtl_framework.saving.outputs import check_folder
-
     check_folder(run_dir, "--output")
     if os.path.isdir(run_dir) and not os.access(run_dir, os.W_OK | os.X_OK):
         raise ExperimentError(f"--output {run_dir}: not writable (read-only folder or another "
                               "user's): make it writable, or --output another folder")
-    for name in ("checkpoints", "logs"):
-        path = os.path.join(run_dir, name)
+    for path in (RunDir(run_dir).checkpoints_path, RunDir(run_dir).logs_path):
         if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
             raise ExperimentError(f"--output {run_dir}: {path} is not writable: make it "
                                   "writable, or --output another folder")
 
 
-def _checkpoint_vocab_size(run_dir, plan):
+def _checkpoint_vocab_size(run, plan):
     """vocab_size in the newest checkpoint's trainer.json (None when it cannot be read:
     the resume then falls back past it, and checks the one it uses)."""
-    from mtl_framework.saving import run_dir as files
-
-    path = os.path.join(run_dir, files.CHECKPOINTS, plan.checkpoints[-1], files.TRAINER)
+    trainer = read_trainer(run.checkpoint_path(plan.checkpoints[-1]))
     try:
-        with open(path, encoding="utf-8") as f:
-            return int(json.load(f)["backbone"]["vocab_size"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(trainer["backbone"]["vocab_size"])
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -37,8 +37,8 @@ import numpy as np  # noqa: E402
 from mtl_framework import RoFormerV2Backbone  # noqa: E402
 from mtl_framework.architectures.roformer_v2.presets import backbone_config  # noqa: E402
 from mtl_framework.families.heads import build_head  # noqa: E402
-from mtl_framework.saving.run_dir import layer_variable_names  # noqa: E402
 from mtl_framework.step.model import MultiTaskModel  # noqa: E402
+from mtl_framework.step.variable_names import layer_variable_names  # noqa: E402
 
 if args.devices:
     keras.distribution.set_distribution(keras.distribution.DataParallel())

@@ -228,8 +228,8 @@ def write_transformers_folder(backbone, directory, vocab):
 
 @pytest.mark.slow  # two `mtl train` runs and an export: 28-116 s on the 2-core box
 def test_a_run_trains_bert_and_starts_from_a_transformers_folder(tmp_path):
-    from mtl_framework.assemble import load_run_backbone
     from mtl_framework.cli import main as mtl
+    from mtl_framework.saving.trained import load_run_backbone
 
     from conftest import write_tiny_experiment
 

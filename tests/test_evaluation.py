@@ -14,7 +14,7 @@ from mtl_framework.evaluation import dev as evaluation
 from mtl_framework.families import heads as H
 from mtl_framework.families.heads import build_head
 from mtl_framework.prepare.cache import cached_features
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir
 from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,12 +114,12 @@ def test_record_and_read_evaluations(tmp_path):
                "c": {"metric": "accuracy", "score": None, "note": "no 'dev' split"}}
     line = evaluation.record(tmp_path, 7, "dev", results)
     assert line["aggregate"] == 0.375
-    assert files.read_evaluations(tmp_path) == [json.loads(json.dumps(line))]
+    assert RunDir(tmp_path).read_evaluations() == [json.loads(json.dumps(line))]
     text = evaluation.format_results(line)
     assert "aggregate (mean score over 2 tasks): 0.3750" in text and "c: no 'dev' split" in text
     (tmp_path / "evaluations.jsonl").open("a").write("{broken\n")
     with pytest.raises(ValueError, match=r"evaluations.jsonl:2: not a JSON line"):
-        files.read_evaluations(tmp_path)
+        RunDir(tmp_path).read_evaluations()
 
 
 def test_evaluate_command_names_a_missing_run(tmp_path):
@@ -150,7 +150,7 @@ eval_batches: 2
 """, encoding="utf-8")
     run_dir = tmp_path / "run"
     assert main(["train", str(experiment), "--output", str(run_dir)]) == 0
-    lines = files.read_evaluations(run_dir)
+    lines = RunDir(run_dir).read_evaluations()
     assert [line["step"] for line in lines] == [1, 2]
     assert set(lines[-1]["tasks"]) == {"tnews", "cmrc2018", "cluener"}
     assert all(e["examples"] == 8 for e in lines[-1]["tasks"].values())
@@ -160,7 +160,7 @@ eval_batches: 2
     assert reloaded["step"] == 2
     for name, entry in lines[-1]["tasks"].items():
         assert reloaded["tasks"][name]["result"] == pytest.approx(entry["result"], abs=1e-9), name
-    assert len(files.read_evaluations(run_dir)) == 3
+    assert len(RunDir(run_dir).read_evaluations()) == 3
 
 
 def test_mrr_ranks_the_candidates_of_each_question(tmp_path):
@@ -269,8 +269,8 @@ steps: 1
 
 
 def test_keep_best_the_model_card_and_old_lines_read_the_publishers_score():
-    from mtl_framework.export.model_card import eval_results
     from mtl_framework.loop.callbacks import BestTracker
+    from mtl_framework.saving.model_card import eval_results
 
     new = {"metric": "em_f1", "score": 0.61, "metric_score": 0.70, "scorer": "cmrc2018",
            "scorer_figure": "average", "scorer_result": {"average": 0.61}, "baseline": 0.0}

@@ -202,7 +202,7 @@ def test_keras_hub_tokenizer_points_at_our_vocab(run_dir, exported):
 def test_residual_scale_is_folded_for_bert4keras(tmp_path):
     """Exported before its warm-up ended (a = 0.4): a moves into the output kernels."""
     from mtl_framework.architectures.roformer_v2 import bert4keras
-    from mtl_framework.export.writer import fold_residual_alpha
+    from mtl_framework.saving.writer import fold_residual_alpha
 
     backbone = RoFormerV2Backbone(vocab_size=300, num_layers=2, hidden_size=32, num_heads=2,
                                   intermediate_size=64, dropout=0.0, alpha_warmup_steps=10)

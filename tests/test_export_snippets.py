@@ -28,7 +28,7 @@ def snippets():
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     """A folder for the exports, each written when a test first asks for it."""
-    from mtl_framework.export.writer import export
+    from mtl_framework.saving.writer import export
 
     base = tmp_path_factory.mktemp("snippets")
 

@@ -243,7 +243,7 @@ def test_finetune_into_an_existing_run_changes_nothing(trained, tmp_path, capsys
 
 
 def test_finetune_into_a_run_being_trained_is_refused(trained, tmp_path, capsys):
-    from mtl_framework.saving.run_dir import RunLock
+    from mtl_framework.rundir.lock import RunLock
 
     busy = tmp_path / "busy"
     busy.mkdir()

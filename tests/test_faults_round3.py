@@ -28,7 +28,8 @@ from mtl_framework.errors import UserError
 from mtl_framework.export import model_card
 from mtl_framework.loop.benchmark import load_suite
 from mtl_framework.prepare import cache
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.lock import RunLock
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def test_the_model_card_ignores_a_smoke_evaluation(trained, tmp_path, capsys):
     run = copy_run(trained, tmp_path)
     assert cli.main(["evaluate", str(run)]) == 0
     assert cli.main(["evaluate", str(run), "--max-examples", "8", "--tasks", "tnews"]) == 0
-    lines = files.read_evaluations(run)
+    lines = RunDir(run).read_evaluations()
     assert lines[-1]["max_examples"] == 8 and lines[-1]["tasks_asked"] == ["tnews"]
     chosen = model_card.last_dev_evaluation(run)
     assert chosen == lines[-2] and chosen["tasks"]["tnews"]["examples"] == 300
@@ -174,7 +175,7 @@ def test_no_lock_file_is_left_and_the_directory_lock_refuses_a_second_writer(
         trained, tmp_path, capsys):
     run = copy_run(trained, tmp_path)
     assert not (run / "train.lock").exists()  # nothing a user could delete, nothing stale
-    lock = files.RunLock(str(run))  # a second open file description: flock conflicts
+    lock = RunLock(str(run))  # a second open file description: flock conflicts
     try:
         message = refused(capsys, ["train", trained["experiment"], "--output", run, "--resume",
                                    "--set", "steps=3"], run)

@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from mtl_framework.cli import main as mtl
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir, records
+from mtl_framework.rundir import checkpoint as ckpt
+from mtl_framework.rundir import run_dir as layout
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DATA = REPO / "experiments" / "demo" / "data"
@@ -150,35 +152,35 @@ def test_leftover_temporary_writes_are_removed_on_the_next_start(trained, tmp_pa
     leftover = run / "checkpoints" / ".tmp-0123abcd"
     leftover.mkdir()
     (leftover / "state.npz").write_bytes(b"PK\x03\x04 half a write")
-    half_yaml = run / f"{files.EXPERIMENT}{files.TEMPORARY}0123abcd"
+    half_yaml = run / f"{layout.EXPERIMENT}{records.TEMPORARY}0123abcd"
     half_yaml.write_text("data_root: /da")
     capsys.readouterr()
     assert mtl(["train", str(trained["experiment"]), "--output", str(run), "--resume"]) == 0
     assert "removed 2 unfinished write(s) a killed run left" in capsys.readouterr().out
     assert not leftover.exists() and not half_yaml.exists()
-    assert files.checkpoint_dirs(run) == ["step-00000002", "step-00000004"]
+    assert RunDir(run).checkpoint_names() == ["step-00000002", "step-00000004"]
 
 
 def test_disk_full_while_checkpointing(trained, tmp_path, capsys, monkeypatch):
     run = copy_run(trained, tmp_path)
     shutil.rmtree(run / "checkpoints" / "step-00000004")
     previous = snapshot(run / "checkpoints")
-    save = files.save_arrays
+    save = ckpt.save_arrays
 
     def full_disk(path, values):
         with open(path, "wb") as f:  # part of the file lands, then the device is full
             f.write(b"PK\x03\x04" + b"\0" * 100)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
 
-    monkeypatch.setattr(files, "save_arrays", full_disk)
+    monkeypatch.setattr(ckpt, "save_arrays", full_disk)
     capsys.readouterr()
     assert mtl(["train", str(trained["experiment"]), "--output", str(run), "--resume"]) == 2
     line = one_line_error(capsys)
     assert line.startswith(f"error: {run / 'checkpoints' / 'step-00000004'}: no space left")
     assert f"{run / 'checkpoints' / 'step-00000002'} is intact" in line
     assert snapshot(run / "checkpoints") == previous  # no partial write, step 2 untouched
-    monkeypatch.setattr(files, "save_arrays", save)
-    assert files.read_checkpoint(run / "checkpoints" / "step-00000002").step == 2
+    monkeypatch.setattr(ckpt, "save_arrays", save)
+    assert ckpt.read_checkpoint(run / "checkpoints" / "step-00000002").step == 2
 
 
 # --- one writer per run directory -------------------------------------------------------------
@@ -187,7 +189,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid_and_a_killed_one_holds_
         trained, tmp_path, capsys):
     run = copy_run(trained, tmp_path)
     holder = subprocess.Popen(  # holds the lock exactly as `mtl train` does, then waits
-        [sys.executable, "-c", "import sys, time; from mtl_framework.saving.run_dir import RunLock; "
+        [sys.executable, "-c", "import sys, time; from mtl_framework.rundir.lock import RunLock; "
          "lock = RunLock(sys.argv[1]); print('locked', flush=True); time.sleep(300)", str(run)],
         cwd=REPO, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
@@ -215,7 +217,7 @@ def test_export_refuses_a_non_empty_folder_unless_forced_and_force_keeps_nothing
     capsys.readouterr()
     assert mtl(["export", str(run), "--format", "bert4keras", "--output", str(out)]) == 2
     assert "not empty" in one_line_error(capsys) and snapshot(out) == heads_export
-    (tmp_path / f"export{files.TEMPORARY}dead").mkdir()  # a killed export's folder
+    (tmp_path / f"export{records.TEMPORARY}dead").mkdir()  # a killed export's folder
     assert mtl(["export", str(run), "--format", "bert4keras", "--output", str(out),
                 "--force"]) == 0
     assert sorted(os.listdir(out)) == sorted(
@@ -254,8 +256,8 @@ def test_non_finite_stop_names_the_task_and_the_checkpoint_before_it(trained, tm
     # each run of skipped micro-batches is said on the console when it starts (issue 35)
     assert any(text.startswith(f"warning: update {first_bad}: a micro-batch of {task} had a "
                                "non-finite loss or gradient and was skipped") for text in lines)
-    kept = files.checkpoint_dirs(run)
-    assert kept and all(files.checkpoint_step(d) < first_bad for d in kept)
+    kept = RunDir(run).checkpoint_names()
+    assert kept and all(layout.checkpoint_step(d) < first_bad for d in kept)
     assert f"the newest checkpoint before it is {run / 'checkpoints' / kept[-1]}" in line
     for name in kept:  # every checkpoint on disk is finite
         assert all(np.isfinite(a).all() for a in arrays(run / "checkpoints" / name).values()

@@ -19,7 +19,8 @@ from test_faults import DEMO_DATA, REPO, experiment, write
 
 from mtl_framework.cli import main as mtl
 from mtl_framework.prepare import cache as C
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir, records
+from mtl_framework.rundir import run_dir as layout
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 
@@ -108,8 +109,8 @@ def test_ctrl_c_in_train_is_one_line_and_the_resume_keeps_each_step_once(tmp_pat
     lines = [line for line in stderr.read_text().splitlines() if line.strip()]
     assert "Traceback" not in stderr.read_text()
     last = lines[-1]
-    kept = files.checkpoint_dirs(run)
-    newest = files.checkpoint_step(kept[-1])
+    kept = RunDir(run).checkpoint_names()
+    newest = layout.checkpoint_step(kept[-1])
     stopped = max(steps_in(metrics))
     assert last == (f"interrupted at update {stopped}; `mtl train {path} --output {run} --resume` "
                     f"continues from update {newest}")
@@ -124,7 +125,7 @@ def test_ctrl_c_in_train_is_one_line_and_the_resume_keeps_each_step_once(tmp_pat
                        cache_dir=str(tmp_path / "cache"))
     assert mtl(["train", str(again), "--output", str(run), "--resume"]) == 0
     assert steps_in(metrics) == list(range(1, stopped + 3))
-    evaluated = [line["step"] for line in files.read_evaluations(run)]
+    evaluated = [line["step"] for line in RunDir(run).read_evaluations()]
     assert evaluated == sorted(set(evaluated))  # each evaluated step once
     assert evaluated[-1] == stopped + 2
 
@@ -132,10 +133,10 @@ def test_ctrl_c_in_train_is_one_line_and_the_resume_keeps_each_step_once(tmp_pat
 def test_trim_records_cuts_later_steps_and_a_cut_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 8)) + '{"step": 8, ')
-    assert files.trim_records(str(path), 5, log=None) == 3
+    assert records.trim_records(str(path), 5, log=None) == 3
     assert steps_in(path) == [1, 2, 3, 4, 5]
     before = path.read_bytes()
-    assert files.trim_records(str(path), 5, log=None) == 0 and path.read_bytes() == before
+    assert records.trim_records(str(path), 5, log=None) == 0 and path.read_bytes() == before
 
 
 # --- Ctrl-C and SIGKILL in preparation ------------------------------------------------------

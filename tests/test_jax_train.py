@@ -81,7 +81,7 @@ def test_jax_trained_run_evaluates_exports_and_loads_under_tensorflow(runs):
     from mtl_framework import RoFormerV2Backbone
     from mtl_framework.architectures import layout, load_backbone
     from mtl_framework.architectures.roformer_v2.keras_hub import keras_hub_available
-    from mtl_framework.saving.run_dir import layer_variable_names
+    from mtl_framework.step.variable_names import layer_variable_names
 
     root, a, _, _ = runs
     text = finished(mtl("evaluate", a))

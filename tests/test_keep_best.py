@@ -10,10 +10,11 @@ import pytest
 
 from mtl_framework.config.experiment import Experiment
 from mtl_framework.errors import UserError
-from mtl_framework.export.writer import export
 from mtl_framework.loop.run import Run
-from mtl_framework.saving import run_dir as files
-from mtl_framework.saving.trained_model import read_run
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir import checkpoint as ckpt
+from mtl_framework.saving.writer import export
+from mtl_framework.step import variable_names as names
 
 from conftest import DEMO_DATA, TINY_BACKBONE
 
@@ -70,7 +71,7 @@ def expected_best_and_stop(evaluations):
 
 
 def arrays(path):
-    return files.read_checkpoint(str(path)).arrays
+    return ckpt.read_checkpoint(str(path)).arrays
 
 
 @pytest.fixture(scope="module")
@@ -80,18 +81,18 @@ def runs(tmp_path_factory):
     with pytest.raises(Crash):
         train(tmp_path, "cut", [CrashAt(CRASH_AT)])
     cut_dir = tmp_path / "cut"
-    before = {"checkpoints": files.checkpoint_dirs(cut_dir), "best": files.best_dirs(cut_dir)}
+    before = {"checkpoints": RunDir(cut_dir).checkpoint_names(), "best": RunDir(cut_dir).best_names()}
     resumed = train(tmp_path, "cut", resume=True)
     return tmp_path, whole, resumed, before
 
 
 def test_best_and_patience_follow_the_evaluations(runs):
     tmp_path, whole, _, _ = runs
-    evaluations = files.read_evaluations(tmp_path / "whole")
+    evaluations = RunDir(tmp_path / "whole").read_evaluations()
     best_step, stop_step = expected_best_and_stop(evaluations)
     assert whole.step == (stop_step or 14) == evaluations[-1]["step"]
-    assert files.best_dirs(tmp_path / "whole") == [f"best-step-{best_step:08d}"]
-    last = files.latest_checkpoint(str(tmp_path / "whole"))
+    assert RunDir(tmp_path / "whole").best_names() == [f"best-step-{best_step:08d}"]
+    last = RunDir(str(tmp_path / "whole")).latest_checkpoint()
     assert last.step == whole.step  # the stop's checkpoint, beside the best one
     assert last.trainer["best"]["best_step"] == best_step
     assert last.trainer["best"]["best"] == pytest.approx(
@@ -109,8 +110,9 @@ def test_a_crashed_and_resumed_run_keeps_and_stops_as_the_whole_one(runs):
     assert before["best"]
     assert resumed.step == whole.step
     assert resumed.best.state() == whole.best.state()
-    assert files.best_dirs(tmp_path / "cut") == files.best_dirs(tmp_path / "whole")
-    for folder in (files.best_dirs(tmp_path / "whole")[0], files.checkpoint_dirs(tmp_path / "whole")[-1]):
+    assert RunDir(tmp_path / "cut").best_names() == RunDir(tmp_path / "whole").best_names()
+    whole_run = RunDir(tmp_path / "whole")
+    for folder in (whole_run.best_names()[0], whole_run.checkpoint_names()[-1]):
         a = arrays(tmp_path / "whole" / "checkpoints" / folder)
         b = arrays(tmp_path / "cut" / "checkpoints" / folder)
         assert sorted(a) == sorted(b)
@@ -139,12 +141,12 @@ def test_export_best_and_a_step(runs, tmp_path):
 
     backbone = RoFormerV2Backbone.from_preset(out)
     saved = arrays(Path(run_dir) / "checkpoints" / f"best-step-{best_step:08d}")
-    for name, variable in files.layer_variable_names(backbone, "backbone").items():
+    for name, variable in names.layer_variable_names(backbone, "backbone").items():
         if "seed_generator" in name:
             continue  # dropout seed states are training state, not weights: not exported
         assert np.array_equal(variable.numpy(), saved[name]), name
     assert f"best-step-{best_step:08d}" in (Path(out) / "README.md").read_text()
-    assert read_run(run_dir, None, str(whole.step)).step == whole.step
+    assert RunDir(run_dir).trained_checkpoint(str(whole.step), None).step == whole.step
     with pytest.raises(UserError, match="no checkpoint of step 2; its steps: "):
         export(run_dir, "keras", str(tmp_path / "two"), checkpoint="2", log=None)
     assert not (tmp_path / "two").exists()

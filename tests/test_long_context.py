@@ -8,7 +8,7 @@ import pytest
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir, records
 
 from conftest import DEMO_DATA, TINY_BACKBONE, write_tiny_experiment
 
@@ -58,7 +58,7 @@ def test_evaluate_longer_than_trained_scores_fewer_windows(run, capsys):
     assert long["max_length"] == 512
     assert long["rope_scaling"] == {"type": "dynamic_ntk", "factor": 4.0,
                                     "original_max_length": TRAINED}
-    assert files.read_evaluations(run)[-1]["rope_scaling"] == long["rope_scaling"]
+    assert RunDir(run).read_evaluations()[-1]["rope_scaling"] == long["rope_scaling"]
     # windows: a context of c tokens after a question of q takes 1 + ceil((c - room) /
     # stride) windows, room = L - q - 3, stride = min(128, room // 2) (mrc.py's rule),
     # counted here from the raw file with the run's tokenizer
@@ -85,10 +85,10 @@ def test_evaluate_longer_than_trained_scores_fewer_windows(run, capsys):
 
 
 def test_evaluate_refuses_a_bad_scaling_in_one_line(run, capsys):
-    before = len(files.read_evaluations(run))
+    before = len(RunDir(run).read_evaluations())
     assert main(["evaluate", str(run), "--rope-scaling", "yarn:2"]) == 2
     assert "type must be one of linear, ntk, dynamic_ntk" in one_line_error(capsys)
-    assert len(files.read_evaluations(run)) == before
+    assert len(RunDir(run).read_evaluations()) == before
 
 
 def test_predict_model_takes_the_override_backbone_and_heads_alike(run):
@@ -130,9 +130,9 @@ def test_keras_export_and_finetune_keep_and_override_it(run, tmp_path, capsys):
     assert config["run"]["max_length"] == TRAINED
     # the model card cites the last dev line scored as trained, not a --max-length one, nor
     # a partial one (the --max-examples evaluations above): the training run's own
-    lines = files.read_evaluations(run)
-    assert files.other_settings(lines[-1])
-    plain = [line for line in lines if line.get("split") == "dev" and not files.other_settings(line)
+    lines = RunDir(run).read_evaluations()
+    assert records.other_settings(lines[-1])
+    plain = [line for line in lines if line.get("split") == "dev" and not records.other_settings(line)
              and "max_examples" not in line and "tasks_asked" not in line][-1]
     card = (export / "README.md").read_text()
     assert f"aggregate {plain['aggregate']:.4f}" in card

@@ -14,7 +14,7 @@ from huggingface_hub import ModelCard
 
 from mtl_framework import cli
 from mtl_framework.formats import FORMATS as FORMAT_TABLE
-from mtl_framework.saving.provenance import provenance
+from mtl_framework.rundir.provenance import provenance
 from mtl_framework.scoring.scorers import score_name
 
 from conftest import DEMO_DATA, REPO, write_tiny_experiment
@@ -110,7 +110,7 @@ def test_no_absolute_path_anywhere_in_an_export(runs):
 
 
 def test_hub_task_types_per_family_regression_is_similarity_not_classification():
-    from mtl_framework.export.model_card import eval_results
+    from mtl_framework.saving.model_card import eval_results
 
     families = {"tnews": "classification", "stsb_zh": "regression", "chid": "cloze",
                 "cluener": "extraction_ner", "cmrc2018": "mrc_span", "c3_d": "multiple_choice"}

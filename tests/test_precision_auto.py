@@ -113,11 +113,11 @@ def test_auto_is_float32_on_jax(monkeypatch, tmp_path):
 def test_a_run_records_what_auto_chose_and_keeps_it_on_another_cpu(tmp_path, bf16_cpu):
     from test_distributed import write_experiment
 
-    from mtl_framework.assemble import open_run
     from mtl_framework.config.experiment import ExperimentError
     from mtl_framework.loop.run import Run
     from mtl_framework.plan import plan_run
-    from mtl_framework.saving.run_dir import read_experiment
+    from mtl_framework.rundir import RunDir
+    from mtl_framework.saving.trained import open_run
 
     experiment = write_experiment(tmp_path, tasks=["tnews"], steps=1)  # names no precision
     run_dir, lines = str(tmp_path / "run"), []
@@ -127,7 +127,7 @@ def test_a_run_records_what_auto_chose_and_keeps_it_on_another_cpu(tmp_path, bf1
     assert "precision: mixed_bfloat16 (auto: the CPU multiplies bfloat16 natively " \
            "(avx512_bf16))" in lines
     assert run.backbone.dtype_policy.name == "mixed_bfloat16"
-    assert read_experiment(run_dir)["precision"] == "mixed_bfloat16"  # the policy, not auto
+    assert RunDir(run_dir).read_experiment()["precision"] == "mixed_bfloat16"  # the policy, not auto
     bf16_cpu()  # the run moves to a CPU where auto means float32
     assert resolve_precision("auto")[0] == "float32"
     plan = plan_run(experiment, output=run_dir, resume=True)
@@ -143,12 +143,12 @@ def test_a_run_records_what_auto_chose_and_keeps_it_on_another_cpu(tmp_path, bf1
 def test_a_run_that_records_no_precision_trained_in_float32(tmp_path, bf16_cpu):
     from test_run_dir import format1_copy
 
-    from mtl_framework.assemble import open_run
     from mtl_framework.plan import plan_run
-    from mtl_framework.saving.run_dir import experiment_file
+    from mtl_framework.rundir import RunDir
+    from mtl_framework.saving.trained import open_run
 
     run = format1_copy(tmp_path)  # written before `auto` became the default: no precision
     assert resolve_precision("auto")[0] == "mixed_bfloat16"
     assert open_run(str(run), log=None).precision == "float32"
-    plan = plan_run(experiment_file(str(run)), output=str(run), resume=True)
+    plan = plan_run(RunDir(run).experiment_file(), output=str(run), resume=True)
     assert plan.precision[0] == "float32"

@@ -76,8 +76,8 @@ def tiny_run(tmp_path_factory):
 
 def make_tiny_run(base):
     """A 1-layer run trained 2 updates on 11 tasks (every family), with its keras export."""
-    from mtl_framework.export.writer import export
     from mtl_framework.loop.run import Run
+    from mtl_framework.saving.writer import export
 
     data = base / "data"
     shutil.copytree(DEMO_DATA, data)
@@ -257,7 +257,7 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tiny_run, tmp_path, c
         assert message in err and len(err.splitlines()) == 1, err
     assert not out.exists()
     # an export without heads
-    from mtl_framework.export.writer import export
+    from mtl_framework.saving.writer import export
 
     bare = tmp_path / "bare"
     export(run, "keras", str(bare), log=None)

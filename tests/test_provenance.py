@@ -10,7 +10,7 @@ import pytest
 
 import mtl_framework
 from mtl_framework import cli
-from mtl_framework.saving.provenance import describe, provenance
+from mtl_framework.rundir.provenance import describe, provenance
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -51,7 +51,7 @@ def exported(run_dir):
 @pytest.fixture(scope="module")
 def trained(run_dir):
     """The run's backbone as trained (a = 0.3, not folded)."""
-    from mtl_framework.assemble import load_run_backbone
+    from mtl_framework.saving.trained import load_run_backbone
 
     backbone, _ = load_run_backbone(str(run_dir))
     assert float(backbone.residual_alpha) == pytest.approx(STEPS / ALPHA_WARMUP)

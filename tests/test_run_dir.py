@@ -11,7 +11,10 @@ import pytest
 import yaml
 
 from mtl_framework.cli import main as mtl
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir, records
+from mtl_framework.rundir import checkpoint as ckpt
+from mtl_framework.rundir import run_dir as layout
+from mtl_framework.step.variable_names import layer_variable_names
 
 REPO = Path(__file__).resolve().parents[1]
 FORMAT1 = REPO / "tests" / "fixtures" / "run_format1"
@@ -78,11 +81,26 @@ def test_find_cycle_finds_one_and_only_one():
 
 def test_the_package_has_no_import_cycle():
     graph = module_imports()
-    assert {"mtl_framework.loop.run", "mtl_framework.export.writer", "mtl_framework.evaluation.dev",
-            "mtl_framework.saving.run_dir"} <= set(graph)
-    assert "mtl_framework.saving.run_dir" in graph["mtl_framework.export.writer"]  # the parser sees imports
+    assert {"mtl_framework.loop.run", "mtl_framework.saving.writer", "mtl_framework.evaluation.dev",
+            "mtl_framework.rundir.run_dir"} <= set(graph)
+    assert "mtl_framework.rundir" in graph["mtl_framework.saving.writer"]  # the parser sees imports
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_top_level_rooms_have_no_cycle():
+    """The package's top-level modules and sub-packages (config/, prepare/, step/, ...)
+    import each other without a cycle: the stages read bottom to top (docs/architecture.md)."""
+    rooms = {}
+    for module, imported in module_imports().items():
+        if module.startswith("mtl_framework."):
+            room = ".".join(module.split(".")[:2])
+            rooms.setdefault(room, set()).update(
+                ".".join(t.split(".")[:2]) for t in imported if t.startswith("mtl_framework."))
+    graph = {room: (targets - {room}) & set(rooms) for room, targets in rooms.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between top-level rooms: " + " -> ".join(cycle)
+    assert len(graph) < 25, sorted(graph)
 
 
 # --- names, write, read ---------------------------------------------------------------------
@@ -95,8 +113,8 @@ def test_names_do_not_depend_on_what_else_the_process_built():
     first, second = RoFormerV2Backbone(**config), RoFormerV2Backbone(**config)
     first.build(), second.build()
     assert first.name != second.name  # Keras numbered the second one
-    names = list(files.layer_variable_names(first, "backbone"))
-    assert names == list(files.layer_variable_names(second, "backbone"))
+    names = list(layer_variable_names(first, "backbone"))
+    assert names == list(layer_variable_names(second, "backbone"))
     assert "backbone/token_embedding/embeddings" in names
     assert [n for n in names if "seed_generator" in n] == ["backbone/seed_generator_0",
                                                           "backbone/seed_generator_1"]
@@ -105,16 +123,16 @@ def test_names_do_not_depend_on_what_else_the_process_built():
 def test_written_checkpoint_reads_back_by_name_and_rotates(tmp_path):
     arrays = {"backbone/a": np.arange(6.0).reshape(2, 3), "tnews/dense/kernel": np.ones(2),
               "micro_batches_seen": np.array(7)}
-    assert files.newest_checkpoint_step(tmp_path) == 0
+    assert RunDir(tmp_path).newest_step() == 0
     for step in (2, 4, 6):
-        files.write_checkpoint(tmp_path, step, arrays, {"mixture": {}, "backbone": {}}, keep=2)
-    assert files.checkpoint_dirs(tmp_path) == ["step-00000004", "step-00000006"]
-    assert files.newest_checkpoint_step(tmp_path) == 6
-    checkpoint = files.latest_checkpoint(tmp_path, lambda n: n.startswith("backbone/"))
+        RunDir(tmp_path).write_checkpoint(step, arrays, {"mixture": {}, "backbone": {}}, keep=2)
+    assert RunDir(tmp_path).checkpoint_names() == ["step-00000004", "step-00000006"]
+    assert RunDir(tmp_path).newest_step() == 6
+    checkpoint = RunDir(tmp_path).latest_checkpoint(lambda n: n.startswith("backbone/"))
     assert checkpoint.step == 6 and checkpoint.names == list(arrays) and not checkpoint.damaged
     assert list(checkpoint.arrays) == ["backbone/a"]  # only what was wanted is read
     np.testing.assert_array_equal(checkpoint.arrays["backbone/a"], arrays["backbone/a"])
-    full = files.read_checkpoint(tmp_path / "checkpoints" / "step-00000006")
+    full = ckpt.read_checkpoint(tmp_path / "checkpoints" / "step-00000006")
     values, mismatch = full.in_order(list(arrays))
     assert mismatch is None and values["micro_batches_seen"] == 7
     values, mismatch = full.in_order(["backbone/a", "other"])
@@ -128,22 +146,22 @@ def test_a_ctrl_c_mid_checkpoint_leaves_no_temporary_folder(tmp_path, monkeypatc
         Path(path).write_bytes(b"PK\x03\x04")  # part of the file lands, then the signal
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(files, "save_arrays", interrupted)
+    monkeypatch.setattr(ckpt, "save_arrays", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        files.write_checkpoint(tmp_path, 2, {"a": np.ones(2)}, {"mixture": {}}, keep=2)
+        RunDir(tmp_path).write_checkpoint(2, {"a": np.ones(2)}, {"mixture": {}}, keep=2)
     assert list((tmp_path / "checkpoints").iterdir()) == []
 
 
 def test_evaluations_tolerate_a_cut_last_line_but_not_a_broken_one(tmp_path):
-    files.append_evaluation(tmp_path, {"step": 1})
-    with open(tmp_path / files.EVALUATIONS, "a", encoding="utf-8") as f:
+    RunDir(tmp_path).append_evaluation({"step": 1})
+    with open(tmp_path / layout.EVALUATIONS, "a", encoding="utf-8") as f:
         f.write('{"step": 2, "spl')  # an append a kill cut short
     warnings = []
-    assert files.read_evaluations(tmp_path, log=warnings.append) == [{"step": 1}]
+    assert RunDir(tmp_path).read_evaluations(log=warnings.append) == [{"step": 1}]
     assert "evaluations.jsonl:2: an unfinished last line" in warnings[0]
-    (tmp_path / files.EVALUATIONS).write_text('{"step": 1}\n{broken\n{"step": 3}\n')
-    with pytest.raises(files.DamagedFile, match=r"evaluations.jsonl:2: not a JSON line"):
-        files.read_evaluations(tmp_path)
+    (tmp_path / layout.EVALUATIONS).write_text('{"step": 1}\n{broken\n{"step": 3}\n')
+    with pytest.raises(records.DamagedFile, match=r"evaluations.jsonl:2: not a JSON line"):
+        RunDir(tmp_path).read_evaluations()
 
 
 # --- the format-1 fixture: resume, export, evaluate ------------------------------------------
@@ -180,8 +198,8 @@ def test_format1_run_resumes_to_the_state_its_own_code_reached(tmp_path):
     run = format1_copy(tmp_path)
     shutil.rmtree(run / "checkpoints" / "step-00000004")
     assert mtl(["train", str(run / "experiment.yaml"), "--output", str(run), "--resume"]) == 0
-    new = files.read_checkpoint(run / "checkpoints" / "step-00000004")
-    assert new.trainer["format"] == files.FORMAT and not new.positional
+    new = ckpt.read_checkpoint(run / "checkpoints" / "step-00000004")
+    assert new.trainer["format"] == ckpt.FORMAT and not new.positional
     old_trainer, old_arrays = format1_state(4)  # the old code, uninterrupted
     assert without_data(new.trainer["mixture"]) == old_trainer["mixture"]  # positions
     assert len(new.names) == len(old_arrays)

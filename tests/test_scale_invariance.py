@@ -11,7 +11,7 @@ import pytest
 from run_harness import SMALL_BACKBONE, write_experiment
 
 from mtl_framework import cli
-from mtl_framework.assemble import load_run_backbone
+from mtl_framework.saving.trained import load_run_backbone
 
 
 def trained_backbone(tmp_path, balancing, weight):

@@ -15,9 +15,10 @@ import platform
 import time
 from datetime import datetime
 
-from mtl_framework.export.model_card import dev_table, last_dev_evaluation
-from mtl_framework.saving import run_dir as files
-from mtl_framework.saving.provenance import describe
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir import run_dir as layout
+from mtl_framework.rundir.provenance import describe
+from mtl_framework.saving.model_card import dev_table, last_dev_evaluation
 
 BEGIN = "<!-- make demo: dev scores (experiments/demo/dev_table.py --readme) -->"
 END = "<!-- end of make demo's dev scores -->"
@@ -38,10 +39,10 @@ def summary(run_dir):
     """The JSON record: date, machine, provenance of the training start, training time, scores."""
     evaluation = last_dev_evaluation(run_dir)
     if evaluation is None:
-        raise SystemExit(f"{run_dir}: no dev evaluation in {files.EVALUATIONS}")
-    starts = files.read_provenance(run_dir)
+        raise SystemExit(f"{run_dir}: no dev evaluation in {layout.EVALUATIONS}")
+    starts = RunDir(run_dir).read_provenance()
     if not starts:
-        raise SystemExit(f"{run_dir}: no {files.PROVENANCE} (trained by an older mtl_framework)")
+        raise SystemExit(f"{run_dir}: no {layout.PROVENANCE} (trained by an older mtl_framework)")
     start = starts[-1]
     with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
         last_update = json.loads(f.readlines()[-1])["time"]

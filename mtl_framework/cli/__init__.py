@@ -36,7 +36,7 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from mtl_framework.saving.provenance import describe, provenance
+        from mtl_framework.rundir.provenance import describe, provenance
 
         print(describe(provenance()))
         parser.exit()

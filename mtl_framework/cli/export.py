@@ -21,7 +21,7 @@ def register(subparsers):
 
 
 def run(args):
-    from mtl_framework.export.writer import export
+    from mtl_framework.saving.writer import export
 
     # Errors (no run, damaged checkpoints, a non-empty --output) are UserErrors: one line.
     path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads,

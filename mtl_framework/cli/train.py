@@ -14,7 +14,7 @@ import yaml
 
 from mtl_framework.config.experiment import DISTRIBUTION
 from mtl_framework.errors import Interrupted
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir
 
 
 def register(subparsers):
@@ -47,7 +47,7 @@ def run(args):
         return 0
     plan = plan_run(args.experiment, args.output, args.data_root, resume=args.resume,
                     overrides=args.overrides)
-    started = files.newest_checkpoint_step(plan.run_dir) if args.resume else 0
+    started = plan.run.newest_step() if args.resume else 0
     run = None
     try:
         from mtl_framework.loop.run import Run  # imports TensorFlow: only once the plan holds
@@ -80,7 +80,7 @@ def print_config(args, out=None):
 def interrupted_line(args, run_dir, step):
     """Where Ctrl-C stopped and the command that continues (the newest checkpoint: a
     resume trains the updates after it again, bit-identical to an uninterrupted run)."""
-    resume_from = files.newest_checkpoint_step(run_dir)
+    resume_from = RunDir(run_dir).newest_step()
     command = ["mtl", "train", args.experiment, "--output", run_dir]
     if args.data_root:
         command += ["--data-root", args.data_root]

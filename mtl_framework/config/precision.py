@@ -9,13 +9,8 @@ the default names no precision: it trained in float32. Nothing here imports Tens
 (preflight runs before it is loaded); the Keras policy is applied by
 distributed.precision_policy.
 """
-import os
-
-import yaml
-
 from mtl_framework.config.experiment import PRECISION, PRECISION_ENV
-from mtl_framework.saving import run_dir as files
-from mtl_framework.saving.provenance import keras_backend
+from mtl_framework.rundir.provenance import keras_backend
 
 # /proc/cpuinfo flags of x86 CPUs that multiply bfloat16 matrices natively (Intel AMX
 # tiles; AVX512-BF16 dot products): oneDNN's bfloat16 matmuls run about 2x float32 there.
@@ -53,22 +48,18 @@ def resolve_precision(precision, cpuinfo=None):
                        + " (bfloat16 would be emulated, slower than float32)")
 
 
-def run_precision(experiment, run_dir=None):
+def run_precision(experiment, stored=None):
     """(Keras policy, why) a run computes in. A precision named other than `auto` is
-    kept; `run_dir`, a run that has trained, keeps the policy its experiment.yaml records
-    (`recorded_precision`); otherwise $MTL_PRECISION where set, else `auto` settled by
-    this CPU (`resolve_precision`)."""
+    kept; `stored`, the experiment.yaml of a run that has trained (a mapping:
+    RunDir.stored_experiment), keeps the policy it records (`recorded_precision`);
+    otherwise $MTL_PRECISION where set, else `auto` settled by this CPU
+    (`resolve_precision`)."""
     named = experiment.raw.get("precision")
     if named not in (None, "auto"):
         return named, AS_NAMED
-    if run_dir is not None and os.path.isfile(os.path.join(run_dir, files.EXPERIMENT)):
-        try:
-            stored = files.read_experiment(run_dir)
-            policy = None if stored.get("precision") == "auto" else recorded_precision(stored)
-        except (OSError, ValueError, AttributeError, yaml.YAMLError):  # check_run_dir says so
-            policy = None
-        if policy is not None:
-            return policy, f"the run's own: it trained in {policy} ({files.EXPERIMENT})"
+    if stored is not None and stored.get("precision") != "auto":
+        policy = recorded_precision(stored)
+        return policy, f"the run's own: it trained in {policy} (experiment.yaml)"
     if named is None and experiment.precision != "auto":
         return experiment.precision, f"as ${PRECISION_ENV} says"
     return resolve_precision("auto")

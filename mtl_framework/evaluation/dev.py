@@ -33,14 +33,14 @@ import time
 import keras
 import numpy as np
 
-from mtl_framework import assemble
 from mtl_framework.config.registry import load_registry
 from mtl_framework.errors import UserError
 from mtl_framework.families import family
 from mtl_framework.mixing.mixture import iterate_batches
 from mtl_framework.plan import missing_files
 from mtl_framework.prepare.cache import CacheNotes, cached_features
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir
+from mtl_framework.saving.trained import open_run
 from mtl_framework.scoring import scorers
 from mtl_framework.scoring.metrics import compute_metric, majority_predictions, primary_score
 from mtl_framework.scoring.scorers import scoring_task
@@ -48,7 +48,6 @@ from mtl_framework.tokenizer import Tokenizer
 
 # Lost spans that are not gold for the task (a type the task does not predict).
 NOT_GOLD = "not in the task's labels"
-EVALUATIONS = files.EVALUATIONS
 
 
 class TaskPredictor:
@@ -296,11 +295,11 @@ def aggregate(results):
 
 
 def record(run_dir, step, split, results, settings=None):
-    """Append one evaluation to RUN_DIR/evaluations.jsonl; returns the line's dict.
+    """Append one evaluation to the run's evaluations.jsonl; returns the line's dict.
     settings: what differed from training (max_length, rope_scaling), kept in the line."""
     line = {"step": int(step), "split": split, "time": time.time(), "tasks": results,
             "aggregate": aggregate(results), **(settings or {})}
-    files.append_evaluation(run_dir, line)
+    RunDir(run_dir).append_evaluation(line)
     return line
 
 
@@ -339,7 +338,7 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     Both are recorded in the line when given."""
     if data_root and not os.path.isdir(data_root):
         raise UserError(f"--data-root {data_root}: no such folder")
-    trained = assemble.open_run(run_dir, log=log, rope_scaling=rope_scaling)
+    trained = open_run(run_dir, log=log, rope_scaling=rope_scaling)
     experiment, checkpoint = trained.experiment, trained.checkpoint
     settings = {**({"max_length": int(max_length)} if max_length is not None else {}),
                 **({"rope_scaling": trained.rope_scaling} if rope_scaling is not None else {})}

@@ -49,7 +49,7 @@ from mtl_framework.evaluation import clue
 from mtl_framework.evaluation import dev as evaluation
 from mtl_framework.families import FAMILIES, family, featurizer_for_task
 from mtl_framework.prepare.stats import default_data_root
-from mtl_framework.saving.outputs import check_file, check_folder, usual_mode
+from mtl_framework.rundir.outputs import check_file, check_folder, usual_mode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -65,7 +65,7 @@ def load_model(path: str, data_root: str | None = None, specs: Iterable[str] = (
     """A PredictModel from a run directory (its latest checkpoint) or a keras export
     written with `mtl export --with-heads`. UserError when it is neither.
     rope_scaling: `none` or TYPE:FACTOR[:ORIGINAL] instead of the backbone's own."""
-    from mtl_framework.assemble import open_trained
+    from mtl_framework.saving.trained import open_trained
 
     trained = open_trained(path, log=log, rope_scaling=rope_scaling)
     experiment = trained.experiment

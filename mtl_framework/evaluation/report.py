@@ -18,7 +18,9 @@ import math
 import os
 
 from mtl_framework.errors import UserError
-from mtl_framework.saving.run_dir import other_settings
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.outputs import check_folder
+from mtl_framework.rundir.records import other_settings
 from mtl_framework.scoring.metrics import RANGES
 
 
@@ -286,12 +288,11 @@ def write_report(run_dir, output=None, force=False):
     """Write the plots; returns the paths written. A folder given as `output` may hold the
     user's own files: PNGs of the names written here are replaced only with `force`
     (RUN_DIR/plots is the report's own)."""
-    metrics_path = os.path.join(run_dir, "metrics.jsonl")
+    run = RunDir(run_dir)
+    metrics_path = run.metrics_path
     records = read_jsonl(metrics_path, check_update)
     if not task_names(records):
         raise ReportError(f"{metrics_path}: no update recorded yet; plot after the run's first update")
-    from mtl_framework.saving.outputs import check_folder
-
     check_folder(output or os.path.join(run_dir, "plots"),
                  "--output" if output else "the plots folder")
     taken = [name for name in PLOTS if output and os.path.lexists(os.path.join(output, name))]
@@ -308,7 +309,7 @@ def write_report(run_dir, output=None, force=False):
         plot_sampling(records, os.path.join(output, "sampling.png")),
         plot_schedule(records, os.path.join(output, "schedule.png")),
     ]
-    evaluations_path = os.path.join(run_dir, "evaluations.jsonl")
+    evaluations_path = run.evaluations_path
     if os.path.exists(evaluations_path):
         # One evaluation per (split, step); the file may exist before its first line. Lines
         # scored at another length or rotary scaling (`mtl evaluate --max-length/--rope-scaling`)

@@ -39,6 +39,8 @@ class Format:
     exports: bool = True      # `mtl export --format` writes it
 
 
+VOCAB_FILE = "vocab.txt"  # every format's folder keeps its vocab under this name
+
 FORMATS = {row.name: row for row in (
     Format("keras", "mtl_framework",
            "config.json + model.weights.h5 (mtl export --format keras)", ours=True),
@@ -82,5 +84,5 @@ def unreadable_weights():
 
 def vocab_path(directory):
     """The folder's vocab.txt, or None."""
-    path = os.path.join(directory, "vocab.txt")
+    path = os.path.join(directory, VOCAB_FILE)
     return path if os.path.exists(path) else None

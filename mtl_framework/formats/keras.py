@@ -7,13 +7,21 @@ it (export.py)."""
 import json
 import os
 import shutil
+import zipfile
 
+import numpy as np
+
+from mtl_framework.errors import UserError
+from mtl_framework.formats import VOCAB_FILE
 from mtl_framework.formats.json_file import read_json
 
 CONFIG_FILE = "config.json"
 WEIGHTS = "model.weights.h5"
 KERAS_FORMAT = "mtl_framework.RoFormerV2Backbone"  # RoFormerV2's tag (every older export)
 TAG_PREFIX = "mtl_framework."  # + the backbone's class name
+# `--with-heads`: the task heads' metadata and weights beside the backbone
+HEADS_CONFIG = "heads.json"
+HEADS_WEIGHTS = "heads.weights.npz"
 
 
 CARD_USE = [
@@ -72,4 +80,27 @@ def save(backbone, directory, vocab_path=None, trained_length=None, extra=None):
                    **(extra or {})}, f, indent=2, ensure_ascii=False)
     backbone.save_weights(os.path.join(directory, WEIGHTS))
     if vocab_path is not None:
-        shutil.copyfile(vocab_path, os.path.join(directory, "vocab.txt"))
+        shutil.copyfile(vocab_path, os.path.join(directory, VOCAB_FILE))
+
+
+def save_heads(directory, heads, weights):
+    """heads.json (each head's metadata) and heads.weights.npz (its variables)."""
+    with open(os.path.join(directory, HEADS_CONFIG), "w", encoding="utf-8") as f:
+        json.dump(heads, f, indent=2, ensure_ascii=False)
+    np.savez(os.path.join(directory, HEADS_WEIGHTS), **weights)
+
+
+def load_heads(directory):
+    """(heads metadata, {variable path: array}) of a keras export, or (None, None)."""
+    path = os.path.join(directory, HEADS_CONFIG)
+    if not os.path.exists(path):
+        return None, None
+    try:
+        with open(path, encoding="utf-8") as f:
+            heads = json.load(f)
+        with np.load(os.path.join(directory, HEADS_WEIGHTS)) as values:
+            weights = {name: values[name] for name in values.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:  # cut heads files
+        raise UserError(f"{directory}: its heads cannot be read ({error}); export again with "
+                        "`mtl export RUN_DIR --format keras --with-heads`") from None
+    return heads, weights

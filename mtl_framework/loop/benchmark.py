@@ -51,8 +51,8 @@ from mtl_framework.config.yaml_io import parse_yaml
 from mtl_framework.errors import UserError
 from mtl_framework.formats import OURS
 from mtl_framework.loop.finetune import DEFAULTS as FINETUNE_DEFAULTS
-from mtl_framework.saving.outputs import check_folder
-from mtl_framework.saving.run_dir import read_experiment
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.outputs import check_folder
 from mtl_framework.scoring.scorers import score_name
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
@@ -366,19 +366,20 @@ def initial_export(run_dir, output, log=print):
     `mtl export --format keras` to OUTPUT/keras. Returns the keras export's folder."""
     import keras
 
-    from mtl_framework.export.writer import export
     from mtl_framework.loop.run import Run
+    from mtl_framework.saving.export import export
 
-    source = os.path.join(run_dir, "experiment.yaml")
-    if not os.path.exists(source) or not os.path.exists(os.path.join(run_dir, "vocab.txt")):
+    run = RunDir(run_dir)
+    source = run.experiment_path
+    if not os.path.exists(source) or not os.path.exists(run.vocab_path):
         raise UserError(f"{run_dir}: no experiment.yaml and vocab.txt; give a run directory "
                         "written by `mtl train`")
-    experiment = read_experiment(run_dir)
+    experiment = run.read_experiment()
     if (experiment.get("backbone") or {}).get("init") or \
             (experiment.get("backbone") or {}).get("checkpoint"):
         raise UserError(f"{source}: the run started from other weights (backbone.init or "
                         "checkpoint): its step-0 model is that export, use it directly")
-    experiment["vocab"] = os.path.abspath(os.path.join(run_dir, "vocab.txt"))
+    experiment["vocab"] = os.path.abspath(run.vocab_path)
     initial_run = os.path.join(output, "run")
     if os.path.exists(initial_run):
         raise UserError(f"{initial_run}: already exists; remove it or give another --output")
@@ -462,7 +463,7 @@ def finetune_one(path, label, task, seed, settings, data_root, output, task_spec
     os.makedirs(run_dir)
     train = {k: v for k, v in settings.items() if k != "dev_examples"}
     started = time.perf_counter()
-    with open(os.path.join(run_dir, "finetune.log"), "w", encoding="utf-8") as log_file, \
+    with open(RunDir(run_dir).file("finetune.log"), "w", encoding="utf-8") as log_file, \
             contextlib.redirect_stdout(log_file):
         def log(message):
             print(message, file=log_file, flush=True)
@@ -472,7 +473,7 @@ def finetune_one(path, label, task, seed, settings, data_root, output, task_spec
                            log=log, seed=seed, **train)
     keras.backend.clear_session()
     if not keep_checkpoints:
-        shutil.rmtree(os.path.join(run_dir, "checkpoints"), ignore_errors=True)
+        shutil.rmtree(RunDir(run_dir).checkpoints_path, ignore_errors=True)
     entry = line["tasks"][task]
     return {"export": label, "task": task, "seed": seed, "score": entry["score"],
             "metric": score_name(entry), "metric_score": entry.get("metric_score"),

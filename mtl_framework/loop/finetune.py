@@ -151,16 +151,17 @@ def write_yaml(path, experiment):
 def check_output(output):
     """A fine-tune trains into a new run directory: one that holds a run (checkpoints, an
     experiment, an earlier fine-tune, or a training writing it now) is refused."""
-    from mtl_framework.saving import run_dir as files
+    from mtl_framework.rundir import RunDir
 
+    run = RunDir(output)
     if os.path.exists(output) and not os.path.isdir(output):
         raise UserError(f"--output {output}: exists and is not a folder: give a new folder")
-    holder = files.lock_holder_of(output)
+    holder = run.lock_holder()
     if holder:
         raise UserError(f"--output {output}: `mtl train` (pid {holder}) is writing it: give "
                         "--output a new folder")
-    held = [name for name in (FINETUNE_YAML, files.EXPERIMENT, files.CHECKPOINTS)
-            if os.path.exists(os.path.join(output, name))]
+    held = [os.path.basename(path) for path in (run.file(FINETUNE_YAML), run.experiment_path,
+                                                 run.checkpoints_path) if os.path.exists(path)]
     if held:
         raise UserError(f"--output {output}: already holds a run ({held[0]}); a fine-tune "
                         "starts fresh: give --output a new folder")

@@ -13,7 +13,7 @@ run_dir/
   vocab.txt             the vocabulary the run used
   checkpoints/step-N/   state.npz (every model + optimizer variable, by name) + trainer.json
                         (step, sampler and per-task stream positions), written atomically
-                        (the layout, names and faults: mtl_framework/saving/run_dir.py)
+                        (the layout, names and faults: mtl_framework/rundir/run_dir.py)
   checkpoints/best-step-N/  keep_best's checkpoint (best dev score so far), never rotated
   metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
   provenance.jsonl      one line per start or resume: our version, commit, TF/Keras versions
@@ -62,7 +62,9 @@ from mtl_framework.mixing.mixture import Mixture
 from mtl_framework.plan import MLM_TASK, check_run_dir, plan_run
 from mtl_framework.prepare.cache import CacheNotes
 from mtl_framework.prepare.pipeline import prepare_vocab, train_streams
-from mtl_framework.saving import run_dir as files
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.records import TEMPORARY, warn
+from mtl_framework.rundir.run_dir import checkpoint_step, set_aside
 from mtl_framework.step.distributed import (
     check_same_on_every_worker,
     describe_jax_distribution,
@@ -70,6 +72,7 @@ from mtl_framework.step.distributed import (
     make_strategy,
 )
 from mtl_framework.step.model import NonFiniteLossError
+from mtl_framework.step.variable_names import head_metadata
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -130,8 +133,8 @@ class RunLogger(keras.callbacks.Callback):
         self.run, self.every, self.keep, self.step = run, every, keep, start_step
         self.evaluated = None  # step of the last evaluation
         self.bad_since = {}  # task -> update of the first of its skipped micro-batches in a row
-        self.metrics = open(os.path.join(run.work_dir, files.METRICS), "a", encoding="utf-8")
-        self.writer = ScalarLog(os.path.join(run.work_dir, "logs"))
+        self.metrics = run.work.open_metrics()
+        self.writer = ScalarLog(run.work.logs_path)
         if not self.writer.available:
             run.log("TensorBoard logs: not written (no tensorboard package in this environment)")
 
@@ -168,7 +171,7 @@ class RunLogger(keras.callbacks.Callback):
                 self.bad_since.pop(entry["task"], None)
             else:
                 if entry["task"] not in self.bad_since and self.run.is_chief:  # said once a run
-                    files.warn(f"update {self.step}: a micro-batch of {entry['task']} had a "
+                    warn(f"update {self.step}: a micro-batch of {entry['task']} had a "
                                "non-finite loss or gradient and was skipped "
                                f"({model.skipped.get(entry['task'], 0)} skipped so far; "
                                "metrics.jsonl counts them)")
@@ -257,8 +260,8 @@ class Run:
         self.callbacks = list(callbacks or [])  # Keras callbacks for fit, after the run's own
         plan = plan or plan_run(experiment, output, data_root, resume)
         self.plan, self.experiment, experiment = plan, plan.experiment, plan.experiment
-        self.run_dir, self.data_root, self.registry, self.tasks = \
-            plan.run_dir, plan.data_root, plan.registry, plan.tasks
+        self.run, self.run_dir, self.data_root, self.registry, self.tasks = \
+            plan.run, plan.run_dir, plan.data_root, plan.registry, plan.tasks
         self.lock = None  # taken by `train` before its first write (run_dir.RunLock)
         # First TensorFlow work: MultiWorkerMirroredStrategy must exist before any op runs.
         self.distribution = distribution or experiment.distribution
@@ -270,6 +273,7 @@ class Run:
         self.is_chief = is_chief(self.strategy)
         # Where this process writes: the run directory (chief) or a scratch folder.
         self.work_dir = self.run_dir if self.is_chief else tempfile.mkdtemp(prefix="mtl-worker-")
+        self.work = RunDir(self.work_dir)  # where this process writes its records
         if self.strategy is not None:
             log(f"distribution: {self.distribution}, "
                 f"{self.strategy.num_replicas_in_sync} replica(s), "
@@ -297,8 +301,8 @@ class Run:
         exist, the names must be the run's. (`mtl evaluate` reads less: evaluation.py.)"""
         from mtl_framework.plan import missing_files
 
-        path = files.experiment_file(run_dir)
-        if not files.checkpoint_dirs(run_dir):
+        path = RunDir(run_dir).experiment_file()
+        if not RunDir(run_dir).checkpoint_names():
             raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
                             "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
         plan = plan_run(path, output=run_dir, data_root=data_root)
@@ -321,12 +325,12 @@ class Run:
         """experiment.yaml and vocab.txt into the run directory: called by `train` once
         every check has passed and the lock is held, so a refused command leaves the
         directory as it was."""
-        target = os.path.join(self.work_dir, files.VOCAB)
-        temporary = f"{target}{files.TEMPORARY}{os.getpid()}"
+        target = self.work.vocab_path
+        temporary = f"{target}{TEMPORARY}{os.getpid()}"
         try:
             os.makedirs(self.work_dir, exist_ok=True)
-            files.write_experiment(self.work_dir, self.plan.resolved)
-            files.append_provenance(self.work_dir, self.step)  # self.step: where this start resumes
+            self.work.write_experiment(self.plan.resolved)
+            self.work.append_provenance(self.step)  # self.step: where this start resumes
             if os.path.abspath(self.vocab_path) != os.path.abspath(target):
                 shutil.copyfile(self.vocab_path, temporary)  # whole or not at all
                 os.replace(temporary, target)
@@ -389,20 +393,20 @@ class Run:
     # --- checkpoints ----------------------------------------------------------
 
     def checkpoint_dirs(self):
-        return files.checkpoint_dirs(self.run_dir)
+        return self.run.checkpoint_names()
 
     def save_checkpoint(self, step, keep):
         state = self.checkpoint_state(step)
         if state:
-            files.write_checkpoint(self.run_dir, step, *state, keep)
+            self.run.write_checkpoint(step, *state, keep)
 
     def save_best(self, step):
         """checkpoints/best-step-N: the state at keep_best's best evaluation so far."""
         state = self.checkpoint_state(step)
         if state:
-            files.write_best(self.run_dir, step, *state)
+            path = self.run.write_best(step, *state)
             self.log(f"best {self.best.name} so far ({self.best.best:.4f}): kept as "
-                     f"{files.CHECKPOINTS}/{files.BEST}step-{step:08d}")
+                     f"{os.path.relpath(path, self.run_dir)}")
 
     def checkpoint_state(self, step):
         """(arrays, trainer.json entries) of the state now; None on a worker or when a value
@@ -418,7 +422,7 @@ class Run:
             return None
         trainer = {"mixture": self.mixture.state(), "skipped": self.model.skipped,
                    "backbone": self.backbone.config,
-                   "heads": files.head_metadata(self.model.heads, self.backbone)}
+                   "heads": head_metadata(self.model.heads, self.backbone)}
         if self.best is not None:
             trainer["best"] = self.best.state()
         return arrays, trainer
@@ -426,12 +430,12 @@ class Run:
     def restore_latest(self):
         """Restore the newest readable checkpoint (a damaged newer one is named and moved
         aside, so its steps are trained again); returns its step, 0 without any."""
-        checkpoint = files.latest_checkpoint(self.run_dir, log=self.log)
+        checkpoint = self.run.latest_checkpoint(log=self.log)
         if checkpoint is None:
             return 0
         assemble.load_state(self.model, checkpoint)
         if checkpoint.damaged and self.lock is not None:  # only the run's writer moves files
-            files.set_aside(checkpoint.damaged, self.log)
+            set_aside(checkpoint.damaged, self.log)
         state = checkpoint.trainer
         try:
             self.mixture.restore(state["mixture"])
@@ -479,10 +483,10 @@ class Run:
             self.plan.checkpoints = self.checkpoint_dirs()
             check_run_dir(self.plan, resume)
             os.makedirs(self.run_dir, exist_ok=True)
-            self.lock = files.RunLock(self.run_dir)  # one writer per run directory
-            files.remove_leftovers(self.run_dir, self.log)
+            self.lock = self.run.lock()  # one writer per run directory
+            self.run.remove_leftovers(self.log)
         if resume and self.strategy is None:  # JAX's processes restore in step: agree first
-            check_same_on_every_worker(None, files.newest_checkpoint_step(self.run_dir),
+            check_same_on_every_worker(None, self.run.newest_step(),
                                        "step to start from")
         start = self.restore_latest() if resume else 0
         check_same_on_every_worker(self.strategy, start, "step to start from")  # one process: no-op
@@ -496,9 +500,8 @@ class Run:
             return self
         if self.is_chief:
             if self.lock is not None:
-                files.remove_best_after(self.run_dir, start, self.log)
-            for name in (files.METRICS, files.EVALUATIONS):  # each step once after a resume
-                files.trim_records(os.path.join(self.run_dir, name), start, self.log)
+                self.run.remove_best_after(start, self.log)
+            self.run.trim_records(start, self.log)  # each step once after a resume
             self.write_run_files()
         steps = update_counter(remaining, self.strategy)
         logger = RunLogger(self, self.experiment.checkpoint_every,
@@ -528,9 +531,9 @@ class Run:
         """The stop's one line: the task, and the newest checkpoint from before its first
         skipped micro-batch (the stop itself writes none)."""
         since = logger.bad_since.get(error.task, logger.step + 1)
-        before = [d for d in self.checkpoint_dirs() if files.checkpoint_step(d) < since]
+        before = [d for d in self.checkpoint_dirs() if checkpoint_step(d) < since]
         good = (f"the newest checkpoint before it is "
-                f"{os.path.join(self.run_dir, files.CHECKPOINTS, before[-1])}" if before
+                f"{self.run.checkpoint_path(before[-1])}" if before
                 else "no checkpoint was written before it")
         return (f"{self.run_dir}: training stopped at update {logger.step + 1}: {error} "
                 f"(first skipped in update {since}; {good}, no checkpoint of the non-finite "

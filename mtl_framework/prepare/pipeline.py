@@ -556,10 +556,9 @@ def prepare_vocab(plan, log):
     built from the tasks' train text and the mlm corpus (in worker processes, kept in the
     cache root; `Run.train` copies it into the run directory)."""
     from mtl_framework.plan import vocab_sources
-    from mtl_framework.saving.run_dir import VOCAB
     from mtl_framework.tokenizer import Tokenizer
 
-    own = os.path.join(plan.run_dir, VOCAB)
+    own = plan.run.vocab_path
     if plan.checkpoints and os.path.exists(own):
         return Tokenizer(own), own
     if plan.vocab:

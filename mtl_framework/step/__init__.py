@@ -1,6 +1,6 @@
 """The backend's half of one mixed update: per-task gradients of a micro-batch, their
 norms, accumulation and the optimizer's apply. Everything else of the update
-(training.MultiTaskModel: tasks, trace groups, balancing hooks, micro-batch order,
+(model.MultiTaskModel: tasks, trace groups, balancing hooks, micro-batch order,
 logs) is written once for every backend.
 
 Keras's backend is chosen by `KERAS_BACKEND` before Keras is imported (TensorFlow by
@@ -12,15 +12,8 @@ default); `Step` is that backend's class, a base of MultiTaskModel:
                 the variables' values (Keras's stateless_call / optimizer.stateless_apply),
                 keras.distribution.DataParallel over local devices; TensorFlow not imported
 
-What a Step provides (MultiTaskModel calls nothing else that is backend-specific):
-    _state_variable(value, name, dtype)   a scalar of the training state (checkpointed)
-    _accumulator(variable, i)             a zeroed buffer shaped as `variable`
-    _take_counts(n)                       the next n micro-batch numbers (dropout seeds)
-    _launch(task, batch, count)           the task's traced step -> results
-    _finish(task, results)                results into accumulators and task state
-    apply_update(), _drop_update()        the optimizer's update / zeroed accumulators
-    traced_outputs(task, batch)           a traced forward pass (evaluation, predict)
-    make_train_function()                 what Keras's fit calls per update
+What a Step provides is the abstract class step/backend.py's BackendStep: both backends'
+classes derive from it, so one that leaves a method out cannot be instantiated.
 """
 import keras
 

@@ -30,8 +30,10 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
+from mtl_framework.step.backend import BackendStep
 
-class JaxStep:
+
+class JaxStep(BackendStep):
     """JAX's half of MultiTaskModel (a base class of it)."""
 
     # The micro-batches' logs are read once all are launched: reading one waits for its

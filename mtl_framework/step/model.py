@@ -58,8 +58,8 @@ from keras import ops
 from mtl_framework.families import family
 from mtl_framework.families.heads import backbone_inputs, use_backbone_rotary
 from mtl_framework.mixing.balancing import Balancing
-from mtl_framework.saving.run_dir import layer_variable_names, optimizer_variable_names
 from mtl_framework.step import Step, WeightsScope, structure
+from mtl_framework.step.variable_names import layer_variable_names, optimizer_variable_names
 
 
 class NonFiniteLossError(RuntimeError):

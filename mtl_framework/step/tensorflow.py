@@ -6,10 +6,11 @@ import os
 
 import tensorflow as tf
 
+from mtl_framework.step.backend import BackendStep
 from mtl_framework.step.distributed import shard_batch
 
 
-class TensorFlowStep:
+class TensorFlowStep(BackendStep):
     """TensorFlow's half of MultiTaskModel (a base class of it)."""
 
     checks_after_update = False  # each micro-batch's log is read as it finishes

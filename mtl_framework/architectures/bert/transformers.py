@@ -19,7 +19,7 @@ from mtl_framework.architectures.bert.weights import (
 from mtl_framework.errors import UserError
 from mtl_framework.formats.json_file import read_json
 from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, read_tensors
-from mtl_framework.saving.outputs import usual_mode
+from mtl_framework.rundir.outputs import usual_mode
 
 CONFIG_FILE = "config.json"
 CARD_USE = [

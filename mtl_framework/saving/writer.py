@@ -9,7 +9,7 @@ The other formats have no residual scale `a`: a run exported before its
 warm-up ended (a < 1) has `a` folded into the attention and FFN output kernels,
 which is exact because both blocks end in a bias-free linear map.
 
-The run is opened by assemble.open_run (reading through trained_model.py and run_dir.py): the
+The run is opened by trained.open_run (reading through rundir.RunDir): the
 newest readable checkpoint (a damaged newer one is named in a warning), its backbone and head
 arrays only. An export is written
 into a temporary folder beside `output` and renamed into place; `output` must be new
@@ -25,17 +25,16 @@ import shutil
 import uuid
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from mtl_framework import architectures, formats
 from mtl_framework.architectures import architecture_of
 from mtl_framework.architectures import rope_scaling as rope
-from mtl_framework.assemble import open_run
 from mtl_framework.config.experiment import DEFAULTS
 from mtl_framework.errors import UserError
-from mtl_framework.export.model_card import relative_checkpoint, write_card
-from mtl_framework.saving import run_dir as files
-from mtl_framework.saving.trained_model import HEADS_CONFIG, HEADS_WEIGHTS
+from mtl_framework.formats.keras import save_heads
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.records import TEMPORARY
+from mtl_framework.saving.model_card import relative_checkpoint, write_card
+from mtl_framework.saving.trained import open_run
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,12 +58,6 @@ def fold_residual_alpha(backbone):
                 kernel.assign(kernel.numpy() * alpha)
         backbone.residual_alpha.assign(1.0)
     return alpha
-
-
-def save_heads(directory, heads, weights):
-    with open(os.path.join(directory, HEADS_CONFIG), "w", encoding="utf-8") as f:
-        json.dump(heads, f, indent=2, ensure_ascii=False)
-    np.savez(os.path.join(directory, HEADS_WEIGHTS), **weights)
 
 
 def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force: bool = False,
@@ -94,7 +87,7 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
     heads = trained.saved_heads() if with_heads else None
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
-    stem = os.path.basename(os.path.abspath(output)) + files.TEMPORARY
+    stem = os.path.basename(os.path.abspath(output)) + TEMPORARY
     try:
         os.makedirs(parent, exist_ok=True)
         for leftover in os.listdir(parent):  # from an export that was killed
@@ -188,12 +181,12 @@ def check_output(run_dir, output, force):
 def trained_length(run_dir):
     """The longest input the run saw: its experiment's max_length (task lengths are capped
     by it)."""
-    return int(files.read_experiment(run_dir).get("max_length") or DEFAULTS["max_length"])
+    return int(RunDir(run_dir).read_experiment().get("max_length") or DEFAULTS["max_length"])
 
 
 def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
     state = {**checkpoint.trainer, "checkpoint": checkpoint.path}
-    vocab = os.path.join(run_dir, files.VOCAB)
+    vocab = RunDir(run_dir).vocab_path
     writer = architectures.converter(fmt, architecture_of(backbone.config))
     if formats.FORMATS[fmt].ours:  # our preset: the run and its heads beside the backbone
         if heads:

@@ -20,8 +20,10 @@ from mtl_framework import architectures, formats
 from mtl_framework.architectures import architecture_of
 from mtl_framework.errors import UserError
 from mtl_framework.families import FAMILIES
-from mtl_framework.saving import run_dir as files
-from mtl_framework.saving.provenance import describe, provenance
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.provenance import describe, provenance
+from mtl_framework.rundir.records import other_settings
+from mtl_framework.rundir.run_dir import CHECKPOINTS, EVALUATIONS
 from mtl_framework.scoring.scorers import score_name
 
 LICENSE = "apache-2.0"
@@ -32,8 +34,8 @@ HUB_DATASETS = "https://huggingface.co/datasets/"
 def last_dev_evaluation(run_dir, step=None):
     """The last `split: dev` line of RUN_DIR/evaluations.jsonl (of update `step`, when
     one is of it: an export of keep_best's checkpoint shows that evaluation), or None."""
-    dev = [line for line in files.read_evaluations(run_dir) if line.get("split") == "dev"
-           and not files.other_settings(line)  # not one at another --max-length/--rope-scaling
+    dev = [line for line in RunDir(run_dir).read_evaluations() if line.get("split") == "dev"
+           and not other_settings(line)  # not one at another --max-length/--rope-scaling
            and not partial(line)]  # nor a smoke check (`--max-examples 8 --tasks tnews`)
     at = [line for line in dev if step is not None and line.get("step") == step]
     return (at or dev or [None])[-1]
@@ -51,14 +53,14 @@ def run_name(run_dir):
 
 def relative_checkpoint(checkpoint_path):
     """`checkpoints/step-N`: the checkpoint's place inside its run."""
-    return f"{files.CHECKPOINTS}/{os.path.basename(os.path.normpath(checkpoint_path))}"
+    return f"{CHECKPOINTS}/{os.path.basename(os.path.normpath(checkpoint_path))}"
 
 
 def export_provenance(run_dir, state, fmt):
     """provenance.json of an export: the training starts whose updates the checkpoint
     holds (RUN_DIR/provenance.jsonl lines with a start step before its step) and this
     export."""
-    trained_by = [line for line in files.read_provenance(run_dir) if line["step"] < state["step"]]
+    trained_by = [line for line in RunDir(run_dir).read_provenance() if line["step"] < state["step"]]
     return {"run": run_name(run_dir), "checkpoint": relative_checkpoint(state["checkpoint"]),
             "step": state["step"], "format": fmt, "trained_by": trained_by,
             "exported_by": provenance()}
@@ -71,7 +73,7 @@ def experiment_sources(run_dir):
     from mtl_framework.config.registry import load_registry
 
     try:  # an experiment.yaml this version no longer reads: the card names tasks only
-        experiment = load_experiment(files.experiment_file(run_dir))
+        experiment = load_experiment(RunDir(run_dir).experiment_file())
     except (UserError, OSError):
         return {}, None
     folder = experiment.backbone.get("init") or experiment.backbone.get("checkpoint")
@@ -123,7 +125,7 @@ def dev_table(run_dir, step=None):
     evaluation = last_dev_evaluation(run_dir, step)
     if evaluation is None:
         return ["not evaluated (run `mtl evaluate RUN_DIR`)"]
-    lines = [f"From `{files.EVALUATIONS}`, step {evaluation.get('step')}"
+    lines = [f"From `{EVALUATIONS}`, step {evaluation.get('step')}"
              + (f", aggregate {evaluation['aggregate']:.4f}"
                 if isinstance(evaluation.get("aggregate"), (int, float)) else "") + ":", "",
              "| task | metric | score | majority baseline | examples |", "|---|---|---|---|---|"]

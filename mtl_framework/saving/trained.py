@@ -1,0 +1,157 @@
+"""A trained model opened from a run directory (its newest readable checkpoint, keep_best's
+or step N's) or from a keras export written with `--with-heads`: `Trained`, whose backbone
+and heads are built (by assemble.py) when first asked for.
+
+    trained = open_trained(path, checkpoint=None, rope_scaling=None)
+    trained.backbone, trained.heads(scored_only=True), trained.model()
+"""
+import os
+
+from mtl_framework import architectures
+from mtl_framework.architectures import rope_scaling as rope
+from mtl_framework.assemble import checkpoint_backbone, prediction_model, saved_heads
+from mtl_framework.config.experiment import load_experiment
+from mtl_framework.config.precision import run_precision
+from mtl_framework.errors import UserError
+from mtl_framework.formats import VOCAB_FILE
+from mtl_framework.formats import keras as preset
+from mtl_framework.rundir import RunDir
+from mtl_framework.step.distributed import precision_policy
+
+
+class Trained:
+    """A trained backbone and its heads' metadata and weights, read from a run directory
+    or a keras export with heads; the backbone is built when first asked for.
+
+    source: the folder.  experiment: the run's Experiment (None for an export).
+    checkpoint: the rundir Checkpoint read (None for an export).  vocab: its vocab.txt.
+    max_length: the run's max_length (an export: the length it records, or None).
+    rope_scaling: the setting asked for instead of the backbone's own, normalised, or
+    None when none was asked."""
+
+    def __init__(self, source, experiment, checkpoint, vocab, build, saved_heads, max_length,
+                 rope_scaling=None, precision=None):
+        self.source, self.experiment, self.checkpoint, self.vocab = \
+            source, experiment, checkpoint, vocab
+        self.max_length, self.rope_scaling = max_length, rope_scaling
+        # what the model computes in: the run's precision, float32 for an export folder
+        self.precision = precision or (experiment.precision if experiment else "float32")
+        self._build, self._read_heads = build, saved_heads
+        self._backbone = self._heads_read = None
+
+    @property
+    def backbone(self):
+        if self._backbone is None:
+            try:
+                with precision_policy(self.precision):
+                    self._backbone = self._build()
+            except ValueError as error:  # a config this version cannot build
+                if isinstance(error, UserError):
+                    raise
+                raise UserError(f"{self.source}: {error}") from None
+        return self._backbone
+
+    @property
+    def head_metadata(self):
+        """{task: head metadata} in the run's task order (type, num_labels, config,
+        variables); a UserError when there is none (a backbone-only export, an old run)."""
+        return self.saved_heads()[0]
+
+    def saved_heads(self):
+        """(head metadata, {variable name: array}), read once."""
+        if self._heads_read is None:
+            self._heads_read = self._read_heads()
+        return self._heads_read
+
+    def heads(self, scored_only=False):
+        """{task: head}, rebuilt with their weights at the run's precision."""
+        with precision_policy(self.precision):
+            return saved_heads(*self.saved_heads(), self.backbone, self.source,
+                               scored_only=scored_only)
+
+    def model(self, scored_only=False):
+        """The prediction model of the backbone and its heads."""
+        tasks_per_update = self.experiment.tasks_per_update if self.experiment else 8
+        return prediction_model(self.backbone, self.heads(scored_only), tasks_per_update)
+
+
+def open_trained(path, checkpoint=None, log=print, rope_scaling=None):
+    """A Trained of a run directory (experiment.yaml: its newest readable checkpoint, or
+    `checkpoint` "best" or a step number) or of a keras export written with `--with-heads`
+    (config.json). `rope_scaling`: `none` or TYPE:FACTOR[:ORIGINAL] instead of the
+    backbone's own, stretched from the trained length. A UserError when it is neither,
+    when the run has no readable checkpoint, or when its vocab does not fit."""
+    if RunDir(path).is_run():
+        return open_run(path, checkpoint, log, rope_scaling)
+    if os.path.isfile(os.path.join(path, preset.CONFIG_FILE)):
+        return _open_export(path, rope_scaling)
+    if not os.path.isdir(path):
+        raise UserError(f"{path}: no such run directory or export folder")
+    raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
+                    "(config.json): give what `mtl train` or `mtl export --with-heads` wrote")
+
+
+def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
+    """A Trained of a run directory only (see open_trained); `precision` instead of the
+    run's (an export writes weights, built at float32)."""
+    run = RunDir(run_dir)
+    experiment = load_experiment(run.experiment_file())
+    scaling = _parsed_rope_scaling(rope_scaling, experiment.max_length, run.path)
+    chosen = run.trained_checkpoint(which, log)
+    vocab = run.checked_vocab(chosen)
+    overrides = {} if scaling is None else {"rope_scaling": scaling}
+    return Trained(run.path, experiment, chosen, vocab,
+                   lambda: checkpoint_backbone(chosen, **overrides),
+                   lambda: run_heads(chosen), experiment.max_length, scaling,
+                   precision or run_precision(experiment, run.stored_experiment())[0])
+
+
+def _open_export(directory, rope_scaling):
+    length = preset.trained_length(directory)
+    scaling = _parsed_rope_scaling(rope_scaling, length, directory)
+    overrides = {} if scaling is None else {"rope_scaling": scaling}
+
+    def heads():
+        saved = preset.load_heads(directory)
+        if saved[0] is None:
+            raise UserError(f"{directory}: no {preset.HEADS_CONFIG}: this export holds the "
+                            "backbone only; export with `mtl export RUN_DIR --format keras "
+                            "--with-heads`, or predict from the run directory")
+        return saved
+
+    return Trained(directory, None, None, os.path.join(directory, VOCAB_FILE),
+                   lambda: architectures.load_preset(directory, **overrides), heads, None, scaling)
+
+
+def _parsed_rope_scaling(value, trained_length, source):
+    if value is None:
+        return None
+    try:
+        return rope.parse(value, trained_length)
+    except ValueError as error:
+        raise UserError(f"{source}: {error}") from None
+
+
+def load_run_backbone(run_dir, log=print):
+    """(backbone, trainer state + "checkpoint": its folder) of the run's newest readable
+    checkpoint."""
+    trained = open_trained(run_dir, log=log)
+    return trained.backbone, {**trained.checkpoint.trainer, "checkpoint": trained.checkpoint.path}
+
+
+def run_heads(checkpoint):
+    """(heads metadata, {variable name: array}) of the task heads in a checkpoint."""
+    heads = checkpoint.trainer.get("heads")
+    if heads is None:
+        raise UserError(f"{checkpoint.path}/trainer.json has no 'heads' entry (written by an "
+                        "older mtl_framework): continue the run one step with `mtl train "
+                        "--resume` to write a checkpoint that has it, or export without "
+                        "--with-heads")
+    weights = {}
+    for task, meta in heads.items():
+        for name in meta["variables"]:
+            if name not in checkpoint.arrays:
+                raise UserError(f"{checkpoint.path}/trainer.json: head {task!r} lists variable "
+                                f"{name!r}, which is not among the checkpoint's variables")
+            weights[name] = checkpoint.arrays[name]
+    return heads, weights

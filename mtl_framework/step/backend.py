@@ -1,0 +1,79 @@
+"""What a backend's step provides: the contract between MultiTaskModel (model.py: tasks,
+trace groups, balancing hooks, micro-batch order, logs, written once) and a backend's
+half of one mixed update (tensorflow.py, jax.py). MultiTaskModel calls nothing else that
+is backend-specific; a backend that leaves one of these out cannot be instantiated."""
+from abc import ABC, abstractmethod
+
+
+class BackendStep(ABC):
+    """The backend half of MultiTaskModel (a base class of it, through `step.Step`)."""
+
+    # --- state ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _state_variable(self, value, name, dtype="float32"):
+        """A scalar of the training state (checkpointed)."""
+
+    @abstractmethod
+    def _accumulator(self, variable, name):
+        """A zeroed buffer shaped as `variable`, where micro-batch gradients add up."""
+
+    @staticmethod
+    @abstractmethod
+    def _constant(value):
+        """`value` as this backend's constant tensor."""
+
+    @staticmethod
+    @abstractmethod
+    def _to_tensors(batch):
+        """A NumPy batch as this backend's tensors."""
+
+    # --- devices ----------------------------------------------------------------------------
+
+    @abstractmethod
+    def _current_strategy(self):
+        """The distribution the model was built under (None: one device)."""
+
+    @staticmethod
+    @abstractmethod
+    def _on_gpu():
+        """Whether the model computes on a GPU."""
+
+    @abstractmethod
+    def _check_lanes(self, lanes):
+        """Refuse a number of micro-steps side by side this backend cannot run."""
+
+    @abstractmethod
+    def _default_lanes(self):
+        """How many micro-steps run side by side when the experiment does not say."""
+
+    # --- one mixed update -----------------------------------------------------------------------
+
+    @abstractmethod
+    def _take_counts(self, n):
+        """The next n micro-batch numbers (each seeds its dropout)."""
+
+    @abstractmethod
+    def _launch(self, task, batch, count):
+        """Start the task's traced micro-step on `batch`; returns its results."""
+
+    @abstractmethod
+    def _finish(self, task, results):
+        """A micro-step's results into the accumulators and the task's state; returns the
+        task's logs (loss, gradient norm, finite)."""
+
+    @abstractmethod
+    def apply_update(self):
+        """The optimizer's update from the accumulated gradients."""
+
+    @abstractmethod
+    def _drop_update(self):
+        """Zero the accumulators without an update (every micro-batch was skipped)."""
+
+    @abstractmethod
+    def traced_outputs(self, task, batch):
+        """A traced forward pass of the task's head (evaluation, predict)."""
+
+    @abstractmethod
+    def make_train_function(self, force=False):
+        """What Keras's fit calls once per update."""

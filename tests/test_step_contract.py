@@ -1,0 +1,69 @@
+"""The backend step's contract as code: both backends' step classes derive from
+step/backend.py's BackendStep and leave none of its methods abstract, with the signatures
+it declares; and MultiTaskModel calls no backend method the contract does not hold."""
+import ast
+import inspect
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mtl_framework.step.backend import BackendStep
+
+REPO = Path(__file__).resolve().parents[1]
+JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
+CONTRACT = sorted(BackendStep.__abstractmethods__)
+
+
+def signatures(cls):
+    return {name: str(inspect.signature(getattr(cls, name))) for name in CONTRACT}
+
+
+def test_tensorflow_step_keeps_the_contract():
+    from mtl_framework.step.tensorflow import TensorFlowStep
+
+    assert issubclass(TensorFlowStep, BackendStep)
+    assert not TensorFlowStep.__abstractmethods__
+    assert signatures(TensorFlowStep) == signatures(BackendStep)
+
+
+@pytest.mark.skipif(not JAX_PYTHON.exists(), reason=".venv-jax is absent (make interop-jax)")
+def test_jax_step_keeps_the_contract():
+    code = ("import inspect; from mtl_framework.step.backend import BackendStep as B; "
+            "from mtl_framework.step.jax import JaxStep as J; "
+            "assert issubclass(J, B); print(sorted(J.__abstractmethods__)); "
+            "print(all(str(inspect.signature(getattr(J, n))) == str(inspect.signature(getattr(B, n)))"
+            " for n in B.__abstractmethods__))")
+    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+    out = subprocess.run([str(JAX_PYTHON), "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_a_step_without_a_contract_method_cannot_be_built():
+    class Partial(BackendStep):
+        pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+
+
+def test_the_model_calls_only_contract_methods_of_the_backend():
+    """Every `self.<name>(...)` in step/model.py is the model's own, Keras's, or the
+    contract's: nothing backend-specific is called outside BackendStep."""
+    import keras
+
+    from mtl_framework.step.model import MultiTaskModel
+
+    tree = ast.parse((REPO / "mtl_framework" / "step" / "model.py").read_text(encoding="utf-8"))
+    own = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, ast.Store)}  # layers the model holds (self.backbone = ...)
+    called = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call)
+              and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+              and n.func.value.id == "self"}
+    backend = called - own - set(dir(keras.Model))
+    assert backend and backend <= set(CONTRACT), sorted(backend - set(CONTRACT))
+    assert issubclass(MultiTaskModel, BackendStep)

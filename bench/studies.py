@@ -1,9 +1,10 @@
 """One results file per benchmark, holding each of its studies (configurations) side by side.
 
 A benchmark run in several configurations (bench/precision.py: TNEWS alone, the mixture;
-bench/init_vs_bert4keras.py: 300 and 600 updates) keeps them all in bench/results/NAME.json
-under "studies", keyed by the study's name, and NAME.md with one section per study. A re-run
-of a study replaces its entry and leaves the others as they were; older results are in git.
+bench/init_vs_bert4keras.py: 300 and 600 updates) keeps them all in its one results file
+(bench/results/precision.json) under "studies", keyed by the study's name, and the .md beside
+it with one section per study. A re-run of a study replaces its entry and leaves the others
+as they were; older results are in git.
 """
 import json
 

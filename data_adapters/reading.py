@@ -6,6 +6,7 @@ not decode, so that a bad byte costs one skipped line (with its number)
 instead of the whole file.
 """
 import json
+import math
 import re
 import unicodedata
 
@@ -325,9 +326,12 @@ class LabelRule:
         label = self.label_map.get(label, label)
         if self.regression:
             try:
-                return float(label), None
+                value = float(label)
             except ValueError:
                 return None, f"label {label!r} is not a number (regression)"
+            if not math.isfinite(value):  # nan, inf, 1e999: no loss could be computed on it
+                return None, f"label {label!r} is not a finite number (regression)"
+            return value, None
         if self.labels is not None and label not in self.labels:
             twin = self.normalised().get(unicodedata.normalize("NFKC", label).strip())
             if twin is not None:  # ａ for a, a full-width digit, a stray space: say so

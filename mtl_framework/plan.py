@@ -345,7 +345,27 @@ def _select(experiment, registry, names):
             unknown.append(f"{experiment.where('tasks', i)}: {error}")
     if unknown:
         raise ExperimentError("\n".join(unknown))
+    _check_listed_once(experiment, registry)
     return registry.select(names)
+
+
+def _check_listed_once(experiment, registry):
+    """A task reached by two entries (its name and its dataset id, or two datasets'): one
+    entry's rate and loss_weight would silently win over the other's."""
+    first = {}  # task name -> (index, entry name) of the entry that reached it first
+    for i, entry in enumerate(experiment.tasks):
+        if entry["name"] == MLM_TASK:
+            continue
+        for task in registry.select([entry["name"]]):
+            if task.name not in first:
+                first[task.name] = (i, entry["name"])
+                continue
+            j, other = first[task.name]
+            how = lambda name: "" if name == task.name else f" (dataset {name!r})"
+            raise ExperimentError(
+                f"{experiment.where('tasks', i)}: task {task.name!r} listed twice: tasks[{j}] "
+                f"{other!r}{how(other)} and tasks[{i}] {entry['name']!r}{how(entry['name'])} "
+                "both select it; keep one entry (a dataset id selects all its tasks)")
 
 
 def _check_task_files(experiment, tasks, data_root, training=False):

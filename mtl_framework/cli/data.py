@@ -19,9 +19,9 @@ Exit status (stats) 0 when every split was read (skips are reported, not failure
 1 when a split could not be read at all (missing file, bad option), 2 for an
 unknown task name or invalid specs.
 """
-import json
 import sys
 
+from mtl_framework.cli import strict_json
 from mtl_framework.cli.arguments import at_least
 from mtl_framework.config import registry as reg
 from mtl_framework.prepare import stats as data_stats
@@ -146,7 +146,7 @@ def run_stats(args):
     rows = data_stats.collect(tasks, data_root, args.split, tokenizer, args.max_length,
                               args.cache_dir)
     if args.json:
-        json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
+        strict_json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
         print()
     else:
         print(data_stats.format_table(rows) if rows else "no task has such a split")
@@ -191,7 +191,7 @@ def run_show(args):
                 row = {"type": type(example).__name__, **dataclasses.asdict(example)}
                 if encoder is not None:
                     row["tokens"] = data_show.token_lines(example, encoder)
-                print(json.dumps(row, ensure_ascii=False, default=str))
+                print(strict_json.dumps(row, ensure_ascii=False, default=str))
             return 0
         for lines in data_show.show(task, args.split, data_root, args.n, tokenizer,
                                     args.max_length):

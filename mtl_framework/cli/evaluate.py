@@ -7,9 +7,9 @@ RUN_DIR/evaluations.jsonl (which `mtl report` plots and `mtl export` cites).
 The model is rebuilt from the checkpoint alone (evaluation.evaluate_run): no optimizer
 or mixture; a damaged newest checkpoint is named and the one before it scored.
 """
-import json
 import sys
 
+from mtl_framework.cli import strict_json
 from mtl_framework.cli.arguments import at_least, check_rope_scaling
 
 
@@ -41,7 +41,7 @@ def run(args):
                         args.max_examples, log=log, data_root=args.data_root,
                         max_length=args.max_length, rope_scaling=args.rope_scaling)
     if args.json:
-        json.dump(line, sys.stdout, ensure_ascii=False, indent=1, default=float)
+        strict_json.dump(line, sys.stdout, ensure_ascii=False, indent=1, default=float)
         print()
     else:
         print(format_results(line))

@@ -2,9 +2,9 @@
 [--output RUN_DIR] ...`: one task trained from an exported or released backbone folder
 (a format of `mtl_framework.formats` that loads), then scored on dev."""
 import contextlib
-import json
 import sys
 
+from mtl_framework.cli import strict_json
 from mtl_framework.cli.arguments import SEED, at_least, check_rope_scaling, positive_float
 from mtl_framework.config.experiment import OPTIMIZERS
 from mtl_framework.formats import loadable
@@ -59,6 +59,6 @@ def run(args):
             weight_decay=args.weight_decay, optimizer=args.optimizer, max_length=args.max_length,
             dropout=args.dropout, seed=args.seed, rope_scaling=args.rope_scaling)
     if args.json:
-        json.dump(line, sys.stdout, ensure_ascii=False, indent=1, default=float)
+        strict_json.dump(line, sys.stdout, ensure_ascii=False, indent=1, default=float)
         print()
     return 0

@@ -9,10 +9,10 @@ JSON line per input example (`id` + `prediction`, input order); the third writes
 CLUE 1.1 submission files of the run's CLUE tasks from their test splits
 (docs/predict.md).
 """
-import json
 import os
 import sys
 
+from mtl_framework.cli import strict_json
 from mtl_framework.cli.arguments import at_least, check_rope_scaling
 
 
@@ -102,7 +102,7 @@ def run(args):
         summary = model.predict_file(args.task, args.input, args.output, args.batch_size)
     if args.json:
         stream = sys.stderr if to_stderr and not args.output else sys.stdout
-        json.dump(summary, stream, ensure_ascii=False, indent=1)
+        strict_json.dump(summary, stream, ensure_ascii=False, indent=1)
         print(file=stream)
     return 0
 

@@ -2,10 +2,10 @@
 
 Only the registry is imported (no TensorFlow), so both answer in well under a second.
 """
-import json
 import sys
 from pathlib import Path
 
+from mtl_framework.cli import strict_json
 from mtl_framework.config import registry as reg
 from mtl_framework.errors import UserError
 
@@ -39,7 +39,7 @@ def list_tasks(args):
     rows = [describe(task, args.data_root, registry.datasets.get(task.dataset))
             for task in registry.tasks.values()]
     if args.json:
-        json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
+        strict_json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
         print()
         return 0
     table = [("name", "dataset", "family", "#labels", "metric", "verified")]

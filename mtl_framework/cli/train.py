@@ -65,16 +65,24 @@ def print_config(args, out=None):
     unset as comments; checked like `mtl train` checks it, data folders aside."""
     out = out or sys.stdout  # looked up now: a caller may have replaced it since import
     from mtl_framework.config.experiment import DEFAULTS, load_experiment
+    from mtl_framework.config.precision import AS_NAMED, run_precision
     from mtl_framework.plan import data_root_path, resolved_experiment
 
     experiment = load_experiment(args.experiment, args.overrides)
     resolved = resolved_experiment(experiment, data_root_path(experiment, args.data_root)[0])
+    # as `mtl train` settles it: $MTL_PRECISION for a precision not named (a bad value
+    # refused as train refuses it), `auto` by this CPU
+    policy, why = run_precision(experiment)
     out.write(yaml.safe_dump(resolved, allow_unicode=True, sort_keys=False))
     unset = {key: value for key, value in DEFAULTS.items() if key not in resolved}
+    if "precision" in unset:
+        unset["precision"] = experiment.precision  # $MTL_PRECISION stands in for the default
     if unset:
         out.write("# defaults (not given):\n")
         for line in yaml.safe_dump(unset, allow_unicode=True, sort_keys=False).splitlines():
             out.write(f"#   {line}\n")
+    if why != AS_NAMED:
+        out.write(f"# a new run computes in {policy} ({why})\n")
 
 
 def interrupted_line(args, run_dir, step):

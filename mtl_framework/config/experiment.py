@@ -333,15 +333,14 @@ def _apply_overrides(raw, overrides, sources):
 
 def _typed_path(path, value):
     """A path value given on the command line (`--set data_root=data`) is relative to the
-    folder the command runs in, as anything typed there is, not to the experiment file."""
-    if any(isinstance(part, int) for part in path):
-        return value
+    folder the command runs in, as anything typed there is, not to the experiment file; a
+    list item too (`--set task_specs.0=specs`, `--set tasks.1.corpus=more.txt`)."""
     probe = value
-    for part in reversed(path):
-        probe = {part: probe}
+    for part in reversed(path):  # a list item as a list of one: PATH_VALUES' `*` matches it
+        probe = [probe] if isinstance(part, int) else {part: probe}
     _absolute_paths(probe, os.getcwd())
     for part in path:
-        probe = probe[part]
+        probe = probe[0] if isinstance(part, int) else probe[part]
     return probe
 
 

@@ -418,6 +418,10 @@ class _SpecLoader:
             if supported and task_type not in supported:
                 spec.error(where + ("type",), f"{label}: format {task_format!r} reads examples for "
                            f"{', '.join(supported)} tasks, not {task_type}; change the type or the format")
+        if isinstance(scorer, str) and scorer in schema.SCORERS and adapter is not None:
+            problem = schema.scorer_problem(scorer, task_type, task_format)
+            if problem:
+                spec.error(where + ("scorer",), f"{label}: {problem}")
 
         merged = {key: _merge(inherited.get(key), entry.get(key)) for key in ("files", "options", "fields")}
         if not merged["files"]:

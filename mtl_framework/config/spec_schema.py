@@ -21,6 +21,24 @@ METRICS = tuple(metric_functions.METRICS)
 # The publishers' scorers a spec's `scorer:` may name (no TensorFlow either).
 SCORERS = tuple(scorer_modules.SCORERS)
 
+
+def scorer_problem(name, task_type, task_format):
+    """Why the publisher's scorer `name` cannot score a task of this type and format, as
+    the end of a message, or None: each scorer reads its gold from its publisher's files
+    (scorers.FORMATS) and scores one family's predictions (scorers.TASK_TYPES)."""
+    module = scorer_modules.SCORERS[name]
+    if task_type is not None and task_type not in module.TASK_TYPES:
+        fitting = [n for n, m in scorer_modules.SCORERS.items() if task_type in m.TASK_TYPES]
+        return (f"scorer {name!r} scores {' or '.join(module.TASK_TYPES)} tasks, not {task_type}: "
+                f"drop `scorer:` (the task's `metric:` scores it)"
+                + (f", or name one for {task_type}: {', '.join(fitting)}" if fitting else ""))
+    if task_format is not None and task_format not in module.FORMATS:
+        return (f"scorer {name!r} reads its gold from {' or '.join(module.FORMATS)} files (its "
+                f"publisher's), not format {task_format!r}: drop `scorer:` (the task's `metric:` "
+                "scores it)")
+    return None
+
+
 DATASET_ID = re.compile(r"^[a-z0-9_]+$")
 # Task names end up in cache and run-directory paths: no slashes or spaces.
 TASK_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

@@ -226,10 +226,27 @@ class RunLogger(keras.callbacks.Callback):
             return
         self.run.save_checkpoint(self.step, self.keep)
 
+    def non_finite_end(self):
+        """The error of a run whose last micro-batches of a task were all skipped as
+        non-finite: it ends at this update, a refusal (Run.non_finite_stop's line)."""
+        tasks = sorted(self.bad_since, key=lambda t: (self.bad_since[t], t))
+        model = self.run.model
+        also = f" (also {', '.join(tasks[1:])})" if len(tasks) > 1 else ""
+        return NonFiniteLossError(
+            f"task {tasks[0]!r}{also}: its last {model._consecutive_bad[tasks[0]]} micro-batch(es) "
+            "had a non-finite loss or gradient when training ended; check its data/labels or "
+            "lower the learning rate", task=tasks[0], update=self.step)
+
     def on_train_end(self, logs=None):
         eval_every = self.run.experiment.eval_every
         if eval_every and self.evaluated != self.step:
             self.evaluate()  # the run always ends with its final dev scores
+        if self.bad_since and not self.run.model.dynamic_loss_scale:
+            # the last update's state may be what made them non-finite: no final checkpoint
+            # of it, and no exit 0 (mixed_float16's loss-scale skips are routine: not here)
+            self.metrics.close()
+            self.writer.close()
+            raise self.non_finite_end()
         self.checkpoint()
         best = self.run.best
         if self.step < self.run.experiment.steps and not (best and best.exhausted()):
@@ -530,11 +547,12 @@ class Run:
     def non_finite_stop(self, error, logger):
         """The stop's one line: the task, and the newest checkpoint from before its first
         skipped micro-batch (the stop itself writes none)."""
-        since = logger.bad_since.get(error.task, logger.step + 1)
+        update = error.update or logger.step + 1  # raised within an update, or at the end
+        since = logger.bad_since.get(error.task, update)
         before = [d for d in self.checkpoint_dirs() if checkpoint_step(d) < since]
         good = (f"the newest checkpoint before it is "
                 f"{self.run.checkpoint_path(before[-1])}" if before
                 else "no checkpoint was written before it")
-        return (f"{self.run_dir}: training stopped at update {logger.step + 1}: {error} "
+        return (f"{self.run_dir}: training stopped at update {update}: {error} "
                 f"(first skipped in update {since}; {good}, no checkpoint of the non-finite "
                 "state was written)")

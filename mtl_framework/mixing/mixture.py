@@ -12,6 +12,8 @@ Reads top to bottom as one training run uses it:
 
 Nothing here imports TensorFlow; features come from cache.cached_features.
 """
+import math
+
 import numpy as np
 
 METHODS = ("proportional", "temperature", "uniform", "fixed")
@@ -93,8 +95,25 @@ def _method_weights(sizes, method, temperature, cap):
     if method == "temperature":
         if temperature <= 0:
             raise ValueError(f"sampling temperature must be > 0, got {temperature}")
-        weights = {t: w ** (1.0 / temperature) for t, w in weights.items()}
+        weights = _tempered(weights, temperature)
     return weights
+
+
+# ln of the largest float64 (about 709.78), less a margin so that a sum of weights stays finite
+LARGEST_EXPONENT = 700.0
+
+
+def _tempered(weights, temperature):
+    """{t: w ** (1 / T)}, or where that would overflow a float (a small T: 0.01 makes a
+    size of 1,000 a 1e300), the same up to a common factor, computed in log space:
+    exp(ln(w / max w) / T). Rates are normalised, so both give the same mixture; the
+    first form is kept where it fits so that existing runs keep their rates bit for bit."""
+    largest = max(weights.values())
+    if largest <= 0 or math.log(largest) / temperature < LARGEST_EXPONENT:
+        return {t: w ** (1.0 / temperature) for t, w in weights.items()}
+    # ln(w / largest) <= 0: the exponent never overflows, even for a T near 0
+    return {t: math.exp(math.log(w / largest) / temperature) if w > 0 else 0.0
+            for t, w in weights.items()}
 
 
 def _normalised(weights, method):

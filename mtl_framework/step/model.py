@@ -63,11 +63,12 @@ from mtl_framework.step.variable_names import layer_variable_names, optimizer_va
 
 
 class NonFiniteLossError(RuntimeError):
-    """Too many non-finite micro-batches in a row; `task` names whose."""
+    """Too many non-finite micro-batches in a row, or a run that ends in them; `task` names
+    whose, `update` the update it stopped at where known (None: the one running)."""
 
-    def __init__(self, message, task=None):
+    def __init__(self, message, task=None, update=None):
         super().__init__(message)
-        self.task = task
+        self.task, self.update = task, update
 
 
 class MultiTaskModel(Step, keras.Model):

@@ -15,6 +15,8 @@ from mtl_framework.scoring.scorers.release import read_json, release_paths
 SOURCE = {"repository": "china-ai-law-challenge/CAIL2019", "path": "阅读理解/evaluate/evaluate.py",
           "commit": "10dc21735c00784ee3ad11f5d4c60756529531e2"}
 PRIMARY = "f1"
+TASK_TYPES = ("mrc_span",)  # the families it scores
+FORMATS = ("squad",)  # the release files its gold is read from
 DOMAINS = ("civil", "criminal")
 
 

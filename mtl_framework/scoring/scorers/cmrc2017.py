@@ -13,6 +13,8 @@ from mtl_framework.scoring.scorers.release import release_paths
 SOURCE = {"repository": "ymcui/cmrc2017", "path": "results/evaluate.py",
           "commit": "c17955e9169005c14b97abc2c944fb48f0415ad9"}
 PRIMARY = "accuracy"
+TASK_TYPES = ("mrc_span",)  # the families it scores
+FORMATS = ("cmrc2017_cloze",)  # the release files its gold is read from
 SEPARATOR = " ||| "
 
 

@@ -16,6 +16,8 @@ from mtl_framework.scoring.scorers.treebank import word_tokenize
 SOURCE = {"repository": "ymcui/cmrc2018", "path": "squad-style-data/cmrc2018_evaluate.py",
           "commit": "5c81039ef856de178b5198391b3cd40f4e5e8514"}
 PRIMARY = "average"
+TASK_TYPES = ("mrc_span",)  # the families it scores
+FORMATS = ("squad",)  # the release files its gold is read from
 
 # The script's list; its "……" (two characters) never equals the one character it is
 # compared with, so it removes nothing.
@@ -57,11 +59,13 @@ def em(answers, prediction):
 
 
 def questions(gold):
-    """(id, [answer texts]) of every question of a SQuAD-style gold dict."""
+    """(id, [answer texts]) of every question of a SQuAD-style gold dict. An id is read as
+    a string: the script's `qas['id'].strip()` fails on a number, and the prediction file
+    it looks ids up in is a JSON object, whose keys are strings ("7" for question 7)."""
     for article in gold["data"]:
         for paragraph in article["paragraphs"]:
             for qa in paragraph["qas"]:
-                yield qa["id"].strip(), [a["text"] for a in qa["answers"]]
+                yield str(qa["id"]).strip(), [a["text"] for a in qa["answers"]]
 
 
 def score(gold, predictions):

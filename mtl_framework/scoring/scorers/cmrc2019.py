@@ -12,6 +12,8 @@ from mtl_framework.scoring.scorers.release import read_json, release_paths
 SOURCE = {"repository": "ymcui/cmrc2019", "path": "eval/cmrc2019_evaluate.py",
           "commit": "eae5c105997292c29e7d56e7d3eaf24026b91e3f"}
 PRIMARY = "qac"
+TASK_TYPES = ("cloze",)  # the families it scores
+FORMATS = ("cmrc2019",)  # the release files its gold is read from
 MISSING = -1  # a blank our examples do not hold (skipped while reading): never right
 
 

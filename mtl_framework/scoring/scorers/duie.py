@@ -21,6 +21,8 @@ SOURCE = {"repository": "PaddlePaddle/PaddleNLP",
           "path": "examples/information_extraction/DuIE/re_official_evaluation.py",
           "commit": "0025c3d29c3f923720afcc24c012813b1d543dd9"}
 PRIMARY = "f1"
+TASK_TYPES = ("extraction_relation",)  # the families it scores
+FORMATS = ("spo_json",)  # the release files its gold is read from
 VALUE = "@value"
 SLOTS = ("inWork", "onDate", "inArea", "period")
 

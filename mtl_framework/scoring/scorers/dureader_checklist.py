@@ -13,6 +13,8 @@ from mtl_framework.scoring.scorers.release import squad_gold
 SOURCE = {"repository": "baidu/DuReader", "path": "DuReader-Checklist/evaluate.py",
           "commit": "9f73af912ce8b0eed8e583b4e4fccd848ce561bd"}
 PRIMARY = "f1"
+TASK_TYPES = ("mrc_span",)  # the families it scores
+FORMATS = ("squad",)  # the release files its gold is read from
 TAGS = ("in-domain", "vocab", "phrase", "semantic-role", "fault-tolerant", "reasoning")
 NO_ANSWER = "no answer"
 

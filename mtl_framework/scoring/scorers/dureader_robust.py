@@ -11,6 +11,8 @@ from mtl_framework.scoring.scorers.release import squad_gold
 SOURCE = {"repository": "baidu/DuReader", "path": "DuReader-Robust/evaluate.py",
           "commit": "9f73af912ce8b0eed8e583b4e4fccd848ce561bd"}
 PRIMARY = "f1"
+TASK_TYPES = ("mrc_span",)  # the families it scores
+FORMATS = ("squad",)  # the release files its gold is read from
 
 
 def score(gold, predictions):

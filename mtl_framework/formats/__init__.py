@@ -15,7 +15,9 @@ every architecture. A converter module has, as keras-hub's `convert_<model>.py`:
     check(config, source)       UserError for what the format cannot hold (before writing)
     save(backbone, directory, vocab_path, trained_length)   the folder, with its vocab
 
-and the weight-name mapping inside it. This module imports no TensorFlow (preflight and
+and the weight-name mapping inside it; what every reader checks before building (config
+types and ranges, keys that change the model, finite and declared tensors) is one table,
+formats/checks.py. This module imports no TensorFlow (preflight and
 the CLI's choices read it first), nor any architecture or backbone: converters are
 given a built backbone. Which converter reads a folder (`layout`) and building the
 backbone it holds (`load_backbone`) are in architectures/__init__.py, so the imports

@@ -13,6 +13,7 @@ import numpy as np
 
 from mtl_framework.errors import UserError
 from mtl_framework.formats import VOCAB_FILE
+from mtl_framework.formats.checks import FRACTIONS, INTEGERS, POSITIVE, check_values, finite
 from mtl_framework.formats.json_file import read_json
 
 CONFIG_FILE = "config.json"
@@ -53,7 +54,10 @@ def read_config(directory):
         raise FileNotFoundError(f"{path} not found: a preset folder is what `mtl export RUN_DIR "
                                 "--format keras --output DIR` writes (or give a size name: "
                                 "small, base, large, for a new backbone)")
-    return dict(_config(directory)["backbone"])
+    config = _config(directory).get("backbone")
+    check_values(config, {key: key for key in (*INTEGERS, *FRACTIONS, *POSITIVE)},
+                 f"{path}: backbone")
+    return dict(config)
 
 
 def trained_length(directory):
@@ -64,7 +68,11 @@ def trained_length(directory):
 
 
 def load_weights(backbone, directory):
-    backbone.load_weights(os.path.join(directory, WEIGHTS))
+    """The weights, each finite (a NaN in one would train a NaN model)."""
+    path = os.path.join(directory, WEIGHTS)
+    backbone.load_weights(path)
+    for variable in backbone.weights:  # named without the model's own (numbered) name
+        finite(variable.path.split("/", 1)[-1], variable.numpy(), path)
 
 
 def check(config, source):

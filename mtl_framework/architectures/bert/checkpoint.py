@@ -70,6 +70,9 @@ class CheckpointArrays:
     def get(self, name):
         return self.reader.get_tensor(name) if name in self.shapes else None
 
+    def __iter__(self):
+        return iter(self.shapes)
+
     def __getitem__(self, name):
         return self.reader.get_tensor(name)
 

@@ -6,6 +6,7 @@ irrelevant to the encoder's outputs (pooler, initialisation, bookkeeping); any o
 key is refused, naming the file and the key: a silently ignored key would load a
 different model."""
 from mtl_framework.errors import UserError
+from mtl_framework.formats.checks import BOOKKEEPING, check_keys, check_values
 
 # their key -> ours
 MAPPED = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
@@ -24,22 +25,18 @@ FIXED = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_
          "num_memory_blocks": 0, "down_scale_factor": 1, "ln_type": "postln"}
 ALBERT_ONLY = ("embedding_size", "num_hidden_groups", "inner_group_num", "net_structure_type",
                "gap_size", "num_memory_blocks", "down_scale_factor", "ln_type")
-# keys that do not change the encoder's outputs
-IGNORED = {"initializer_range", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
-           "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type", "model_type",
-           "architectures", "transformers_version", "torch_dtype", "pad_token_id", "bos_token_id",
-           "eos_token_id", "use_cache", "classifier_dropout", "classifier_dropout_prob",
-           "gradient_checkpointing", "output_past", "tie_word_embeddings", "id2label", "label2id",
-           "tokenizer_class", "_name_or_path", "output_attentions", "output_hidden_states",
-           "return_dict", "chunk_size_feed_forward", "problem_type", "finetuning_task",
-           "prefix", "task_specific_params", "use_return_dict", "vocab_type", "layer_norm_type"}
+# keys that do not change the encoder's outputs: transformers' (formats/checks.py) and
+# those of Google's bert_config.json and of older releases
+IGNORED = BOOKKEEPING | {
+    "directionality", "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers",
+    "pooler_size_per_head", "pooler_type", "vocab_type", "layer_norm_type"}
 
 
 def config_from_json(raw, source, architecture):
     """Our config (architecture, dims, activation, dropout) from a bert/albert config dict;
-    UserError naming `source` and the first key it cannot hold."""
-    if not isinstance(raw, dict):
-        raise UserError(f"{source}: not a JSON object")
+    UserError naming `source` and the first key it cannot hold, or whose value is of the
+    wrong type or range (formats/checks.py)."""
+    check_values(raw, MAPPED, source, {"hidden_act": tuple(ACTIVATIONS)})
     for key, value in raw.items():
         if key in ALBERT_ONLY and architecture != "albert" and key != "embedding_size":
             raise UserError(f"{source}: key {key!r} is ALBERT's; this folder is read as "
@@ -47,12 +44,9 @@ def config_from_json(raw, source, architecture):
         if key in FIXED and value != FIXED[key] and not (key == "ln_type" and value is None):
             raise UserError(f"{source}: {key} is {value!r}; mtl_framework's {architecture} "
                             f"supports {FIXED[key]!r} only")
-        if key not in MAPPED and key not in FIXED and key not in IGNORED:
-            raise UserError(f"{source}: key {key!r} is not supported by mtl_framework's "
-                            f"{architecture} reader (it may change the model: remove it only "
-                            "if you know it does not)")
+    check_keys(raw, {*MAPPED, *FIXED, *IGNORED}, source, architecture)
     missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers",
-                           "num_attention_heads") if k not in raw]
+                           "num_attention_heads") if raw.get(k) is None]
     if missing:
         raise UserError(f"{source}: missing {', '.join(missing)}")
     act = raw.get("hidden_act", "gelu")
@@ -65,9 +59,6 @@ def config_from_json(raw, source, architecture):
     if architecture == "bert" and config.get("embedding_size") not in (None, config["hidden_size"]):
         raise UserError(f"{source}: embedding_size {config['embedding_size']} != hidden_size "
                         f"{config['hidden_size']}: a factorised embedding is ALBERT's")
-    if config["hidden_size"] % config["num_heads"]:
-        raise UserError(f"{source}: hidden_size {config['hidden_size']} is not a multiple of "
-                        f"num_attention_heads {config['num_heads']}")
     config.pop("embedding_size", None) if architecture == "bert" else None
     return config
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from mtl_framework.architectures.bert.weights import assign, transformers_names
 from mtl_framework.errors import UserError
+from mtl_framework.formats.checks import check_values
 from mtl_framework.formats.json_file import read_json
 
 CONFIG_FILE = "config.json"
@@ -39,7 +40,8 @@ class KerasHubPreset:
 
     def read_config(self, directory):
         path = os.path.join(directory, CONFIG_FILE)
-        hub = read_json(path).get("config") or {}
+        hub = read_json(path).get("config") or {}  # detect found an object
+        check_values(hub, {k: v for k, v in self.keys.items() if isinstance(v, str)}, path)
         for key, value in hub.items():
             if key in ("name", "trainable", "dtype"):
                 continue

@@ -18,7 +18,7 @@ from mtl_framework.architectures.bert.weights import (
 )
 from mtl_framework.errors import UserError
 from mtl_framework.formats.json_file import read_json
-from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, read_tensors
+from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, has_weights, read_tensors
 from mtl_framework.rundir.outputs import usual_mode
 
 CONFIG_FILE = "config.json"
@@ -52,7 +52,7 @@ class TransformersFolder:
             return None
         if not isinstance(raw, dict) or raw.get("model_type") != self.architecture:
             return None
-        if not any(os.path.exists(os.path.join(directory, f)) for f in (SAFETENSORS, TORCH_BIN)):
+        if not has_weights(directory):
             return (f"{CONFIG_FILE} (model_type {self.architecture}) without {SAFETENSORS} or "
                     f"{TORCH_BIN}; copy the whole folder")
         return ""

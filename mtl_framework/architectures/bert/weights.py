@@ -13,6 +13,7 @@ import keras
 import numpy as np
 
 from mtl_framework.errors import UserError
+from mtl_framework.formats.checks import check_unused, finite
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,19 @@ def arrays(backbone, names):
 def assign(backbone, names, stored, source, config_file, fill=None):
     """Copy `stored` ({their name: array}) into the backbone. `fill`: {name: array} used
     where a name is absent (ALBERT's identity projection). Every absent name and wrong
-    shape is a UserError naming `source`, the key and what `config_file` implies."""
+    shape is a UserError naming `source`, the key and what `config_file` implies; so is a
+    NaN or infinity in a tensor, and a tensor of the encoder (embeddings, encoder) that
+    the config does not declare (a second layer when it says one)."""
     problems, values = [], []
-    for name, (variable, transposed) in variables(backbone, names).items():
+    ours = variables(backbone, names)
+    for name, (variable, transposed) in ours.items():
         value = stored.get(name)
         if value is None and fill and name in fill:
             value = fill[name]
         if value is None:
             problems.append(f"weight {name} is missing")
             continue
-        value = np.asarray(value, dtype="float32")
+        value = np.asarray(finite(name, value, source), dtype="float32")
         value = value.T if transposed else value
         if value.shape != tuple(variable.shape):
             shape = tuple(variable.shape)[::-1] if transposed else tuple(variable.shape)
@@ -85,6 +89,11 @@ def assign(backbone, names, stored, source, config_file, fill=None):
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise UserError(f"{source}: {problems[0]}{more}: is this the model {config_file} "
                         "describes?")
+    scopes = tuple({name.rsplit(names.separator, 1)[0] + names.separator
+                    for name in names.embeddings.values()})  # embeddings., encoder.
+    check_unused([name for name in stored if name.startswith(scopes)
+                  and not name.endswith("position_ids")],  # a buffer older transformers saved
+                 set(ours), source, config_file, names.separator)
     for variable, value in values:
         variable.assign(value)
 

@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 
 from mtl_framework.errors import UserError
+from mtl_framework.formats.checks import check_unused, check_values, finite
 from mtl_framework.formats.json_file import read_json
 
 CONFIG_FILE = "bert_config.json"
@@ -41,10 +42,20 @@ def layer_names(i):
     }
 
 
+# bert_config.json keys -> ours, for the checks of formats/checks.py
+NAMES = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
+         "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
+         "attention_head_size": "head_size", "intermediate_size": "intermediate_size",
+         "embedding_size": "embedding_size", "type_vocab_size": "segment_vocab_size",
+         "max_position_embeddings": "max_positions", "hidden_dropout_prob": "dropout",
+         "attention_probs_dropout_prob": "attention_dropout", "layer_norm_eps": "layer_norm_epsilon"}
+
+
 def config_from_bert_config(bert_config, source="bert_config.json"):
     """Our backbone config from a bert4keras/BERT `bert_config.json` dict."""
+    check_values(bert_config, NAMES, source)
     required = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"]
-    missing = [k for k in required if k not in bert_config]
+    missing = [k for k in required if bert_config.get(k) is None]
     if missing:
         raise ValueError(f"{source}: missing {missing}; a RoFormerV2 bert_config.json needs {required}")
     act = bert_config.get("hidden_act", "relu")
@@ -101,19 +112,24 @@ def read_checkpoint(config_path, checkpoint_path):
     return config, weights
 
 
-def assign_weights(backbone, weights, source="checkpoint"):
-    """Copy checkpoint arrays into the backbone; shape or name mismatches say which variable."""
+def assign_weights(backbone, weights, source="checkpoint", config_file=CONFIG_FILE):
+    """Copy checkpoint arrays into the backbone; shape or name mismatches say which variable,
+    and so do a NaN or infinity in one and a variable of the encoder that `config_file`
+    does not declare (optimizer slots aside)."""
 
     if "bert/embeddings/LayerNorm/gamma" in weights:
         raise UserError(f"{source}: has bert/embeddings/LayerNorm/gamma, which RoFormerV2 has "
                         "not: a BERT checkpoint whose bert_config.json says hidden_act relu; "
                         "set its hidden_act (BERT's is gelu) to read it as BERT")
 
+    taken = set()
+
     def take(name, expected_shape):
         if name not in weights:
             raise KeyError(f"{source}: variable {name} not found (is this a RoFormerV2 checkpoint "
                            "with the config given?)")
-        value = np.asarray(weights[name])
+        value = finite(name, weights[name], source)
+        taken.add(name)
         if tuple(value.shape) != tuple(expected_shape):
             raise ValueError(f"{source}: {name} has shape {value.shape}, the config implies "
                              f"{tuple(expected_shape)}: check bert_config.json")
@@ -137,6 +153,8 @@ def assign_weights(backbone, weights, source="checkpoint"):
         attention.output_kernel.assign(take(names["attention_output"], attention.output_kernel.shape))
         ffn.inner_kernel.assign(take(names["inner"], ffn.inner_kernel.shape))
         ffn.output_kernel.assign(take(names["output"], ffn.output_kernel.shape))
+    check_unused([name for name in weights if name.startswith(("bert/embeddings/", "bert/encoder/"))],
+                 taken, source, config_file, separator="/")
 
 
 def backbone_to_checkpoint_weights(backbone):

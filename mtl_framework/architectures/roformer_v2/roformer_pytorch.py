@@ -25,13 +25,15 @@ import numpy as np
 
 from mtl_framework.architectures.roformer_v2 import bert4keras as checkpoint_names
 from mtl_framework.errors import UserError
-from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, read_tensors
+from mtl_framework.formats.checks import check_keys, check_unused, check_values, finite
+from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, has_weights, read_tensors
 from mtl_framework.rundir.outputs import usual_mode
 
 CONFIG_FILE = CONFIG = "config.json"
 PREFIX = "roformer."  # RoFormerForMaskedLM's names; a bare RoFormerModel saves without it
 POSITIONS = "roformer.encoder.embed_positions.weight"
 MAPPING_BIAS = "roformer.embeddings_project.bias"  # torch's Linear has one; ours is 0
+ENCODER_SCOPES = ("roformer.embeddings.", "roformer.embeddings_project.", "roformer.encoder.")
 # bert4keras's epsilon, which our RMSNorm uses: the consumer must use it too.
 LAYER_NORM_EPS = 1e-7
 # The hub's value; rotary needs no table beyond the lengths used, but the package
@@ -199,8 +201,7 @@ def load_weights(backbone, directory):
 def is_roformer_pytorch(directory):
     """config.json with model_type roformer next to model.safetensors or pytorch_model.bin."""
     path = os.path.join(directory, CONFIG)
-    if not os.path.exists(path) or not any(
-            os.path.exists(os.path.join(directory, f)) for f in (SAFETENSORS, TORCH_BIN)):
+    if not os.path.exists(path) or not has_weights(directory):
         return False
     try:
         with open(path, encoding="utf-8") as f:
@@ -209,24 +210,38 @@ def is_roformer_pytorch(directory):
         return False
 
 
+# config.json keys -> ours, for the checks of formats/checks.py (layer_norm_eps is
+# checked, not used: our RMS norm has bert4keras's 1e-7; max_position_embeddings sizes
+# the sinusoidal table the export writes)
+NAMES = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
+         "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
+         "intermediate_size": "intermediate_size", "embedding_size": "embedding_size",
+         "type_vocab_size": "segment_vocab_size", "max_position_embeddings": "max_positions",
+         "hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout",
+         "layer_norm_eps": "layer_norm_epsilon"}
+V2 = {"norm_type": "rms_norm", "use_bias": False, "rotary_value": False, "hidden_act": "relu"}
+KNOWN = {*NAMES, *V2, "pooler_activation"}  # the pooler is not the encoder's
+
+
 def config_from_hf(hf, source=CONFIG):
     """Our backbone config from a roformer config.json dict; RoFormer v1 and other
-    variants (LayerNorm, biases, rotary values, gelu) are refused by name."""
-    expected = {"norm_type": "rms_norm", "use_bias": False, "rotary_value": False,
-                "hidden_act": "relu"}
-    wrong = {k: hf.get(k) for k, v in expected.items() if hf.get(k) != v}
+    variants (LayerNorm, biases, rotary values, gelu) are refused by name, and so is a
+    key that may change the model, or a value of the wrong type or range, as the BERT
+    reader does (formats/checks.py)."""
+    if not isinstance(hf, dict):
+        raise UserError(f"{source}: not a JSON object")
+    wrong = {k: hf.get(k) for k, v in V2.items() if hf.get(k) != v}
     if wrong:
         raise UserError(f"{source}: {', '.join(f'{k} is {v!r}' for k, v in wrong.items())}; a "
-                        f"RoFormerV2 config has {expected} (this looks like RoFormer v1 or "
+                        f"RoFormerV2 config has {V2} (this looks like RoFormer v1 or "
                         "another variant, which mtl_framework does not load)")
+    check_keys(hf, KNOWN, source, "roformer (PyTorch)")
+    check_values(hf, NAMES, source)
     required = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"]
-    missing = [k for k in required if k not in hf]
+    missing = [k for k in required if hf.get(k) is None]
     if missing:
         raise UserError(f"{source}: missing {missing}; a roformer config.json has {required}")
     hidden, heads = hf["hidden_size"], hf["num_attention_heads"]
-    if hidden % heads:
-        raise UserError(f"{source}: hidden_size {hidden} is not a multiple of "
-                        f"num_attention_heads {heads}")
     return dict(
         vocab_size=hf["vocab_size"], num_layers=hf["num_hidden_layers"], hidden_size=hidden,
         num_heads=heads, intermediate_size=hf.get("intermediate_size", 4 * hidden),
@@ -259,7 +274,7 @@ def from_torch_weights(tensors, config, source):
         if theirs not in tensors:
             problems.append(f"{theirs} missing")
             continue
-        value = np.asarray(tensors[theirs], dtype="float32")
+        value = np.asarray(finite(theirs, tensors[theirs], source), dtype="float32")
         value = value.T if transposed else value
         if value.shape != shapes[name]:
             problems.append(f"{theirs} has shape {tensors[theirs].shape}, config.json implies "
@@ -272,6 +287,11 @@ def from_torch_weights(tensors, config, source):
         raise UserError(f"{source}: {'; '.join(problems[:5])}"
                         + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
                         + ": is this the RoFormerV2 checkpoint config.json describes?")
+    # the encoder's tensors this config does not use (a second layer when it says one);
+    # the sinusoidal table and the mapping's zero bias are written, not read
+    used = {theirs for theirs, _ in torch_names(config).values()} | {POSITIONS, MAPPING_BIAS}
+    check_unused([name for name in tensors if name.startswith(ENCODER_SCOPES)
+                  and not name.endswith("position_ids")], used, source, CONFIG)
     return weights
 
 

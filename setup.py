@@ -57,6 +57,7 @@ setup(
         "jieba": ["jieba"],
         "wwm": ["jieba"],  # whole-word masking
         "parquet": ["pyarrow"],
+        "embeddings": ["scikit-learn"],  # C-MTEB's classification score (scoring/embedding.py)
     },
     entry_points={"console_scripts": ["mtl=mtl_framework.cli:main"]},
 )

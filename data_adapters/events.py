@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, Event, EventExample, TextExample
 from data_adapters.reading import records
+from data_adapters.task_types import CLASSIFICATION, EXTRACTION_EVENT, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -62,7 +63,7 @@ class Wanted:
 
 @register_adapter("event_json")
 class EventJsonAdapter(Adapter):
-    task_types = ("extraction_event", "classification")
+    task_types = type_names(EXTRACTION_EVENT, CLASSIFICATION)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -78,7 +79,7 @@ class EventJsonAdapter(Adapter):
                                                not all(isinstance(e, dict) for e in event_list)):
                     report.skip("`event_list` is not a list of objects", path, line)
                     continue
-                if task_type == "classification":
+                if task_type == CLASSIFICATION.name:
                     example = self.document_label(text, event_list, labels, path, line, report)
                     if example is not None:
                         yield example

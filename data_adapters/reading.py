@@ -9,6 +9,8 @@ import json
 import re
 import unicodedata
 
+from data_adapters.task_types import numeric_label
+
 _decoder = json.JSONDecoder()
 
 
@@ -303,7 +305,7 @@ class LabelRule:
     Regression tasks get a float; a list of labels (multi-label) stays a list."""
 
     def __init__(self, task_type, labels=None, skip_labels=(), label_map=None):
-        self.regression = task_type == "regression"
+        self.regression = numeric_label(task_type)
         self.labels = set(labels) if labels else None
         self.skip_labels = {label_text(v) for v in skip_labels or ()}
         self.label_map = {label_text(k): label_text(v) for k, v in (label_map or {}).items()}

@@ -8,7 +8,8 @@ import itertools
 
 import numpy as np
 
-from data_adapters.examples import EventExample, NERExample, RelationExample
+from data_adapters.examples import NERExample
+from data_adapters.task_types import EXTRACTION_EVENT, EXTRACTION_NER, EXTRACTION_RELATION
 from mtl_framework.families.base import Family, char_span
 from mtl_framework.families.features import Featurizer, TokenLocator, pad_tokens, segment_tokens, span_labels
 
@@ -49,8 +50,8 @@ class SpanFeaturizer(Featurizer):
 
 
 class NERFeaturizer(SpanFeaturizer):
-    example_types = (NERExample,)
-    family = "extraction_ner"
+    example_types = EXTRACTION_NER.examples
+    family = EXTRACTION_NER.name
     span_field, span_width = "entities", 3
 
     def spans_of(self, example, locator, report):
@@ -71,8 +72,8 @@ class RelationFeaturizer(SpanFeaturizer):
     """GPLinker (bert4keras's DuIE example): per triple the subject and object
     token spans; `batch` turns them into entity/head/tail pointer labels."""
 
-    example_types = (RelationExample,)
-    family = "extraction_relation"
+    example_types = EXTRACTION_RELATION.examples
+    family = EXTRACTION_RELATION.name
     span_field, span_width = "triples", 5
 
     def spans_of(self, example, locator, report):
@@ -103,8 +104,8 @@ class EventFeaturizer(SpanFeaturizer):
     bare event type marks that type's triggers (its arguments have no role to
     go to and are counted as lost)."""
 
-    example_types = (EventExample,)
-    family = "extraction_event"
+    example_types = EXTRACTION_EVENT.examples
+    family = EXTRACTION_EVENT.name
     span_field, span_width = "arguments", 4
 
     def role(self, event_type, role):
@@ -291,14 +292,14 @@ def event_head_settings(task, labels):
 
 POINTERS = ("int32", 4)
 FAMILIES = (
-    Family("extraction_ner", NERFeaturizer, collate_ner, {"entity_labels": POINTERS},
+    Family(EXTRACTION_NER.name, NERFeaturizer, collate_ner, {"entity_labels": POINTERS},
            needs_labels=True, min_labels=1, counts_lost_gold=True,
            output=entities_output, from_texts=ner_examples, hub_task="token-classification"),
-    Family("extraction_relation", RelationFeaturizer, collate_relation,
+    Family(EXTRACTION_RELATION.name, RelationFeaturizer, collate_relation,
            {"entity_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
            needs_labels=True, min_labels=1, counts_lost_gold=True,
            output=triples_output, hub_task="token-classification"),
-    Family("extraction_event", EventFeaturizer, collate_event,
+    Family(EXTRACTION_EVENT.name, EventFeaturizer, collate_event,
            {"argument_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
            needs_labels=True, min_labels=1, head_settings=event_head_settings,
            text_answers=event_answers, output=events_output, hub_task="token-classification"),

@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import ChoiceExample
-from data_adapters.reading import MISSING, json_array_records, json_document, lookup, read_text, records
+from data_adapters.reading import (
+    MISSING,
+    json_array_records,
+    json_data,
+    lookup,
+    read_text,
+    record_examples,
+    records,
+)
 from data_adapters.task_types import CLOZE, MULTIPLE_CHOICE, type_names
 
 if TYPE_CHECKING:
@@ -174,14 +182,7 @@ class Cmrc2019Adapter(Adapter):
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
-            data = json_document(path, report)
-            if data is None:
-                continue
-            entries = data.get("data") if isinstance(data, dict) else data
-            if not isinstance(entries, list):
-                report.skip("not CMRC2019 JSON (expected {\"data\": [...]})", path, 1)
-                continue
-            for entry in entries:
+            for entry in json_data(path, report, "CMRC2019", bare_list=True) or ():
                 yield from self.passage(entry, path, report)
 
     @staticmethod
@@ -232,11 +233,9 @@ class ChoiceJsonlAdapter(Adapter):
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
-        for path in paths:
-            for line, record in records(path, report):
-                example = self.example(record, fields, options, path, line, report)
-                if example is not None:
-                    yield example
+        yield from record_examples(
+            paths, report, lambda record, path, line: self.example(record, fields, options, path,
+                                                                   line, report))
 
     @staticmethod
     def example(record, fields, options, path, line, report):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, Event, EventExample, TextExample
-from data_adapters.reading import records
+from data_adapters.reading import text_records
 from data_adapters.task_types import CLASSIFICATION, EXTRACTION_EVENT, type_names
 
 if TYPE_CHECKING:
@@ -69,11 +69,7 @@ class EventJsonAdapter(Adapter):
              labels: Labels, report: ReadReport) -> Iterator[Example]:
         wanted = Wanted(labels)
         for path in paths:
-            for line, record in records(path, report):
-                text = record.get("text") if isinstance(record, dict) else None
-                if not isinstance(text, str) or not text:
-                    report.skip("record without a `text`", path, line)
-                    continue
+            for line, record, text in text_records(path, report):
                 event_list = record.get("event_list")
                 if event_list is not None and (not isinstance(event_list, list) or
                                                not all(isinstance(e, dict) for e in event_list)):

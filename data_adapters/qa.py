@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Span, SpanQAExample, TextExample
-from data_adapters.reading import LabelRule, json_document, records, text_lines
+from data_adapters.reading import LabelRule, json_data, records, text_lines
 from data_adapters.task_types import CLASSIFICATION, MRC_SPAN, type_names
 
 if TYPE_CHECKING:
@@ -104,12 +104,8 @@ class SquadAdapter(Adapter):
         cjrc = options["scorer"] == "cjrc"
         keep = options["unlocated_questions"] == "score"
         for path in paths:
-            data = json_document(path, report)
-            if data is None:
-                continue
-            articles = data.get("data") if isinstance(data, dict) else None
-            if not isinstance(articles, list):
-                report.skip("not SQuAD JSON (expected {\"data\": [...]})", path, 1)
+            articles = json_data(path, report, "SQuAD")
+            if articles is None:
                 continue
             rule = LabelRule(task_type, labels)
             for article in articles:

@@ -85,6 +85,19 @@ def json_document(path, report):
         return None
 
 
+def json_data(path, report, name, bare_list=False):
+    """The `data` list of a whole-file JSON document `{"data": [...]}` (with `bare_list`,
+    a document that is the list itself too), or None after report.skip."""
+    data = json_document(path, report)
+    if data is None:
+        return None
+    entries = data.get("data") if isinstance(data, dict) else data if bare_list else None
+    if not isinstance(entries, list):
+        report.skip(f"not {name} JSON (expected {{\"data\": [...]}})", path, 1)
+        return None
+    return entries
+
+
 def json_records(path, report):
     """(line, value) for each JSON value of a JSON-lines file, also when objects
     are pretty-printed over several lines (CLUENER) or written back to back on
@@ -219,6 +232,27 @@ def records(path, report):
     if head.startswith(b"["):
         return json_array_records(path, report)
     return json_records(path, report)
+
+
+def text_records(path, report):
+    """(line, record, its `text`) of each JSON record (either layout) with a non-empty
+    `text`; a record without one is skipped with its line."""
+    for line, record in records(path, report):
+        text = record.get("text") if isinstance(record, dict) else None
+        if not isinstance(text, str) or not text:
+            report.skip("record without a `text`", path, line)
+            continue
+        yield line, record, text
+
+
+def record_examples(paths, report, example):
+    """The examples `example(record, path, line)` builds from each JSON record of `paths`
+    (either layout); None from it means skipped (it told the report why)."""
+    for path in paths:
+        for line, record in records(path, report):
+            built = example(record, path, line)
+            if built is not None:
+                yield built
 
 
 def _skip_space(text, position):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample, RelationExample, Triple
-from data_adapters.reading import records, text_lines
+from data_adapters.reading import text_lines, text_records
 from data_adapters.task_types import EXTRACTION_NER, EXTRACTION_RELATION, type_names
 
 if TYPE_CHECKING:
@@ -68,11 +68,7 @@ class SpoJsonAdapter(Adapter):
         read_example = self.entities if task_type == EXTRACTION_NER.name else self.triples
         empty = NERExample if task_type == EXTRACTION_NER.name else RelationExample
         for path in paths:
-            for line, record in records(path, report):
-                text = record.get("text") if isinstance(record, dict) else None
-                if not isinstance(text, str) or not text:
-                    report.skip("record without a `text`", path, line)
-                    continue
+            for line, record, text in text_records(path, report):
                 spo_list = record.get("spo_list")
                 if spo_list is None:
                     report.count("unlabelled")

@@ -48,6 +48,27 @@ class SpanFeaturizer(Featurizer):
         report.spans_widened += note
         return span
 
+    def labelled_spans(self, items, locator, report, label_name):
+        """(label index, *token spans) per (label, [(Entity, what it is)]) of `items`: an
+        item whose label the task lacks (`label_name` says what the label is) or one of
+        whose mentions cannot be placed is lost (counted); the others count as spans."""
+        row = []
+        for label, mentions in items:
+            index = self.label_index.get(label)
+            if index is None:
+                report.spans_lost[f"{label_name} not in the task's labels"] += 1
+                continue
+            spans = []
+            for entity, what in mentions:
+                span = self.place(entity, locator, report, what)
+                if span is None:
+                    break  # the mentions after it are not placed (nor counted)
+                spans.extend(span)
+            else:
+                report.spans += 1
+                row.append((index, *spans))
+        return row
+
 
 class NERFeaturizer(SpanFeaturizer):
     example_types = EXTRACTION_NER.examples
@@ -55,17 +76,8 @@ class NERFeaturizer(SpanFeaturizer):
     span_field, span_width = "entities", 3
 
     def spans_of(self, example, locator, report):
-        row = []
-        for entity in example.entities:
-            type_index = self.label_index.get(entity.type)
-            if type_index is None:
-                report.spans_lost["entity type not in the task's labels"] += 1
-                continue
-            span = self.place(entity, locator, report, "entity")
-            if span is not None:
-                report.spans += 1
-                row.append((type_index, *span))
-        return row
+        return self.labelled_spans(((entity.type, [(entity, "entity")])
+                                    for entity in example.entities), locator, report, "entity type")
 
 
 class RelationFeaturizer(SpanFeaturizer):
@@ -77,18 +89,9 @@ class RelationFeaturizer(SpanFeaturizer):
     span_field, span_width = "triples", 5
 
     def spans_of(self, example, locator, report):
-        row = []
-        for triple in example.triples:
-            predicate = self.label_index.get(triple.predicate)
-            if predicate is None:
-                report.spans_lost["predicate not in the task's labels"] += 1
-                continue
-            subject = self.place(triple.subject, locator, report, "triple's subject")
-            object_ = subject and self.place(triple.object, locator, report, "triple's object")
-            if subject is not None and object_ is not None:
-                report.spans += 1
-                row.append((predicate, *subject, *object_))
-        return row
+        return self.labelled_spans(
+            ((triple.predicate, [(triple.subject, "triple's subject"), (triple.object, "triple's object")])
+             for triple in example.triples), locator, report, "predicate")
 
 
 def event_role_groups(labels):
@@ -123,34 +126,32 @@ class EventFeaturizer(SpanFeaturizer):
         writer.add_bytes("text", [example.text.encode("utf-8") for example in chunk])
         writer.add_ragged("gold_arguments", [self.gold_of(example) for example in chunk], np.int32, 4)
 
+    def parts(self, example):
+        """(event number, role name, Entity, role label index or None) of the trigger (when
+        there is one) and each argument of every event of `example`."""
+        for number, event in enumerate(example.events):
+            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
+            parts += [(argument.type, argument) for argument in event.arguments]
+            for role_name, entity in parts:
+                yield number, role_name, entity, self.role(event.type, role_name)
+
     def gold_of(self, example):
         """(event number, role, char start, char end) of every part of an event the task's
         labels keep, placed on tokens or not."""
-        row = []
-        for number, event in enumerate(example.events):
-            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
-            parts += [(argument.type, argument) for argument in event.arguments]
-            for role_name, entity in parts:
-                role = self.role(event.type, role_name)
-                if role is not None:
-                    row.append((number, role, entity.start, entity.end))
-        return row
+        return [(number, role, entity.start, entity.end)
+                for number, _, entity, role in self.parts(example) if role is not None]
 
     def spans_of(self, example, locator, report):
         row = []
-        for number, event in enumerate(example.events):
-            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
-            parts += [(argument.type, argument) for argument in event.arguments]
-            for role_name, entity in parts:
-                role = self.role(event.type, role_name)
-                if role is None:
-                    report.spans_lost["event role not in the task's labels"] += 1
-                    continue
-                span = self.place(entity, locator, report, "trigger" if role_name == "trigger"
-                                  else "argument")
-                if span is not None:
-                    report.spans += 1
-                    row.append((number, role, *span))
+        for number, role_name, entity, role in self.parts(example):
+            if role is None:
+                report.spans_lost["event role not in the task's labels"] += 1
+                continue
+            span = self.place(entity, locator, report, "trigger" if role_name == "trigger"
+                              else "argument")
+            if span is not None:
+                report.spans += 1
+                row.append((number, role, *span))
         return row
 
 

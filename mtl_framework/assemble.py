@@ -67,11 +67,7 @@ def folder_backbone(directory, spec, source="experiment"):
     given (the folder's residual scale is kept, not warmed up again)."""
     overrides = {k: spec[k] for k in INIT_OVERRIDES if spec.get(k) is not None}
     overrides["alpha_warmup_steps"] = spec.get("alpha_warmup_steps") or 0
-    kind = architectures.layout(directory, source)
-    if "rope_scaling" in overrides:  # stretched from the length the folder was trained at
-        overrides["rope_scaling"] = checked_rope_scaling(
-            overrides["rope_scaling"], architectures.trained_length(directory, kind), source)
-    return architectures.load_backbone(directory, kind, **overrides)
+    return architectures.load_folder(directory, source, **overrides)
 
 
 def checkpoint_backbone(checkpoint, **overrides):

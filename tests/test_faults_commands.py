@@ -103,7 +103,7 @@ def test_export_force_onto_a_symlink_and_into_a_file_are_refused(trained, tmp_pa
 
 def test_export_disk_full_leaves_the_earlier_export_and_no_temporary(trained, tmp_path, capsys,
                                                                      monkeypatch):
-    from mtl_framework.export import writer as export
+    from mtl_framework.saving import writer as export
 
     out = tmp_path / "export"
     assert cli.main(["export", str(trained["run"]), "--format", "keras", "--output", str(out)]) == 0

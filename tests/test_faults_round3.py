@@ -25,11 +25,11 @@ from data_adapters import ReadReport, get_adapter, read_files
 from mtl_framework import cli
 from mtl_framework.config.registry import LabelFileError, load_registry, read_label_file
 from mtl_framework.errors import UserError
-from mtl_framework.export import model_card
 from mtl_framework.loop.benchmark import load_suite
 from mtl_framework.prepare import cache
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.lock import RunLock
+from mtl_framework.saving import model_card
 
 
 @pytest.fixture(scope="module")

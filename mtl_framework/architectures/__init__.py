@@ -186,6 +186,23 @@ def load_backbone(directory, found, **overrides):
     return backbone
 
 
+def load_folder(directory, source=None, **overrides):
+    """The backbone of a folder in any format `layout` recognises, as `load_backbone`
+    builds it; a `rope_scaling` override is stretched from the length the folder was
+    trained at (`trained_length`)."""
+    found = layout(directory, source)
+    if overrides.get("rope_scaling") is not None:
+        from mtl_framework.architectures import rope_scaling
+
+        try:
+            overrides["rope_scaling"] = rope_scaling.normalise(
+                overrides["rope_scaling"], trained_length(directory, found),
+                f"{source}: backbone.rope_scaling")
+        except ValueError as error:
+            raise UserError(str(error)) from None
+    return load_backbone(directory, found, **overrides)
+
+
 def load_preset(directory, **overrides):
     """The backbone of our keras preset folder, of whichever architecture it holds."""
     found = Found(OURS, architecture_of(converter(OURS).read_config(directory)))

@@ -2,11 +2,9 @@
 
 Reads top to bottom as one training run uses it:
 
-    sizes = {t: example_count(features[t]) for t in features}  # examples, not rows
+    streams, sizes = task_streams(features, mlm_features, 32, seed=0)  # sizes: examples
     rates = rates_from_config(sizes, "temperature")             # or task_rates(...)
-    sampler = TaskSampler([rates[t] for t in features], seed=42)
-    streams = {t: TaskStream(features[t], batch_size=32, seed=i) for i, t in ...}
-    streams[MLM_TASK] = RoundRobin([TaskStream(...), ...])     # mlm text from every task
+    sampler = TaskSampler([rates[t] for t in streams], seed=42)
     mixture = Mixture(streams, sampler)
     task, batch = mixture.next()                                # batch: docs/batches.md
     state = mixture.state()          # JSON-able, in every checkpoint's trainer.json
@@ -451,3 +449,22 @@ class Mixture:
                               end=[end[t] for t in streams] if over else None,
                               over=over * experiment.tasks_per_update)
         return cls(streams, sampler), rates
+
+
+# ---------------------------------------------------------------- a run's streams
+
+
+def task_streams(features, mlm=None, batch_size=32, seed=0, mlm_name="mlm"):
+    """({task: TaskStream}, {task: example_count}) of a run's tasks' train features
+    ({task: features}, in run order), each stream seeded `seed + i`; with `mlm` (the mlm
+    task's features, one per text source) also `mlm_name`'s RoundRobin over the sources
+    that have rows, seeded `seed + 1000 + i`, sized by all its sources' examples."""
+    streams, sizes = {}, {}
+    for i, (task, task_features) in enumerate(features.items()):
+        streams[task] = TaskStream(task_features, batch_size, seed=seed + i)
+        sizes[task] = example_count(task_features)
+    if mlm is not None:
+        streams[mlm_name] = RoundRobin([TaskStream(f, batch_size, seed=seed + 1000 + i)
+                                        for i, f in enumerate(mlm) if len(f)])
+        sizes[mlm_name] = sum(example_count(f) for f in mlm)
+    return streams, sizes

@@ -551,71 +551,62 @@ def prepare_experiment(experiment_path, workers=None, data_root=None, log=print)
 # --- a run's data: its vocab and train streams -------------------------------------------
 
 def prepare_vocab(plan, log):
-    """(Tokenizer, path of its vocab.txt): the run directory's own vocab once it holds
+    """(Tokenizer, path of its vocab.txt) of the run: `run_vocab`'s."""
+    from mtl_framework.tokenizer import Tokenizer
+
+    path = run_vocab(plan, log)
+    return Tokenizer(path), path
+
+
+def run_vocab(plan, log):
+    """The vocab.txt a run tokenizes with: the run directory's own once it holds
     checkpoints, else the vocab the experiment names (or its backbone folder's), else one
     built from the tasks' train text and the mlm corpus (in worker processes, kept in the
     cache root; `Run.train` copies it into the run directory)."""
     from mtl_framework.plan import vocab_sources
-    from mtl_framework.tokenizer import Tokenizer
 
-    own = plan.run.vocab_path
-    if plan.checkpoints and os.path.exists(own):
-        return Tokenizer(own), own
+    if plan.checkpoints and os.path.exists(plan.run.vocab_path):
+        return plan.run.vocab_path
     if plan.vocab:
-        return Tokenizer(plan.vocab), plan.vocab
+        return plan.vocab
     experiment = plan.experiment
-    path = str(cached_vocab(vocab_sources(plan), plan.data_root,
+    return str(cached_vocab(vocab_sources(plan), plan.data_root,
                             experiment.backbone.get("vocab_size", 12000),
                             experiment.resolve_path(experiment.raw.get("cache_dir")), log=log))
-    return Tokenizer(path), path
 
 
 def train_streams(plan, tokenizer, log):
     """({task: TaskStream}, {task: examples}) of the run's tasks, in run order, and the
     reserved mlm task's RoundRobin when the experiment has it: the feature caches built
     first (cold ones in worker processes), then loaded, one summary line."""
-    from mtl_framework.mixing.mixture import TaskStream, example_count
-    from mtl_framework.plan import MLM_TASK
+    from mtl_framework.mixing.mixture import task_streams
+    from mtl_framework.plan import MLM_TASK, mlm_corpus_task, mlm_settings
     from mtl_framework.prepare.cache import CacheNotes
 
     experiment = plan.experiment
     cache_dir = experiment.resolve_path(experiment.raw.get("cache_dir"))
     prepare(experiment_jobs(experiment, plan.tasks), tokenizer, plan.data_root, cache_dir, log=log)
     notes = CacheNotes(log)  # the caches loaded: one line
-    streams, sizes = {}, {}
-    for i, task in enumerate(plan.tasks):
-        features = cached_features(task, "train", tokenizer, plan.data_root, cache_dir,
-                                   max_length=min(task.max_length, experiment.max_length),
-                                   log=notes)
-        if len(features) == 0:
-            raise UserError(no_rows_message(task, features))
-        streams[task.name] = TaskStream(features, experiment.batch_size, seed=experiment.seed + i)
-        sizes[task.name] = example_count(features)
-    if MLM_TASK in plan.entries:
-        streams[MLM_TASK], sizes[MLM_TASK] = mlm_stream(plan, tokenizer, cache_dir, notes)
+    features = {}
+    for task in plan.tasks:
+        features[task.name] = cached_features(task, "train", tokenizer, plan.data_root, cache_dir,
+                                              max_length=min(task.max_length,
+                                                             experiment.max_length), log=notes)
+        if len(features[task.name]) == 0:
+            raise UserError(no_rows_message(task, features[task.name]))
+    mlm = None
+    if MLM_TASK in plan.entries:  # MLM rows, masked per batch: from the entry's own `corpus`
+        entry = plan.entries[MLM_TASK]  # (text_lines), else from every task's train texts
+        sources = [mlm_corpus_task(experiment, entry)] if entry.get("corpus") else plan.tasks
+        mlm = [cached_features(t, "train", tokenizer, plan.data_root, cache_dir,
+                               max_length=min(experiment.max_length, t.max_length), family=MLM,
+                               log=notes, **mlm_settings(entry)) for t in sources]
+        if not any(len(f) for f in mlm):
+            raise UserError(f"{experiment.path}: mlm has no text to learn from "
+                            + ("(its corpus has no non-blank line)" if entry.get("corpus")
+                               else "(the tasks' train splits have none)"))
     notes.summary("train features")
-    return streams, sizes
-
-
-def mlm_stream(plan, tokenizer, cache_dir, log):
-    """MLM rows, masked per batch: from the entry's own `corpus` (text_lines), else
-    from every task's train texts in turn. Size for the rates: documents / examples."""
-    from mtl_framework.mixing.mixture import RoundRobin, TaskStream, example_count
-    from mtl_framework.plan import MLM_TASK, mlm_corpus_task, mlm_settings
-
-    experiment, entry = plan.experiment, plan.entries[MLM_TASK]
-    settings = mlm_settings(entry)
-    sources = [mlm_corpus_task(experiment, entry)] if entry.get("corpus") else plan.tasks
-    features = [cached_features(t, "train", tokenizer, plan.data_root, cache_dir,
-                                max_length=min(experiment.max_length, t.max_length), family=MLM,
-                                log=log, **settings) for t in sources]
-    streams = [TaskStream(f, experiment.batch_size, seed=experiment.seed + 1000 + i)
-               for i, f in enumerate(features) if len(f)]
-    if not streams:
-        raise UserError(f"{experiment.path}: mlm has no text to learn from "
-                        + ("(its corpus has no non-blank line)" if entry.get("corpus")
-                           else "(the tasks' train splits have none)"))
-    return RoundRobin(streams), sum(example_count(f) for f in features)
+    return task_streams(features, mlm, experiment.batch_size, experiment.seed, MLM_TASK)
 
 
 def no_rows_message(task, features):

@@ -44,7 +44,7 @@ def load_backbone(directory, **overrides):
     export, bert4keras, keras-hub, transformers, roformer-pytorch)."""
     from mtl_framework import architectures
 
-    return architectures.load_backbone(directory, architectures.layout(directory), **overrides)
+    return architectures.load_folder(directory, **overrides)
 
 
 __all__ = ["export", "load", "load_backbone"]

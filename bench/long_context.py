@@ -31,21 +31,15 @@ from pathlib import Path
 import numpy as np
 
 from bench import REPO
+from bench.learning import build_shared_vocab
 from bench.load import cpu_seconds, load_average
 from bench.runs import open_run, progress_lines, scratch_experiment
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from data_adapters import read_task  # noqa: E402
 from mtl_framework.config.registry import load_registry  # noqa: E402
-from mtl_framework.tokenizer import (  # noqa: E402
-    Tokenizer,  # noqa: E402
-    build_vocab,
-    count_units,
-    example_texts,
-    write_vocab,
-)
+from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 
 TASK = "cmrc2018"
 TRAINED = 128
@@ -77,8 +71,7 @@ def train(args, work, log):
     vocab_path = work / "vocab.txt"
     if not vocab_path.exists():
         log("building the vocab from cmrc2018 train ...")
-        texts = (t for ex in read_task(task, "train", args.data_root) for t in example_texts(ex))
-        write_vocab(build_vocab(count_units(texts), max_size=args.vocab_size), vocab_path)
+        build_shared_vocab([task], args.data_root, vocab_path, args.vocab_size)
     progress = progress_lines(args.steps, max(1, args.steps // 12), log)
     quiet = lambda *a, **k: None  # noqa: E731
     with open_run(experiment_dict(args, work, vocab_path), work, "run", quiet, [progress]) as run:

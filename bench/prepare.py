@@ -285,17 +285,22 @@ def first_updates(scratch):
     return {"cold": cold, "warm": warm}
 
 
+def table(header, rows):
+    """A markdown table's lines: the header, its rule, one line per row."""
+    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header)] + \
+        [f"| {' | '.join(str(value) for value in row)} |" for row in rows]
+
+
 def markdown(out):
     lines = ["# bench/prepare.py", "",
              f"{out['machine']['cpu']}, {out['machine']['cores']} cores; load average at start "
              f"{out['machine']['load_start']}, at end {out['machine']['load_end']} (shared machine).", ""]
     speed = out.get("family_speed")
     if speed:
-        lines += ["## examples/s per family (train, whole files, max_length <= 128; 1 worker)", "",
-                  "| family | examples | rows | ex/s (wall) | ex per CPU s |", "|---|---|---|---|---|"]
-        for family, e in sorted(speed["families"].items()):
-            lines.append(f"| {family} | {e['examples']} | {e['rows']} | {e['ex_per_s']} | "
-                         f"{e['ex_per_cpu_s']} |")
+        lines += ["## examples/s per family (train, whole files, max_length <= 128; 1 worker)", ""]
+        lines += table(["family", "examples", "rows", "ex/s (wall)", "ex per CPU s"],
+                       [(family, e["examples"], e["rows"], e["ex_per_s"], e["ex_per_cpu_s"])
+                        for family, e in sorted(speed["families"].items())])
         one, two = speed["one_worker"], speed["two_workers"]
         lines += ["", f"All {len(speed['jobs'])} jobs ({speed['examples']} examples): "
                   f"{one['wall_s']} s wall / {one['cpu_s']} CPU s with 1 worker, {two['wall_s']} s "
@@ -309,23 +314,21 @@ def markdown(out):
                       f"**{speed['speedup_2_over_threaded']}x**.", ""]
     mem = out.get("memory")
     if mem:
-        lines += ["## peak RSS (parent + 2 workers)", "",
-                  "| corpus | copies of TNEWS train | peak RSS MB | of it heap (RssAnon) MB | "
-                  "before MB | wall s | CPU s | load |", "|---|---|---|---|---|---|---|---|"]
-        for c in mem["cases"]:
-            lines.append(f"| {c['corpus_mb']} MB | {c['copies']} | {c['peak_rss_mb']} | "
-                         f"{c.get('peak_anon_mb', '-')} | {c['rss_before_mb']} | {c['wall_s']} | "
-                         f"{c['cpu_s']} | {c['load']} |")
+        lines += ["## peak RSS (parent + 2 workers)", ""]
+        lines += table(["corpus", "copies of TNEWS train", "peak RSS MB", "of it heap (RssAnon) MB",
+                        "before MB", "wall s", "CPU s", "load"],
+                       [(f"{c['corpus_mb']} MB", c["copies"], c["peak_rss_mb"],
+                         c.get("peak_anon_mb", "-"), c["rss_before_mb"], c["wall_s"], c["cpu_s"],
+                         c["load"]) for c in mem["cases"]])
         lines += ["", f"Peak RSS at the big corpus / at a tenth: **{mem['peak_ratio_big_over_tenth']}**"
                   f", heap only: **{mem.get('peak_anon_ratio_big_over_tenth', '-')}** (target <= 1.2; "
                   f"requested {mem['requested_corpus_mb']} MB).", ""]
     first = out.get("first_update")
     if first:
-        lines += ["## time to the first update, bench/experiments/full24.yaml (24 tasks + mlm)", "",
-                  "| cache | seconds | CPU s (mtl train + workers) | load |", "|---|---|---|---|"]
-        for name in ("cold", "warm"):
-            e = first[name]
-            lines.append(f"| {name} | {e['seconds']} | {e['children_cpu_s']} | {e['load']} |")
+        lines += ["## time to the first update, bench/experiments/full24.yaml (24 tasks + mlm)", ""]
+        lines += table(["cache", "seconds", "CPU s (mtl train + workers)", "load"],
+                       [(name, first[name]["seconds"], first[name]["children_cpu_s"],
+                         first[name]["load"]) for name in ("cold", "warm")])
         lines.append("")
     return "\n".join(lines)
 

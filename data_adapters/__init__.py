@@ -40,6 +40,7 @@ from data_adapters.examples import (
     Triple,
 )
 from data_adapters.report import NO_LABEL, UNLABELLED_SPLITS, ReadReport
+from data_adapters.task_types import LABELLED_TYPES, TASK_TYPES, TaskType
 
 # isort: split
 # The built-in formats register themselves on import, after the public names above are bound.
@@ -64,6 +65,7 @@ __all__ = [
     "register_adapter", "read_files", "read_task", "split_paths", "MissingDataFile",
     "ChoiceExample", "CorefExample", "Entity", "Event", "EventExample", "NERExample",
     "RelationExample", "Span", "SpanQAExample", "TextExample", "Triple", "Example", "TaskSource",
+    "TaskType", "TASK_TYPES", "LABELLED_TYPES",
 ]
 
 
@@ -86,11 +88,6 @@ def read_files(format_name: str, paths: str | os.PathLike | Iterable[str | os.Pa
     report.labels_required = labels_required
     examples = adapter().read(names, options, fields, task_type, labels, report)
     return _counted(examples, report, names)
-
-
-# Task types whose examples carry a label to learn (mlm and the span families do not).
-LABELLED_TYPES = ("classification", "matching", "regression", "multiple_choice", "cloze",
-                  "coreference")
 
 
 def read_task(task: TaskSource, split: str, data_root: str | os.PathLike,

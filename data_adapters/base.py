@@ -9,7 +9,7 @@ A format is a class that says what a spec may set (`option_keys`,
         option_keys = {"delimiter": (str, "\\t")}
         field_keys = ("text", "label")
         required_fields = ("text",)
-        task_types = ("classification",)
+        task_types = ("classification",)  # the names of data_adapters.task_types
 
         def read(self, paths, options, fields, task_type, labels, report):
             for path in paths:

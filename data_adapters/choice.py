@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import ChoiceExample
-from data_adapters.reading import MISSING, json_array_records, json_document, lookup, read_text, records
+from data_adapters.reading import (
+    MISSING,
+    json_array_records,
+    json_data,
+    lookup,
+    read_text,
+    record_examples,
+    records,
+)
+from data_adapters.task_types import CLOZE, MULTIPLE_CHOICE, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -44,7 +53,7 @@ def fill_blanks(text, marker, target, target_text):
 class C3Adapter(Adapter):
     """C3: `[[context lines...], [{question, choice, answer}], id]` items of one JSON array.
     A question's id is its own `id` (CLUE's release) or `<document id>-<position>`."""
-    task_types = ("multiple_choice",)
+    task_types = type_names(MULTIPLE_CHOICE)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -93,7 +102,7 @@ class ChidAdapter(Adapter):
     `answers: "{name}_answer.json"` reads train_answer.json for train.json.
     """
     option_keys = {"answers": (str, None)}
-    task_types = ("cloze",)
+    task_types = type_names(CLOZE)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -168,19 +177,12 @@ class ChidAdapter(Adapter):
 class Cmrc2019Adapter(Adapter):
     """CMRC2019: `{"data": [{context with [BLANKn], choices, context_id, answers}]}`;
     answers[n - 1] is the index of the choice that fills [BLANKn]."""
-    task_types = ("cloze",)
+    task_types = type_names(CLOZE)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
         for path in paths:
-            data = json_document(path, report)
-            if data is None:
-                continue
-            entries = data.get("data") if isinstance(data, dict) else data
-            if not isinstance(entries, list):
-                report.skip("not CMRC2019 JSON (expected {\"data\": [...]})", path, 1)
-                continue
-            for entry in entries:
+            for entry in json_data(path, report, "CMRC2019", bare_list=True) or ():
                 yield from self.passage(entry, path, report)
 
     @staticmethod
@@ -227,15 +229,13 @@ class ChoiceJsonlAdapter(Adapter):
     field_keys = ("context", "question", "choices", "label", "id")
     field_defaults = {"context": "context", "question": "question", "choices": "choices",
                       "label": "label", "id": "id"}
-    task_types = ("multiple_choice", "cloze")
+    task_types = type_names(MULTIPLE_CHOICE, CLOZE)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
-        for path in paths:
-            for line, record in records(path, report):
-                example = self.example(record, fields, options, path, line, report)
-                if example is not None:
-                    yield example
+        yield from record_examples(
+            paths, report, lambda record, path, line: self.example(record, fields, options, path,
+                                                                   line, report))
 
     @staticmethod
     def example(record, fields, options, path, line, report):

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import CorefExample, Entity
-from data_adapters.reading import LabelRule, records
+from data_adapters.reading import LabelRule, record_examples
+from data_adapters.task_types import COREFERENCE, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -22,16 +23,13 @@ if TYPE_CHECKING:
 
 @register_adapter("wsc")
 class WscAdapter(Adapter):
-    task_types = ("coreference",)
+    task_types = type_names(COREFERENCE)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
         rule = LabelRule(task_type, labels)
-        for path in paths:
-            for line, record in records(path, report):
-                example = self.example(record, rule, path, line, report)
-                if example is not None:
-                    yield example
+        yield from record_examples(paths, report,
+                               lambda record, path, line: self.example(record, rule, path, line, report))
 
     @staticmethod
     def example(record, rule, path, line, report):

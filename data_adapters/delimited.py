@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
-from data_adapters.jsonl import TEXT_TASKS, text_example
+from data_adapters.jsonl import text_example
 from data_adapters.reading import LabelRule, text_lines, unsegment
+from data_adapters.task_types import MATCHING, TEXT_TASKS, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -157,7 +158,7 @@ class XnliTsvAdapter(Adapter):
       back, `reading.unsegment`), "contradictory" for "contradiction".
     """
     option_keys = {"language": (str, "zh"), "encoding": (str, "utf-8")}
-    task_types = ("matching",)
+    task_types = type_names(MATCHING)
     LAYOUTS = {"xnli": ("sentence1", "sentence2", "gold_label"),
                "mt": ("premise", "hypo", "label")}
     LABEL_NAMES = {"contradictory": "contradiction"}

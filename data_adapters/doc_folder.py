@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
 from data_adapters.reading import LabelRule, codec
+from data_adapters.task_types import CLASSIFICATION, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -29,7 +30,7 @@ class DocFolderAdapter(Adapter):
         "encoding": (str, "utf-8"),
         "extension": (str, ".txt"),  # other files are skipped (and counted)
     }
-    task_types = ("classification",)
+    task_types = type_names(CLASSIFICATION)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:

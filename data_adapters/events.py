@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, Event, EventExample, TextExample
-from data_adapters.reading import records
+from data_adapters.reading import text_records
+from data_adapters.task_types import CLASSIFICATION, EXTRACTION_EVENT, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -62,23 +63,19 @@ class Wanted:
 
 @register_adapter("event_json")
 class EventJsonAdapter(Adapter):
-    task_types = ("extraction_event", "classification")
+    task_types = type_names(EXTRACTION_EVENT, CLASSIFICATION)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
         wanted = Wanted(labels)
         for path in paths:
-            for line, record in records(path, report):
-                text = record.get("text") if isinstance(record, dict) else None
-                if not isinstance(text, str) or not text:
-                    report.skip("record without a `text`", path, line)
-                    continue
+            for line, record, text in text_records(path, report):
                 event_list = record.get("event_list")
                 if event_list is not None and (not isinstance(event_list, list) or
                                                not all(isinstance(e, dict) for e in event_list)):
                     report.skip("`event_list` is not a list of objects", path, line)
                     continue
-                if task_type == "classification":
+                if task_type == CLASSIFICATION.name:
                     example = self.document_label(text, event_list, labels, path, line, report)
                     if example is not None:
                         yield example

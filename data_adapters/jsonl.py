@@ -30,6 +30,7 @@ from data_adapters.reading import (
     lookup,
     records,
 )
+from data_adapters.task_types import CLASSIFICATION, TEXT_TASKS, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
     from data_adapters.base import Fields, Labels, Options
     from data_adapters.examples import Example
     from data_adapters.report import ReadReport
-
-TEXT_TASKS = ("classification", "matching", "regression")
 
 
 def text_example(record, fields, options, rule, where, report):
@@ -136,7 +135,7 @@ class CdnCountAdapter(Adapter):
     option_keys = {"separator": (str, "##"), "max_count": (int, 3)}
     field_keys = ("text", "terms", "id")
     field_defaults = {"text": "text", "terms": "normalized_result"}
-    task_types = ("classification",)
+    task_types = type_names(CLASSIFICATION)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:

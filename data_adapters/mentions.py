@@ -26,6 +26,7 @@ from data_adapters.events import Wanted
 from data_adapters.examples import Event, EventExample, NERExample
 from data_adapters.reading import MISSING, json_records, lookup
 from data_adapters.relations import ByText, place
+from data_adapters.task_types import EXTRACTION_EVENT, EXTRACTION_NER, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -48,14 +49,14 @@ class MentionTableAdapter(Adapter):
     }
     field_keys = ("text", "mention", "event_type", "id")
     required_fields = ("text", "mention")
-    task_types = ("extraction_ner", "extraction_event")
+    task_types = type_names(EXTRACTION_NER, EXTRACTION_EVENT)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
-        events = task_type == "extraction_event"
+        events = task_type == EXTRACTION_EVENT.name
         if events and fields.get("event_type") is None:
             raise ValueError(f"format {self.format_name} needs fields.event_type for "
-                             "extraction_event tasks")
+                             f"{EXTRACTION_EVENT.name} tasks")
         wanted, kind = Wanted(labels), options["mention_type"]
         for path in paths:
             texts = ByText()

@@ -24,6 +24,7 @@ from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample
 from data_adapters.ner_tags import not_in_labels
 from data_adapters.reading import MISSING, lookup, records, text_lines
+from data_adapters.task_types import EXTRACTION_NER, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -46,7 +47,7 @@ class SpanJsonAdapter(Adapter):
         "end_inclusive": (bool, True),  # CLUENER and CMeEE: yes; Yidu-S4K: no
     }
     field_keys = ("text", "entities", "start", "end", "type", "mention")
-    task_types = ("extraction_ner",)
+    task_types = type_names(EXTRACTION_NER)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -141,7 +142,7 @@ class InlineNerAdapter(Adapter):
     as written.
     """
     option_keys = {"encoding": (str, "utf-8"), "unescape_newlines": (bool, True)}
-    task_types = ("extraction_ner",)
+    task_types = type_names(EXTRACTION_NER)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:

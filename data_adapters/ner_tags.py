@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample
 from data_adapters.reading import records, text_lines
+from data_adapters.task_types import EXTRACTION_NER, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -151,7 +152,7 @@ class TaggedCharsAdapter(Adapter):
         "strip_position_digits": (bool, False),  # Weibo: 科0 -> 科
         "encoding": (str, "utf-8"),
     }
-    task_types = ("extraction_ner",)
+    task_types = type_names(EXTRACTION_NER)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -204,7 +205,7 @@ class TaggedCharsAdapter(Adapter):
 @register_adapter("tagged_json")
 class TaggedJsonAdapter(Adapter):
     option_keys = dict(TAG_OPTIONS)
-    task_types = ("extraction_ner",)
+    task_types = type_names(EXTRACTION_NER)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:

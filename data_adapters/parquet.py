@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.choice import CHID_BLANK, CHID_MARKER, ChidAdapter, ChoiceJsonlAdapter
 from data_adapters.coref import WscAdapter
-from data_adapters.jsonl import TEXT_TASKS, text_example
+from data_adapters.jsonl import text_example
 from data_adapters.qa import SquadAdapter
 from data_adapters.reading import MISSING, LabelRule, lookup
+from data_adapters.task_types import CLOZE, COREFERENCE, MRC_SPAN, MULTIPLE_CHOICE, TEXT_TASKS
 from mtl_framework.errors import UserError
 
 if TYPE_CHECKING:
@@ -48,12 +49,14 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install mtl_framework[parquet] (or pip install pyarrow)"
 BATCH_ROWS = 4096  # rows decoded at a time
 
-REQUIRED = {  # the fields each family needs (checked when a task is read)
-    **{task_type: ("text", "label") for task_type in TEXT_TASKS},
-    "multiple_choice": ("context", "choices"),
-    "cloze": ("context", "choices"),
-    "mrc_span": ("context", "question", "answers", "answer_starts"),
-    "coreference": ("text", "span1_text", "span1_index", "span2_text", "span2_index"),
+# Per task type: the fields it needs (checked when a task is read), and the method that
+# builds its example as the JSON format named after it does.
+ROWS = {
+    **{task_type: (("text", "label"), "text") for task_type in TEXT_TASKS},
+    MULTIPLE_CHOICE.name: (("context", "choices"), "choice_jsonl"),
+    CLOZE.name: (("context", "choices"), "chid"),
+    MRC_SPAN.name: (("context", "question", "answers", "answer_starts"), "squad"),
+    COREFERENCE.name: (("text", "span1_text", "span1_index", "span2_text", "span2_index"), "wsc"),
 }
 
 
@@ -72,17 +75,18 @@ class ParquetAdapter(Adapter):
     }
     field_keys = ("text", "text_b", "label", "id", "context", "question", "choices",
                   "answers", "answer_starts", "span1_text", "span1_index", "span2_text", "span2_index")
-    task_types = tuple(REQUIRED)
+    task_types = tuple(ROWS)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
-        needed = REQUIRED[task_type] + (("id",) if options["group_ids"] else ())
+        needed, builder = ROWS[task_type]
+        needed += ("id",) if options["group_ids"] else ()
         missing = [key for key in needed if fields.get(key) is None]
         if missing:
             raise ValueError(f"format 'parquet' needs `fields:` for {', '.join(missing)} in a "
                              f"{task_type} task (a column, or a dotted key into a struct column)")
         rule = ClassLabelRule(task_type, labels, options)
-        build = self.text if task_type in TEXT_TASKS else getattr(self, task_type)
+        build = getattr(self, builder)
         for path in paths:
             group, number = object(), 0
             for row_number, row in parquet_rows(path, fields):
@@ -106,7 +110,7 @@ class ParquetAdapter(Adapter):
         return [] if example is None else [example]
 
     @staticmethod
-    def multiple_choice(row, fields, options, rule, where, report):
+    def choice_jsonl(row, fields, options, rule, where, report):
         keys = [key for key in ("context", "question", "choices", "label", "id") if fields.get(key)]
         record = {key: lookup(row, fields[key]) for key in keys}
         if "label" in record and rule.no_label(record["label"]):
@@ -116,7 +120,7 @@ class ParquetAdapter(Adapter):
         return [] if example is None else [example]
 
     @staticmethod
-    def cloze(row, fields, options, rule, where, report):
+    def chid(row, fields, options, rule, where, report):
         """ChID: passages with `#idiomNNNNNN#` blanks and one candidate index per blank
         in reading order (CLUE's release, the hub's `answers.candidate_id`), or one
         passage with a single `#idiom#` blank and its index (FewCLUE's)."""
@@ -149,7 +153,7 @@ class ParquetAdapter(Adapter):
         yield from ChidAdapter.clue(passages, candidates, answers, path, line, report)
 
     @staticmethod
-    def mrc_span(row, fields, options, rule, where, report):
+    def squad(row, fields, options, rule, where, report):
         path, line = where
         context, texts = lookup(row, fields["context"]), lookup(row, fields["answers"])
         starts = lookup(row, fields["answer_starts"])
@@ -167,7 +171,7 @@ class ParquetAdapter(Adapter):
         return SquadAdapter.paragraph({"context": context, "qas": [question], "id": line}, path, report)
 
     @staticmethod
-    def coreference(row, fields, options, rule, where, report):
+    def wsc(row, fields, options, rule, where, report):
         keys = ("span1_text", "span1_index", "span2_text", "span2_index")
         record = {"text": lookup(row, fields["text"]),
                   "target": {key: lookup(row, fields[key]) for key in keys},

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Span, SpanQAExample, TextExample
-from data_adapters.reading import LabelRule, json_document, records, text_lines
+from data_adapters.reading import LabelRule, json_data, records, text_lines
+from data_adapters.task_types import CLASSIFICATION, MRC_SPAN, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -83,7 +84,7 @@ def cjrc_kind(answers):
 
 @register_adapter("squad")
 class SquadAdapter(Adapter):
-    task_types = ("mrc_span", "classification")
+    task_types = type_names(MRC_SPAN, CLASSIFICATION)
     option_keys = {"placeholder_answers": (str, "skip"), "scorer": (str, "squad"),
                    "unlocated_questions": (str, "skip")}
     predict_options = {"placeholder_answers": "no_gold", "unlocated_questions": "score"}
@@ -103,17 +104,13 @@ class SquadAdapter(Adapter):
         cjrc = options["scorer"] == "cjrc"
         keep = options["unlocated_questions"] == "score"
         for path in paths:
-            data = json_document(path, report)
-            if data is None:
-                continue
-            articles = data.get("data") if isinstance(data, dict) else None
-            if not isinstance(articles, list):
-                report.skip("not SQuAD JSON (expected {\"data\": [...]})", path, 1)
+            articles = json_data(path, report, "SQuAD")
+            if articles is None:
                 continue
             rule = LabelRule(task_type, labels)
             for article in articles:
                 for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
-                    if task_type == "classification":
+                    if task_type == CLASSIFICATION.name:
                         yield from self.answer_kinds(paragraph, rule, path, report, cjrc)
                     else:
                         yield from self.paragraph(paragraph, path, report,
@@ -221,7 +218,7 @@ class SquadAdapter(Adapter):
 
 @register_adapter("multi_passage_qa")
 class MultiPassageQAAdapter(Adapter):
-    task_types = ("mrc_span",)
+    task_types = type_names(MRC_SPAN)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -274,7 +271,7 @@ class Cmrc2017ClozeAdapter(Adapter):
     A query whose answer is not a word of its document is skipped with its line.
     """
     option_keys = {"encoding": (str, "utf-8"), "join_words": (bool, True)}
-    task_types = ("mrc_span",)
+    task_types = type_names(MRC_SPAN)
     ANSWER_SUFFIX = ".answer"
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,

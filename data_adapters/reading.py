@@ -10,6 +10,8 @@ import math
 import re
 import unicodedata
 
+from data_adapters.task_types import numeric_label
+
 _decoder = json.JSONDecoder()
 
 
@@ -82,6 +84,19 @@ def json_document(path, report):
     except json.JSONDecodeError as error:
         report.skip(f"bad JSON ({error.msg}); the file cannot be read", path, error.lineno)
         return None
+
+
+def json_data(path, report, name, bare_list=False):
+    """The `data` list of a whole-file JSON document `{"data": [...]}` (with `bare_list`,
+    a document that is the list itself too), or None after report.skip."""
+    data = json_document(path, report)
+    if data is None:
+        return None
+    entries = data.get("data") if isinstance(data, dict) else data if bare_list else None
+    if not isinstance(entries, list):
+        report.skip(f"not {name} JSON (expected {{\"data\": [...]}})", path, 1)
+        return None
+    return entries
 
 
 def json_records(path, report):
@@ -220,6 +235,27 @@ def records(path, report):
     return json_records(path, report)
 
 
+def text_records(path, report):
+    """(line, record, its `text`) of each JSON record (either layout) with a non-empty
+    `text`; a record without one is skipped with its line."""
+    for line, record in records(path, report):
+        text = record.get("text") if isinstance(record, dict) else None
+        if not isinstance(text, str) or not text:
+            report.skip("record without a `text`", path, line)
+            continue
+        yield line, record, text
+
+
+def record_examples(paths, report, example):
+    """The examples `example(record, path, line)` builds from each JSON record of `paths`
+    (either layout); None from it means skipped (it told the report why)."""
+    for path in paths:
+        for line, record in records(path, report):
+            built = example(record, path, line)
+            if built is not None:
+                yield built
+
+
 def _skip_space(text, position):
     size = len(text)
     while position < size and text[position] in " \t\r\n\ufeff":
@@ -304,7 +340,7 @@ class LabelRule:
     Regression tasks get a float; a list of labels (multi-label) stays a list."""
 
     def __init__(self, task_type, labels=None, skip_labels=(), label_map=None):
-        self.regression = task_type == "regression"
+        self.regression = numeric_label(task_type)
         self.labels = set(labels) if labels else None
         self.skip_labels = {label_text(v) for v in skip_labels or ()}
         self.label_map = {label_text(k): label_text(v) for k, v in (label_map or {}).items()}

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Entity, NERExample, RelationExample, Triple
-from data_adapters.reading import records, text_lines
+from data_adapters.reading import text_lines, text_records
+from data_adapters.task_types import EXTRACTION_NER, EXTRACTION_RELATION, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -60,18 +61,14 @@ def slots(item):
 
 @register_adapter("spo_json")
 class SpoJsonAdapter(Adapter):
-    task_types = ("extraction_relation", "extraction_ner")
+    task_types = type_names(EXTRACTION_RELATION, EXTRACTION_NER)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
-        read_example = self.entities if task_type == "extraction_ner" else self.triples
-        empty = NERExample if task_type == "extraction_ner" else RelationExample
+        read_example = self.entities if task_type == EXTRACTION_NER.name else self.triples
+        empty = NERExample if task_type == EXTRACTION_NER.name else RelationExample
         for path in paths:
-            for line, record in records(path, report):
-                text = record.get("text") if isinstance(record, dict) else None
-                if not isinstance(text, str) or not text:
-                    report.skip("record without a `text`", path, line)
-                    continue
+            for line, record, text in text_records(path, report):
                 spo_list = record.get("spo_list")
                 if spo_list is None:
                     report.count("unlabelled")
@@ -172,7 +169,7 @@ class EntityPairTsvAdapter(Adapter):
                    "no_relation": (str, None)}
     field_keys = ("head", "tail", "label", "text")
     field_defaults = {"head": 0, "tail": 1, "label": 2, "text": 3}
-    task_types = ("extraction_relation",)
+    task_types = type_names(EXTRACTION_RELATION)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:
@@ -251,7 +248,7 @@ class IpreAdapter(Adapter):
     `sent_relation_train.txt`. Listed, every relation file is read for every
     sentence file; otherwise each sentence file's own is looked up beside it."""
     option_keys = {"no_relation": (str, None)}
-    task_types = ("extraction_relation",)
+    task_types = type_names(EXTRACTION_RELATION)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:

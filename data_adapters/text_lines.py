@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import TextExample
 from data_adapters.reading import codec
+from data_adapters.task_types import MLM, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -40,7 +41,7 @@ class TextLinesAdapter(Adapter):
         "encoding": (str, "utf-8"),
         "extension": (str, ".txt"),  # in a folder, other files are skipped (and counted)
     }
-    task_types = ("mlm",)
+    task_types = type_names(MLM)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:

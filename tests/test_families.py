@@ -56,7 +56,7 @@ def test_the_schema_and_the_adapters_agree_with_the_table():
                                       for name, record in FAMILIES.items() if name != MLM}
     assert spec_schema.MULTI_LABEL_TYPES == tuple(
         name for name, record in FAMILIES.items() if record.multi_label_spec)
-    # data_adapters keeps its own list (it does not import mtl_framework): the same families
+    # the formats read the task types' facts from data_adapters.task_types: the same families
     assert data_adapters.LABELLED_TYPES == tuple(n for n, f in FAMILIES.items() if f.labelled)
 
 
@@ -146,18 +146,18 @@ def test_the_spelling_scan_finds_quotes_and_constants_not_prose(tmp_path):
     assert modules_spelling("matching", tmp_path) == {"a.py", "sub/b.py"}
 
 
-def test_a_family_name_is_spelled_in_at_most_three_modules():
-    """What the framework treats differently per family is a field of its Family record:
-    a family's name appears in its own module and its heads module (mlm: also
-    experiment.MLM_TASK, the reserved task name), never in a fourth."""
-    modules = {}
-    for name, record in FAMILIES.items():
-        modules[name] = found = modules_spelling(name)
-        own = record.featurizer.__module__.removeprefix("mtl_framework.").replace(".", "/")
-        assert f"{own}.py" in found and f"{own}_heads.py" in found, (name, found)
-    too_many = {name: sorted(found) for name, found in modules.items() if len(found) > 3}
-    assert not too_many, f"family names spelled in more than 3 modules: {too_many}; make the " \
-                         "fact a field of the family's record (families/base.py Family)"
+def test_a_family_name_is_spelled_in_one_module():
+    """A family's name and what its examples are live in data_adapters/task_types.py; the
+    Family records, featurizers, heads and formats take them from there (mlm: also
+    experiment.MLM_TASK, the reserved task name; base.py's docstring shows a user's format)."""
+    allowed = {"data_adapters/task_types.py", "mtl_framework/config/experiment.py",
+               "data_adapters/base.py"}
+    for name in FAMILIES:
+        found = {f"{root.name}/{module}" for root in (PACKAGE, PACKAGE.parent / "data_adapters")
+                 for module in modules_spelling(name, root)}
+        assert "data_adapters/task_types.py" in found, name
+        assert found <= allowed, f"{name!r} spelled in {sorted(found - allowed)}; take it from " \
+                                 "data_adapters.task_types (or make the fact a Family field)"
 
 
 def test_an_unknown_type_is_named_with_the_known_ones():

@@ -9,8 +9,9 @@ types, the featurizers and batch functions, the heads (`heads.build_head`),
 evaluation's and prediction's special cases, the distributed loss
 denominators, the model card's Hub task type, raw-text prediction, data stats.
 Adding a family = a module here with its `Family` record(s) (every fact the rest of
-the framework needs about it a field of the record: its name is spelled in its own
-modules only, tests/test_families.py checks), listed in MODULES, and its head class
+the framework needs about it a field of the record; its name and example types a
+`TaskType` in data_adapters/task_types.py, the one place the name is spelled, which the
+formats read too: tests/test_families.py checks), listed in MODULES, and its head class
 beside it in `<module>_heads.py` (`@head_for`), imported by mtl_framework/families/heads.py.
 No TensorFlow or Keras is imported here (the spec checks and the feature workers run
 before TensorFlow loads); the `_heads` modules import Keras and nothing here imports them.

@@ -16,6 +16,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from data_adapters.task_types import TASK_TYPES
+
 TOKENS = {"token_ids": ("int32", 2), "segment_ids": ("int32", 2)}
 
 
@@ -97,13 +99,17 @@ class Family:
     # (ValueError saying what is wrong); None: its input is written in the task's format
     from_texts: Optional[Callable] = None
     two_texts: bool = False  # compares two texts: text_b is never optional
-    numeric_label: bool = False  # its label is a number (data stats report its range)
     hub_task: str = "other"  # the Hugging Face Hub task type (a model card's model-index, tags)
 
     @property
     def labelled(self):
         """Its examples carry a label to learn (a train or dev row without one is skipped)."""
         return self.unlabelled is not None
+
+    @property
+    def numeric_label(self):
+        """Its label is a number (data stats report its range): its task type says so."""
+        return TASK_TYPES[self.name].numeric_label
 
     @property
     def windows(self):

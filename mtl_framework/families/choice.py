@@ -5,7 +5,7 @@ axis (`choice_axis`), ChoiceHead unfolds them and softmaxes over the choices.
 """
 import numpy as np
 
-from data_adapters.examples import ChoiceExample
+from data_adapters.task_types import CLOZE, MULTIPLE_CHOICE
 from mtl_framework.families.base import Family, negative_label
 from mtl_framework.families.features import (
     CHOICES,
@@ -22,8 +22,8 @@ class ChoiceFeaturizer(Featurizer):
     empty); context and question are segment 0, the choice segment 1.
     Too long: tokens come off the longest part first (bert4keras truncate_sequences)."""
 
-    example_types = (ChoiceExample,)
-    family = "multiple_choice"
+    example_types = MULTIPLE_CHOICE.examples  # cloze reads the same
+    family = MULTIPLE_CHOICE.name
 
     def start(self, writer):
         super().start(writer)
@@ -74,7 +74,7 @@ class ChoiceFeaturizer(Featurizer):
 
 
 class ClozeFeaturizer(ChoiceFeaturizer):
-    family = "cloze"
+    family = CLOZE.name
 
 def collate_choice(features, rows, rng, pad_to):
     choice_splits = features[CHOICES]
@@ -103,4 +103,4 @@ CHOICE_BATCH = {"token_ids": ("int32", 3), "segment_ids": ("int32", 3),
 FAMILIES = tuple(
     Family(name, featurizer, collate_choice, CHOICE_BATCH, choice_axis=True,
            unlabelled=negative_label, output=choice_output, hub_task="multiple-choice")
-    for name, featurizer in (("multiple_choice", ChoiceFeaturizer), ("cloze", ClozeFeaturizer)))
+    for name, featurizer in ((MULTIPLE_CHOICE.name, ChoiceFeaturizer), (CLOZE.name, ClozeFeaturizer)))

@@ -5,12 +5,13 @@ family records load before Keras)."""
 import numpy as np
 from keras import ops
 
+from data_adapters.task_types import CLOZE, MULTIPLE_CHOICE
 from mtl_framework import losses
 from mtl_framework.families.heads import ScoreHead, _np, head_for
 from mtl_framework.layers import NEG_INF
 
 
-@head_for("multiple_choice", "cloze")
+@head_for(MULTIPLE_CHOICE.name, CLOZE.name)
 class ChoiceHead(ScoreHead):
     """[CLS] of each (context, question, choice) -> Dense(1), softmax over the
     choices, as bert4keras's CLUE c3. The backbone runs on the choices folded

@@ -4,7 +4,7 @@ An example whose span is truncated away is dropped (counted): nothing is left to
 """
 import numpy as np
 
-from data_adapters.examples import CorefExample
+from data_adapters.task_types import COREFERENCE
 from mtl_framework.families.base import Family, label_output, negative_label
 from mtl_framework.families.features import Featurizer, TokenLocator, pad_tokens, segment_tokens
 from mtl_framework.families.spans import SpanFeaturizer
@@ -14,8 +14,8 @@ class CorefFeaturizer(SpanFeaturizer):
     """coreference: the text, and both spans' token positions. An example whose
     span is lost (truncated away) is dropped: it has nothing left to classify."""
 
-    example_types = (CorefExample,)
-    family = "coreference"
+    example_types = COREFERENCE.examples
+    family = COREFERENCE.name
 
     def ragged_fields(self):
         return Featurizer.ragged_fields(self)
@@ -64,7 +64,7 @@ def collate_coref(features, rows, rng, pad_to):
 
 
 FAMILIES = (
-    Family("coreference", CorefFeaturizer, collate_coref,
+    Family(COREFERENCE.name, CorefFeaturizer, collate_coref,
            {"span1": ("int32", 2), "span2": ("int32", 2), "label": ("int32", 1)},
            needs_labels=True, min_labels=2, unlabelled=negative_label, output=label_output,
            hub_task="text-classification"),

@@ -6,11 +6,12 @@ import keras
 import numpy as np
 from keras import ops
 
+from data_adapters.task_types import COREFERENCE
 from mtl_framework import losses
 from mtl_framework.families.heads import TaskHead, _np, head_for
 
 
-@head_for("coreference")
+@head_for(COREFERENCE.name)
 class CorefHead(TaskHead):
     """Token vectors at span1 start/end and span2 start/end, concatenated
     [4H] -> Dense(n labels) with bias; softmax CE."""

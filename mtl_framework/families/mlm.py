@@ -6,7 +6,7 @@ embedding; its loss is a mean over the masked tokens, not over rows.
 """
 import numpy as np
 
-from data_adapters.examples import EXAMPLE_TYPES
+from data_adapters.task_types import MLM
 from mtl_framework.families.base import Family
 from mtl_framework.families.features import Featurizer, pad_tokens
 
@@ -17,8 +17,8 @@ class MLMFeaturizer(Featurizer):
     of the tokens (at least one), 80% [MASK] / 10% random / 10% kept; with
     `whole_word` the words jieba finds are masked as wholes."""
 
-    example_types = (str, *EXAMPLE_TYPES)  # raw corpus lines and every task's text
-    family = "mlm"
+    example_types = MLM.examples  # raw corpus lines and every task's text
+    family = MLM.name
     defaults = {"whole_word": False, "mask_rate": 0.15}
 
     def __init__(self, *args, **kwargs):
@@ -112,7 +112,7 @@ def masked_tokens(batch):
     return tf.reduce_sum(tf.cast(batch["mlm_labels"] > 0, tf.float32))
 
 
-FAMILY = Family("mlm", MLMFeaturizer, collate_mlm, {"mlm_labels": ("int32", 2)},
+FAMILY = Family(MLM.name, MLMFeaturizer, collate_mlm, {"mlm_labels": ("int32", 2)},
                 in_specs=False, tied_embedding=True, loss_denominator=masked_tokens,
                 scored=False, hub_task="fill-mask")
 FAMILIES = (FAMILY,)

@@ -6,11 +6,12 @@ import keras
 import numpy as np
 from keras import ops
 
+from data_adapters.task_types import MLM
 from mtl_framework import losses
 from mtl_framework.families.heads import TaskHead, _np, head_for
 
 
-@head_for("mlm")
+@head_for(MLM.name)
 class MLMHead(TaskHead):
     """Tied token embedding, as RoFormerV2: logits = h @ E^T, no bias, no
     transform. `embeddings` is the backbone's token embedding matrix (a

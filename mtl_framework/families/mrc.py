@@ -5,7 +5,7 @@ each window and keep, per question, the best span over its windows.
 """
 import numpy as np
 
-from data_adapters.examples import SpanQAExample
+from data_adapters.task_types import MRC_SPAN
 from mtl_framework.families.base import Family
 from mtl_framework.families.features import Featurizer, TokenLocator, pad_tokens
 
@@ -29,8 +29,8 @@ class MRCFeaturizer(Featurizer):
     keeps at most `max_question_length` tokens (more is counted as truncated).
     A window's target is the first answer lying wholly inside it, else (0, 0)."""
 
-    example_types = (SpanQAExample,)
-    family = "mrc_span"
+    example_types = MRC_SPAN.examples
+    family = MRC_SPAN.name
     defaults = {"stride": None, "max_question_length": 64}
 
     offsets = False  # context_offsets instead, once per example
@@ -205,7 +205,7 @@ def outputs(features, windows):
 
 
 FAMILIES = (
-    Family("mrc_span", MRCFeaturizer, collate_mrc,
+    Family(MRC_SPAN.name, MRCFeaturizer, collate_mrc,
            {"context_mask": ("int32", 2), "start": ("int32", 1), "end": ("int32", 1),
             "window_id": ("int32", 1)},
            example_rows=example_rows, window_answers=answers, window_outputs=outputs,

@@ -5,12 +5,13 @@ family records load before Keras)."""
 import numpy as np
 from keras import ops
 
+from data_adapters.task_types import MRC_SPAN
 from mtl_framework import losses
 from mtl_framework.families.heads import TaskHead, _np, _real_lengths, head_for
 from mtl_framework.layers import NEG_INF, GlobalPointer
 
 
-@head_for("mrc_span")
+@head_for(MRC_SPAN.name)
 class SpanHead(TaskHead):
     """GlobalPointer(1 head) over the context, as bert4keras's CLUE cmrc2018
     (no bias, the model's initializer). Valid pairs: start <= end, both on

@@ -8,7 +8,8 @@ import itertools
 
 import numpy as np
 
-from data_adapters.examples import EventExample, NERExample, RelationExample
+from data_adapters.examples import NERExample
+from data_adapters.task_types import EXTRACTION_EVENT, EXTRACTION_NER, EXTRACTION_RELATION
 from mtl_framework.families.base import Family, char_span
 from mtl_framework.families.features import Featurizer, TokenLocator, pad_tokens, segment_tokens, span_labels
 
@@ -47,47 +48,50 @@ class SpanFeaturizer(Featurizer):
         report.spans_widened += note
         return span
 
+    def labelled_spans(self, items, locator, report, label_name):
+        """(label index, *token spans) per (label, [(Entity, what it is)]) of `items`: an
+        item whose label the task lacks (`label_name` says what the label is) or one of
+        whose mentions cannot be placed is lost (counted); the others count as spans."""
+        row = []
+        for label, mentions in items:
+            index = self.label_index.get(label)
+            if index is None:
+                report.spans_lost[f"{label_name} not in the task's labels"] += 1
+                continue
+            spans = []
+            for entity, what in mentions:
+                span = self.place(entity, locator, report, what)
+                if span is None:
+                    break  # the mentions after it are not placed (nor counted)
+                spans.extend(span)
+            else:
+                report.spans += 1
+                row.append((index, *spans))
+        return row
+
 
 class NERFeaturizer(SpanFeaturizer):
-    example_types = (NERExample,)
-    family = "extraction_ner"
+    example_types = EXTRACTION_NER.examples
+    family = EXTRACTION_NER.name
     span_field, span_width = "entities", 3
 
     def spans_of(self, example, locator, report):
-        row = []
-        for entity in example.entities:
-            type_index = self.label_index.get(entity.type)
-            if type_index is None:
-                report.spans_lost["entity type not in the task's labels"] += 1
-                continue
-            span = self.place(entity, locator, report, "entity")
-            if span is not None:
-                report.spans += 1
-                row.append((type_index, *span))
-        return row
+        return self.labelled_spans(((entity.type, [(entity, "entity")])
+                                    for entity in example.entities), locator, report, "entity type")
 
 
 class RelationFeaturizer(SpanFeaturizer):
     """GPLinker (bert4keras's DuIE example): per triple the subject and object
     token spans; `batch` turns them into entity/head/tail pointer labels."""
 
-    example_types = (RelationExample,)
-    family = "extraction_relation"
+    example_types = EXTRACTION_RELATION.examples
+    family = EXTRACTION_RELATION.name
     span_field, span_width = "triples", 5
 
     def spans_of(self, example, locator, report):
-        row = []
-        for triple in example.triples:
-            predicate = self.label_index.get(triple.predicate)
-            if predicate is None:
-                report.spans_lost["predicate not in the task's labels"] += 1
-                continue
-            subject = self.place(triple.subject, locator, report, "triple's subject")
-            object_ = subject and self.place(triple.object, locator, report, "triple's object")
-            if subject is not None and object_ is not None:
-                report.spans += 1
-                row.append((predicate, *subject, *object_))
-        return row
+        return self.labelled_spans(
+            ((triple.predicate, [(triple.subject, "triple's subject"), (triple.object, "triple's object")])
+             for triple in example.triples), locator, report, "predicate")
 
 
 def event_role_groups(labels):
@@ -103,8 +107,8 @@ class EventFeaturizer(SpanFeaturizer):
     bare event type marks that type's triggers (its arguments have no role to
     go to and are counted as lost)."""
 
-    example_types = (EventExample,)
-    family = "extraction_event"
+    example_types = EXTRACTION_EVENT.examples
+    family = EXTRACTION_EVENT.name
     span_field, span_width = "arguments", 4
 
     def role(self, event_type, role):
@@ -122,34 +126,32 @@ class EventFeaturizer(SpanFeaturizer):
         writer.add_bytes("text", [example.text.encode("utf-8") for example in chunk])
         writer.add_ragged("gold_arguments", [self.gold_of(example) for example in chunk], np.int32, 4)
 
+    def parts(self, example):
+        """(event number, role name, Entity, role label index or None) of the trigger (when
+        there is one) and each argument of every event of `example`."""
+        for number, event in enumerate(example.events):
+            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
+            parts += [(argument.type, argument) for argument in event.arguments]
+            for role_name, entity in parts:
+                yield number, role_name, entity, self.role(event.type, role_name)
+
     def gold_of(self, example):
         """(event number, role, char start, char end) of every part of an event the task's
         labels keep, placed on tokens or not."""
-        row = []
-        for number, event in enumerate(example.events):
-            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
-            parts += [(argument.type, argument) for argument in event.arguments]
-            for role_name, entity in parts:
-                role = self.role(event.type, role_name)
-                if role is not None:
-                    row.append((number, role, entity.start, entity.end))
-        return row
+        return [(number, role, entity.start, entity.end)
+                for number, _, entity, role in self.parts(example) if role is not None]
 
     def spans_of(self, example, locator, report):
         row = []
-        for number, event in enumerate(example.events):
-            parts = ([("trigger", event.trigger)] if event.trigger is not None else [])
-            parts += [(argument.type, argument) for argument in event.arguments]
-            for role_name, entity in parts:
-                role = self.role(event.type, role_name)
-                if role is None:
-                    report.spans_lost["event role not in the task's labels"] += 1
-                    continue
-                span = self.place(entity, locator, report, "trigger" if role_name == "trigger"
-                                  else "argument")
-                if span is not None:
-                    report.spans += 1
-                    row.append((number, role, *span))
+        for number, role_name, entity, role in self.parts(example):
+            if role is None:
+                report.spans_lost["event role not in the task's labels"] += 1
+                continue
+            span = self.place(entity, locator, report, "trigger" if role_name == "trigger"
+                              else "argument")
+            if span is not None:
+                report.spans += 1
+                row.append((number, role, *span))
         return row
 
 
@@ -291,14 +293,14 @@ def event_head_settings(task, labels):
 
 POINTERS = ("int32", 4)
 FAMILIES = (
-    Family("extraction_ner", NERFeaturizer, collate_ner, {"entity_labels": POINTERS},
+    Family(EXTRACTION_NER.name, NERFeaturizer, collate_ner, {"entity_labels": POINTERS},
            needs_labels=True, min_labels=1, counts_lost_gold=True,
            output=entities_output, from_texts=ner_examples, hub_task="token-classification"),
-    Family("extraction_relation", RelationFeaturizer, collate_relation,
+    Family(EXTRACTION_RELATION.name, RelationFeaturizer, collate_relation,
            {"entity_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
            needs_labels=True, min_labels=1, counts_lost_gold=True,
            output=triples_output, hub_task="token-classification"),
-    Family("extraction_event", EventFeaturizer, collate_event,
+    Family(EXTRACTION_EVENT.name, EventFeaturizer, collate_event,
            {"argument_labels": POINTERS, "head_labels": POINTERS, "tail_labels": POINTERS},
            needs_labels=True, min_labels=1, head_settings=event_head_settings,
            text_answers=event_answers, output=events_output, hub_task="token-classification"),

@@ -7,6 +7,7 @@ from itertools import groupby
 
 import numpy as np
 
+from data_adapters.task_types import EXTRACTION_EVENT, EXTRACTION_NER, EXTRACTION_RELATION
 from mtl_framework.families.heads import (
     TaskHead,
     _label_scores,
@@ -20,7 +21,7 @@ from mtl_framework.families.heads import (
 from mtl_framework.layers import EfficientGlobalPointer
 
 
-@head_for("extraction_ner")
+@head_for(EXTRACTION_NER.name)
 class EntityHead(TaskHead):
     """EfficientGlobalPointer(n types), nested spans allowed; sparse
     multi-label CE (bert4keras GPLinker loss). decode: {(type, start, end)}
@@ -91,7 +92,7 @@ class _GPLinkerHead(TaskHead):
         return self.decode(scores, batch, None)
 
 
-@head_for("extraction_relation")
+@head_for(EXTRACTION_RELATION.name)
 class RelationHead(_GPLinkerHead):
     """GPLinker for (s, p, o), as bert4keras's
     examples/task_relation_extraction_gplinker.py: entity pointer (2 heads:
@@ -158,7 +159,7 @@ def clique_search(argus, links):
     return sorted(out)
 
 
-@head_for("extraction_event")
+@head_for(EXTRACTION_EVENT.name)
 class EventHead(_GPLinkerHead):
     """GPLinker for events, as bert4keras's DuEE example (bojone/GPLinker
     duee_v1.py): argument pointer over roles (event type + role, the trigger

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from data_adapters.examples import TextExample
+from data_adapters.task_types import CLASSIFICATION, MATCHING, REGRESSION, numeric_label
 from mtl_framework.families.base import Family, label_output, negative_label
 from mtl_framework.families.features import Featurizer, pad_tokens
 
@@ -15,12 +16,12 @@ from mtl_framework.families.features import Featurizer, pad_tokens
 class TextFeaturizer(Featurizer):
     """classification / matching / regression: [CLS] text [SEP] (text_b [SEP])."""
 
-    example_types = (TextExample,)
-    family = "classification"
+    example_types = CLASSIFICATION.examples  # the three read the same examples
+    family = CLASSIFICATION.name
 
     def start(self, writer):
         super().start(writer)
-        if self.family == "regression":
+        if numeric_label(self.family):
             writer.add("label", np.zeros(0, np.float32))
         elif self.multi_label:
             writer.add("label", np.zeros((0, len(self.labels)), np.uint8))
@@ -42,7 +43,7 @@ class TextFeaturizer(Featurizer):
             kept.append(encoding)
             labels.append(label)
         self.write_tokens(writer, kept)
-        if self.family == "regression":
+        if numeric_label(self.family):
             writer.add("label", np.array(labels, np.float32))
         elif self.multi_label:
             writer.add("label", np.array(labels, np.uint8).reshape(-1, len(self.labels)))
@@ -52,10 +53,10 @@ class TextFeaturizer(Featurizer):
     def label_of(self, label, report):
         if label is None:
             report.unlabelled += 1
-            if self.family == "regression":
+            if numeric_label(self.family):
                 return math.nan, None
             return ([0] * len(self.labels) if self.multi_label else -1), None
-        if self.family == "regression":
+        if numeric_label(self.family):
             try:
                 return float(label), None
             except (TypeError, ValueError):
@@ -72,17 +73,17 @@ class TextFeaturizer(Featurizer):
 
 
 class ClassificationFeaturizer(TextFeaturizer):
-    family = "classification"
+    family = CLASSIFICATION.name
     needs_labels = True
 
 
 class MatchingFeaturizer(TextFeaturizer):
-    family = "matching"
+    family = MATCHING.name
     needs_labels = True
 
 
 class RegressionFeaturizer(TextFeaturizer):
-    family = "regression"
+    family = REGRESSION.name
 
 def collate_text(features, rows, rng, pad_to):
     batch = pad_tokens(features, rows, pad_to)
@@ -144,18 +145,18 @@ MULTI_HOT = {"label": ("float32", 2)}  # multi-label: 0/1 per label
 # Hub task types: regression is STS-style similarity of a pair (STS-B's own Hub task),
 # not a classification.
 FAMILIES = (
-    Family("classification", ClassificationFeaturizer, collate_text, CLASS_LABEL,
+    Family(CLASSIFICATION.name, ClassificationFeaturizer, collate_text, CLASS_LABEL,
            needs_labels=True, min_labels=2,
            too_few_labels_hint="; for a real-valued score use type: regression",
            multi_label=True, multi_label_spec=MULTI_HOT, unlabelled=negative_label,
            output=label_output, from_texts=text_examples, hub_task="text-classification"),
-    Family("matching", MatchingFeaturizer, collate_text, CLASS_LABEL,
+    Family(MATCHING.name, MatchingFeaturizer, collate_text, CLASS_LABEL,
            needs_labels=True, min_labels=2,
            too_few_labels_hint="; for a real-valued score use type: regression",
            unlabelled=negative_label, output=label_output, rank_groups=rank_groups,
            rank_scores=rank_scores, from_texts=text_examples, two_texts=True,
            hub_task="text-classification"),
-    Family("regression", RegressionFeaturizer, collate_text, {"label": ("float32", 1)},
+    Family(REGRESSION.name, RegressionFeaturizer, collate_text, {"label": ("float32", 1)},
            unlabelled=no_number, output=number_output, from_texts=text_examples,
-           numeric_label=True, hub_task="sentence-similarity"),
+           hub_task="sentence-similarity"),
 )

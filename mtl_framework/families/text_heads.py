@@ -6,11 +6,12 @@ import keras
 import numpy as np
 from keras import ops
 
+from data_adapters.task_types import CLASSIFICATION, MATCHING, REGRESSION
 from mtl_framework import losses
 from mtl_framework.families.heads import ScoreHead, TaskHead, _np, head_for
 
 
-@head_for("classification", "matching")
+@head_for(CLASSIFICATION.name, MATCHING.name)
 class ClassificationHead(TaskHead):
     """[CLS] -> Dense(n) with bias, as bert4keras's CLUE classifiers. Softmax
     CE; multi_label uses Su's multi-label CE and predicts scores > 0."""
@@ -51,7 +52,7 @@ class ClassificationHead(TaskHead):
         return {**super().get_config(), "multi_label": self.multi_label}
 
 
-@head_for("regression")
+@head_for(REGRESSION.name)
 class RegressionHead(ScoreHead):
     """[CLS] -> Dense(1) with bias; MSE."""
 

@@ -2,7 +2,7 @@
 
 Reads top to bottom as one training run uses it:
 
-    streams, sizes = task_streams(features, mlm_features, 32, seed=0)  # sizes: examples
+    streams, sizes = task_streams(features, mlm_features, 32, 0, MLM_TASK)  # sizes: examples
     rates = rates_from_config(sizes, "temperature")             # or task_rates(...)
     sampler = TaskSampler([rates[t] for t in streams], seed=42)
     mixture = Mixture(streams, sampler)
@@ -473,11 +473,14 @@ class Mixture:
 # ---------------------------------------------------------------- a run's streams
 
 
-def task_streams(features, mlm=None, batch_size=32, seed=0, mlm_name="mlm"):
+def task_streams(features, mlm=None, batch_size=32, seed=0, mlm_name=None):
     """({task: TaskStream}, {task: example_count}) of a run's tasks' train features
     ({task: features}, in run order), each stream seeded `seed + i`; with `mlm` (the mlm
     task's features, one per text source) also `mlm_name`'s RoundRobin over the sources
-    that have rows, seeded `seed + 1000 + i`, sized by all its sources' examples."""
+    that have rows, seeded `seed + 1000 + i`, sized by all its sources' examples.
+    `mlm_name` is the experiment's MLM_TASK (config/experiment.py, its one place)."""
+    if mlm is not None and mlm_name is None:
+        raise ValueError("task_streams: name the mlm stream (mlm_name: the experiment's MLM_TASK)")
     streams, sizes = {}, {}
     for i, (task, task_features) in enumerate(features.items()):
         streams[task] = TaskStream(task_features, batch_size, seed=seed + i)

@@ -125,12 +125,9 @@ ALBERT_TRANSFORMERS = Names(EMBEDDINGS_TRANSFORMERS,
                             lambda i: "encoder.albert_layer_groups.0.albert_layers.0.",
                             ALBERT_PARTS_TRANSFORMERS, **TRANSFORMERS)
 
-EMBEDDINGS_CHECKPOINT = {
-    "token_embedding": "bert/embeddings/word_embeddings",
-    "segment_embedding": "bert/embeddings/token_type_embeddings",
-    "position_embedding": "bert/embeddings/position_embeddings",
-    "embedding_norm": "bert/embeddings/LayerNorm",
-    "embedding_projection": "bert/encoder/embedding_hidden_mapping_in"}
+# the same names under bert/, with / between their parts (bert/embeddings/word_embeddings)
+EMBEDDINGS_CHECKPOINT = {part: "bert/" + name.replace(".", "/")
+                         for part, name in EMBEDDINGS_TRANSFORMERS.items()}
 CHECKPOINT = dict(separator="/", table="", kernel="kernel", gamma="gamma", beta="beta",
                   transposed=False)
 

@@ -367,7 +367,7 @@ def initial_export(run_dir, output, log=print):
     import keras
 
     from mtl_framework.loop.run import Run
-    from mtl_framework.saving.export import export
+    from mtl_framework.saving.writer import export
 
     run = RunDir(run_dir)
     source = run.experiment_path

@@ -28,12 +28,13 @@ from collections import defaultdict
 import numpy as np
 
 MTEB_VERSION = "2.26.24"
+# mteb's task type (its AbsTask name) -> the figure it ranks models by
 MAIN_SCORE = {
-    "sts": "cosine_spearman",
-    "pair_classification": "max_accuracy",
-    "classification": "accuracy",
-    "reranking": "map_at_1000",
-    "retrieval": "ndcg_at_10",
+    "STS": "cosine_spearman",
+    "PairClassification": "max_accuracy",
+    "Classification": "accuracy",
+    "Reranking": "map_at_1000",
+    "Retrieval": "ndcg_at_10",
 }
 # AbsTaskRetrieval.k_values (reranking tasks inherit them).
 RETRIEVAL_K_VALUES = (1, 3, 5, 10, 20, 100, 1000)

@@ -7,7 +7,7 @@ scorer name to its module. Every module follows one contract:
     SOURCE = {"repository": ..., "path": ..., "commit": ...}   # the official script
              (None where the publisher defines no script: then `NOTE` says what we follow)
     PRIMARY = "f1"               # the figure that is the task's score
-    TASK_TYPES = ("mrc_span",)   # the families it scores (`mtl tasks validate` checks)
+    TASK_TYPES = type_names(MRC_SPAN)   # the families it scores (`mtl tasks validate` checks)
     FORMATS = ("squad",)         # the formats whose release files its gold reader reads
     def score(gold, predictions) -> dict[str, float]
     def gold_from_release(task, split, data_root, ids=None) -> gold

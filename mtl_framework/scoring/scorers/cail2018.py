@@ -10,12 +10,13 @@ framework makes; it is not computed.
 """
 import json
 
+from data_adapters.task_types import CLASSIFICATION, type_names
 from mtl_framework.scoring.scorers.release import release_paths
 
 SOURCE = {"repository": "china-ai-law-challenge/CAIL2018", "path": "judger/judger.py",
           "commit": "599781ffcbfb33237580c6766afe3af9e1ff7229"}
 PRIMARY = "score"  # the figure of the subtask the task predicts (charges or articles)
-TASK_TYPES = ("classification",)  # the families it scores
+TASK_TYPES = type_names(CLASSIFICATION)  # the families it scores
 FORMATS = ("jsonl",)  # the release files its gold is read from
 FIGURES = ("accusation", "articles")
 ARTICLES_FIELD = "meta.relevant_articles"

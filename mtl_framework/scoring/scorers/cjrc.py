@@ -10,12 +10,13 @@ figures to 0.1 points; these are unrounded. A question without prediction scores
 """
 from collections import Counter
 
+from data_adapters.task_types import MRC_SPAN, type_names
 from mtl_framework.scoring.scorers.release import read_json, release_paths
 
 SOURCE = {"repository": "china-ai-law-challenge/CAIL2019", "path": "阅读理解/evaluate/evaluate.py",
           "commit": "10dc21735c00784ee3ad11f5d4c60756529531e2"}
 PRIMARY = "f1"
-TASK_TYPES = ("mrc_span",)  # the families it scores
+TASK_TYPES = type_names(MRC_SPAN)  # the families it scores
 FORMATS = ("squad",)  # the release files its gold is read from
 DOMAINS = ("civil", "criminal")
 

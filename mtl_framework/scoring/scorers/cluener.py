@@ -13,12 +13,13 @@ type has gold, so only the first rule can apply there.
 """
 import json
 
+from data_adapters.task_types import EXTRACTION_NER, type_names
 from mtl_framework.scoring.scorers.release import release_paths
 
 SOURCE = {"repository": "CLUEbenchmark/CLUENER2020", "path": "score.py",
           "commit": "a3e03f619dbfd929c8e162f797a98f52c27893a1"}
 PRIMARY = "macro_f1"
-TASK_TYPES = ("extraction_ner",)  # the families it scores
+TASK_TYPES = type_names(EXTRACTION_NER)  # the families it scores
 FORMATS = ("span_json",)  # the release files its gold is read from
 TYPES = ("address", "book", "company", "game", "government", "movie", "name",
          "organization", "position", "scene")

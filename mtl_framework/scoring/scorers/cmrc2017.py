@@ -8,12 +8,13 @@ Accuracy = right lines / reference lines; as in the script every prediction line
 counts, so a query predicted twice rightly counts twice. Where the script stops (a
 prediction for a query the reference lacks: KeyError), this counts the line as wrong.
 """
+from data_adapters.task_types import MRC_SPAN, type_names
 from mtl_framework.scoring.scorers.release import release_paths
 
 SOURCE = {"repository": "ymcui/cmrc2017", "path": "results/evaluate.py",
           "commit": "c17955e9169005c14b97abc2c944fb48f0415ad9"}
 PRIMARY = "accuracy"
-TASK_TYPES = ("mrc_span",)  # the families it scores
+TASK_TYPES = type_names(MRC_SPAN)  # the families it scores
 FORMATS = ("cmrc2017_cloze",)  # the release files its gold is read from
 SEPARATOR = " ||| "
 

@@ -9,6 +9,7 @@ leaderboard's figure.
 """
 import re
 
+from data_adapters.task_types import MRC_SPAN, type_names
 from mtl_framework.scoring.scorers.lcs import lcs_f1
 from mtl_framework.scoring.scorers.release import answers_by_id, squad_gold
 from mtl_framework.scoring.scorers.treebank import word_tokenize
@@ -16,7 +17,7 @@ from mtl_framework.scoring.scorers.treebank import word_tokenize
 SOURCE = {"repository": "ymcui/cmrc2018", "path": "squad-style-data/cmrc2018_evaluate.py",
           "commit": "5c81039ef856de178b5198391b3cd40f4e5e8514"}
 PRIMARY = "average"
-TASK_TYPES = ("mrc_span",)  # the families it scores
+TASK_TYPES = type_names(MRC_SPAN)  # the families it scores
 FORMATS = ("squad",)  # the release files its gold is read from
 
 # The script's list; its "……" (two characters) never equals the one character it is

@@ -7,12 +7,13 @@ answer the prediction list is too short to reach (never below 0). QAC = right bl
 all blanks; PAC = passages with every blank right / passages. A passage without
 prediction scores 0.
 """
+from data_adapters.task_types import CLOZE, type_names
 from mtl_framework.scoring.scorers.release import read_json, release_paths
 
 SOURCE = {"repository": "ymcui/cmrc2019", "path": "eval/cmrc2019_evaluate.py",
           "commit": "eae5c105997292c29e7d56e7d3eaf24026b91e3f"}
 PRIMARY = "qac"
-TASK_TYPES = ("cloze",)  # the families it scores
+TASK_TYPES = type_names(CLOZE)  # the families it scores
 FORMATS = ("cmrc2019",)  # the release files its gold is read from
 MISSING = -1  # a blank our examples do not hold (skipped while reading): never right
 

@@ -15,13 +15,14 @@ never reduced to match).
 """
 import json
 
+from data_adapters.task_types import EXTRACTION_RELATION, type_names
 from mtl_framework.scoring.scorers.release import release_paths
 
 SOURCE = {"repository": "PaddlePaddle/PaddleNLP",
           "path": "examples/information_extraction/DuIE/re_official_evaluation.py",
           "commit": "0025c3d29c3f923720afcc24c012813b1d543dd9"}
 PRIMARY = "f1"
-TASK_TYPES = ("extraction_relation",)  # the families it scores
+TASK_TYPES = type_names(EXTRACTION_RELATION)  # the families it scores
 FORMATS = ("spo_json",)  # the release files its gold is read from
 VALUE = "@value"
 SLOTS = ("inWork", "onDate", "inArea", "period")

@@ -7,13 +7,14 @@ overall F1 / EM, each question type (`type`, the script's --tag runs: in-domain,
 vocab, phrase, semantic-role, fault-tolerant, reasoning) that the gold has gets
 `f1/<tag>` and `em/<tag>`. Our "no answer" (an empty span) is written "no answer".
 """
+from data_adapters.task_types import MRC_SPAN, type_names
 from mtl_framework.scoring.scorers import dureader
 from mtl_framework.scoring.scorers.release import squad_gold
 
 SOURCE = {"repository": "baidu/DuReader", "path": "DuReader-Checklist/evaluate.py",
           "commit": "9f73af912ce8b0eed8e583b4e4fccd848ce561bd"}
 PRIMARY = "f1"
-TASK_TYPES = ("mrc_span",)  # the families it scores
+TASK_TYPES = type_names(MRC_SPAN)  # the families it scores
 FORMATS = ("squad",)  # the release files its gold is read from
 TAGS = ("in-domain", "vocab", "phrase", "semantic-role", "fault-tolerant", "reasoning")
 NO_ANSWER = "no answer"

@@ -5,13 +5,14 @@ release has one). Predictions: {question id: answer text}. F1 and EM (dureader.p
 averaged over every gold question; a question without prediction scores 0. The
 script's max() over no answer raises; a question without gold scores 0 here.
 """
+from data_adapters.task_types import MRC_SPAN, type_names
 from mtl_framework.scoring.scorers import dureader
 from mtl_framework.scoring.scorers.release import squad_gold
 
 SOURCE = {"repository": "baidu/DuReader", "path": "DuReader-Robust/evaluate.py",
           "commit": "9f73af912ce8b0eed8e583b4e4fccd848ce561bd"}
 PRIMARY = "f1"
-TASK_TYPES = ("mrc_span",)  # the families it scores
+TASK_TYPES = type_names(MRC_SPAN)  # the families it scores
 FORMATS = ("squad",)  # the release files its gold is read from
 
 

@@ -20,13 +20,14 @@ question the gold lacks: ValueError), this counts the line as wrong.
 """
 import re
 
+from data_adapters.task_types import MRC_SPAN, type_names
 from mtl_framework.scoring.scorers.cmrc2017 import lines
 from mtl_framework.scoring.scorers.release import read_json, release_paths
 
 SOURCE = {"repository": "bojone/dgcnn_for_reading_comprehension",
           "path": "evaluate_tool/evaluate.py", "commit": "ef08505563cd98719dcda4314e5786cb901a6aa2"}
 PRIMARY = "final"
-TASK_TYPES = ("mrc_span",)  # the families it scores
+TASK_TYPES = type_names(MRC_SPAN)  # the families it scores
 FORMATS = ("multi_passage_qa",)  # the release files its gold is read from
 
 # evaluate_tool/punctuation as string_tool.py reads it (lines stripped as bytes)

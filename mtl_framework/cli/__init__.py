@@ -112,7 +112,7 @@ def run_command(argv):
     except KeyboardInterrupt:  # Ctrl-C anywhere else: nothing half-written is kept
         print(f"\ninterrupted: mtl {args.command} stopped", file=sys.stderr)
         return INTERRUPTED
-    except (ImportError, ValueError) as error:  # Keras could not load its backend here
+    except (ImportError, ValueError):  # Keras could not load its backend here
         problem = backend_problem()
         if problem is None:
             raise

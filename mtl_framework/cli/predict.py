@@ -9,6 +9,7 @@ JSON line per input example (`id` + `prediction`, input order); the third writes
 CLUE 1.1 submission files of the run's CLUE tasks from their test splits
 (docs/predict.md).
 """
+import io
 import json
 import os
 import sys
@@ -119,7 +120,7 @@ def read_texts(values):
         if value == "-":
             texts += [line.rstrip("\r\n") for line in stdin_lines() if line.strip()]
             continue
-        utf8_text(value.encode("utf-8", "surrogateescape"), f"--text #{number}")
+        utf8_text(argument_bytes(value), f"--text #{number}")
         if not value.strip():
             raise UserError(f"mtl predict: --text #{number} is empty: give a text (training "
                             "skips empty texts, so a prediction for one means nothing)")
@@ -136,7 +137,18 @@ def stdin_lines():
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:  # a text stream given in place of stdin (Python callers)
         return list(sys.stdin)
-    return utf8_text(stream.read(), "--text - (stdin)").splitlines(keepends=True)
+    # universal newlines, as iterating sys.stdin splits them
+    return list(io.StringIO(utf8_text(stream.read(), "--text - (stdin)"), newline=None))
+
+
+def argument_bytes(value):
+    """The bytes a --text argument was given as: Python hands undecodable argv bytes on as
+    U+DC80..U+DCFF (surrogateescape); any other lone surrogate (a Python caller's string)
+    as its UTF-8-style encoding, which strict decoding then refuses at the same place."""
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass")
 
 
 def utf8_text(data, where):

@@ -137,8 +137,13 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
         write_record(output, experiment)  # the record of what ran
         run.train()
     results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
-    line = evaluation.record(run.run_dir, run.step, eval_split, results,
-                             {"max_examples": eval_max_examples} if eval_max_examples else None)
+    try:
+        line = evaluation.record(run.run_dir, run.step, eval_split, results,
+                                 {"max_examples": eval_max_examples} if eval_max_examples else None)
+    except UserError as error:  # a full disk: the scores are shown before the error's line
+        if getattr(error, "line", None):
+            log(evaluation.format_results(error.line))
+        raise
     log(evaluation.format_results(line))
     return run, {**line, "start": start}
 

@@ -69,14 +69,15 @@ class FullDisk:
         return getattr(self.file, name)
 
 
-def full_disk_under(monkeypatch, folder):
-    """Every file opened for writing under `folder` from now on: a FullDisk."""
+def full_disk_under(monkeypatch, folder, name=""):
+    """Every file opened for writing under `folder` (named `name`...) from now on: a
+    FullDisk."""
     real_open, folder = builtins.open, os.path.realpath(folder) + os.sep
 
     def open_on_a_full_disk(file, mode="r", *args, **kwargs):
         opened = real_open(file, mode, *args, **kwargs)
         inside = isinstance(file, (str, os.PathLike)) and \
-            os.path.realpath(file).startswith(folder)
+            os.path.realpath(file).startswith(folder) and Path(file).name.startswith(name)
         return FullDisk(opened) if inside and any(c in mode for c in "wax") else opened
 
     monkeypatch.setattr(builtins, "open", open_on_a_full_disk)
@@ -154,6 +155,24 @@ def test_d06_finetune_on_a_full_disk_leaves_nothing_that_refuses_the_retry(
     monkeypatch.undo()
     assert cli.main([str(a) for a in argv]) == 0
     assert (output / "finetune.yaml").stat().st_size > 0
+
+
+def test_d06_a_full_disk_at_the_finetunes_evaluation_shows_its_scores(trained, tmp_path,
+                                                                      capsys, monkeypatch):
+    output = tmp_path / "ft"
+    full_disk_under(monkeypatch, output, "evaluations.jsonl")
+    capsys.readouterr()
+    assert cli.main(["finetune", str(trained["export"]), "chnsenticorp", "--data-root",
+                     str(DEMO_DATA), "--output", str(output), "--steps", "1", "--batch-size", "2",
+                     "--max-length", "16", "--eval-max-examples", "4", "--cache-dir",
+                     str(trained["folder"] / "cache")]) == 2
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert "Traceback" not in err and len(errors) == 1 and errors[0].startswith(
+        f"error: {output / 'evaluations.jsonl'}: no space left on the device: the evaluation "
+        "of step 1 could not be recorded"), err
+    assert "chnsenticorp" in out and "[step 1, split dev]" in out  # the scores, shown first
+    assert not (output / "evaluations.jsonl").exists()
 
 
 # --- predict: lengths, bytes, empty texts, pairs, outputs (N75, N29-N34, N25, N81) ---------

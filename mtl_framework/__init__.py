@@ -2,6 +2,8 @@
 BERT, ALBERT)."""
 import os
 
+# Unset, Keras's backend is TensorFlow; the CLI says so when TensorFlow is not installed.
+BACKEND_DEFAULTED = "KERAS_BACKEND" not in os.environ
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 # As quiet as `mtl`: TensorFlow's own log lines (absl's notice, oneDNN, CUDA probes) are

@@ -89,6 +89,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
                               "path is relative to the experiment file)")
     _check_task_files(experiment, tasks, root, training=resume is not None)
     vocab = _vocab(experiment)
+    _check_exact_padding(experiment)
     if MLM_TASK in entries:
         _check_mlm_tie(experiment)
     run = RunDir(run_dir)
@@ -103,6 +104,21 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     if resume is not None:
         check_run_dir(plan, resume)
     return plan
+
+
+def _check_exact_padding(experiment):
+    """exact_padding: true sums the attention softmax in float64, which JAX has only with
+    x64 enabled: without it JAX computes float32, its own warning muted with the rest."""
+    if experiment.backbone.get("exact_padding") is not True or \
+            os.environ.get("KERAS_BACKEND") != "jax":
+        return
+    import jax
+
+    if not jax.config.jax_enable_x64:
+        raise ExperimentError(
+            f"{experiment.where('backbone', 'exact_padding')}: exact_padding: true needs "
+            "float64, which JAX computes only with JAX_ENABLE_X64=1 (else float32, silently): "
+            "set JAX_ENABLE_X64=1, or exact_padding: null (auto) or false")
 
 
 def _check_mlm_tie(experiment):

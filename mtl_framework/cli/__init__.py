@@ -112,3 +112,36 @@ def run_command(argv):
     except KeyboardInterrupt:  # Ctrl-C anywhere else: nothing half-written is kept
         print(f"\ninterrupted: mtl {args.command} stopped", file=sys.stderr)
         return INTERRUPTED
+    except (ImportError, ValueError):  # Keras could not load its backend here
+        problem = backend_problem()
+        if problem is None:
+            raise
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+
+
+BACKENDS = ("tensorflow", "jax")  # step/__init__.py's: what mtl trains on
+
+
+def backend_problem():
+    """Why Keras's backend (KERAS_BACKEND) cannot run mtl in this Python, as one line
+    saying what to set or install; None when it can. Asked only after an import failed:
+    commands that need no Keras (tasks, data) run whatever KERAS_BACKEND says."""
+    import importlib.util
+
+    import mtl_framework
+
+    backend = os.environ.get("KERAS_BACKEND", "tensorflow")
+    installed = [name for name in BACKENDS if importlib.util.find_spec(name) is not None]
+    if backend in installed:
+        return None
+    here = f"this Python, {sys.executable}"
+    if backend not in BACKENDS:
+        fix = (f"set KERAS_BACKEND={installed[0]} (installed here)" if installed
+               else "install tensorflow or jax and set KERAS_BACKEND to it")
+        return f"KERAS_BACKEND={backend}: mtl runs on tensorflow or jax only ({here}): {fix}"
+    given = ("KERAS_BACKEND is not set, so mtl uses tensorflow" if mtl_framework.BACKEND_DEFAULTED
+             else f"KERAS_BACKEND={backend}")
+    fix = (f"set KERAS_BACKEND={installed[0]} (installed here), or install {backend}"
+           if installed else f"install {backend}")
+    return f"{given}, which is not installed in {here}: {fix}"

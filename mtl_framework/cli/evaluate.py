@@ -34,15 +34,26 @@ def register(subparsers):
 
 def run(args):
     check_rope_scaling(args.rope_scaling)  # before anything is read or written
-    from mtl_framework.evaluation.dev import evaluate_run, format_results
+    from mtl_framework.evaluation.dev import evaluate_run
+    from mtl_framework.rundir.records import RecordNotWritten
 
     log = (lambda message: print(message, file=sys.stderr)) if args.json else print
-    line = evaluate_run(args.run_dir, args.split, args.tasks, args.batch_size,
-                        args.max_examples, log=log, data_root=args.data_root,
-                        max_length=args.max_length, rope_scaling=args.rope_scaling)
-    if args.json:
+    try:
+        line = evaluate_run(args.run_dir, args.split, args.tasks, args.batch_size,
+                            args.max_examples, log=log, data_root=args.data_root,
+                            max_length=args.max_length, rope_scaling=args.rope_scaling)
+    except RecordNotWritten as error:  # a full disk: the scores first, then the error's line
+        show(error.line, args.json)
+        raise
+    show(line, args.json)
+    return 0
+
+
+def show(line, as_json):
+    from mtl_framework.evaluation.dev import format_results
+
+    if as_json:
         strict_json.dump(line, sys.stdout, ensure_ascii=False, indent=1, default=float)
         print()
     else:
         print(format_results(line))
-    return 0

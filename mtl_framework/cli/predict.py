@@ -9,6 +9,7 @@ JSON line per input example (`id` + `prediction`, input order); the third writes
 CLUE 1.1 submission files of the run's CLUE tasks from their test splits
 (docs/predict.md).
 """
+import io
 import os
 import sys
 
@@ -109,16 +110,55 @@ def run(args):
 
 def read_texts(values):
     """The --text values in order, `-` replaced by stdin's lines (one text each; blank
-    lines skipped, a trailing newline or `\r` removed)."""
+    lines skipped, a trailing newline or `\r` removed). Refused in one line: bytes that
+    are not UTF-8 (an argument or stdin, with the byte offset), and an empty --text
+    (training skips empty rows: its label would mean nothing)."""
     from mtl_framework.errors import UserError
 
     texts = []
-    for value in values:
-        if value != "-":
-            texts.append(value)
+    for number, value in enumerate(values, 1):
+        if value == "-":
+            texts += [line.rstrip("\r\n") for line in stdin_lines() if line.strip()]
             continue
-        texts += [line.rstrip("\r\n") for line in sys.stdin if line.strip()]
-    if not any(text.strip() for text in texts):
+        utf8_text(argument_bytes(value), f"--text #{number}")
+        if not value.strip():
+            raise UserError(f"mtl predict: --text #{number} is empty: give a text (training "
+                            "skips empty texts, so a prediction for one means nothing)")
+        texts.append(value)
+    if not texts:
         raise UserError("mtl predict: --text: no text given" + (" (stdin was empty)"
                                                                  if "-" in values else ""))
     return texts
+
+
+def stdin_lines():
+    """stdin's lines, decoded as UTF-8 from its bytes (a pipe of another encoding, or of
+    binary data, is refused naming the byte, not read as replacement characters)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text stream given in place of stdin (Python callers)
+        return list(sys.stdin)
+    # universal newlines, as iterating sys.stdin splits them
+    return list(io.StringIO(utf8_text(stream.read(), "--text - (stdin)"), newline=None))
+
+
+def argument_bytes(value):
+    """The bytes a --text argument was given as: Python hands undecodable argv bytes on as
+    U+DC80..U+DCFF (surrogateescape); any other lone surrogate (a Python caller's string)
+    as its UTF-8-style encoding, which strict decoding then refuses at the same place."""
+    try:
+        return value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "surrogatepass")
+
+
+def utf8_text(data, where):
+    """`data` decoded as UTF-8, or a UserError naming `where` and the offending byte."""
+    from mtl_framework.errors import UserError
+
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise UserError(f"mtl predict: {where}: not UTF-8 (byte 0x{data[error.start]:02x} at "
+                        f"byte offset {error.start}, line {line}): convert it, e.g. "
+                        "`iconv -f GBK -t UTF-8`") from None

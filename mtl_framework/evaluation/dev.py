@@ -40,6 +40,7 @@ from mtl_framework.mixing.mixture import iterate_batches
 from mtl_framework.plan import missing_files
 from mtl_framework.prepare.cache import CacheNotes, cached_features
 from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.records import RecordNotWritten
 from mtl_framework.saving.trained import open_run
 from mtl_framework.scoring import scorers
 from mtl_framework.scoring.metrics import compute_metric, majority_predictions, primary_score
@@ -299,7 +300,11 @@ def record(run_dir, step, split, results, settings=None):
     settings: what differed from training (max_length, rope_scaling), kept in the line."""
     line = {"step": int(step), "split": split, "time": time.time(), "tasks": results,
             "aggregate": aggregate(results), **(settings or {})}
-    RunDir(run_dir).append_evaluation(line)
+    try:
+        RunDir(run_dir).append_evaluation(line)
+    except RecordNotWritten as error:
+        error.line = line  # the scores: `mtl evaluate` shows them before the error's line
+        raise
     return line
 
 
@@ -339,6 +344,7 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     if data_root and not os.path.isdir(data_root):
         raise UserError(f"--data-root {data_root}: no such folder")
     trained = open_run(run_dir, log=log, rope_scaling=rope_scaling)
+    trained.check_length(max_length)  # before anything is built
     experiment, checkpoint = trained.experiment, trained.checkpoint
     settings = {**({"max_length": int(max_length)} if max_length is not None else {}),
                 **({"rope_scaling": trained.rope_scaling} if rope_scaling is not None else {})}

@@ -68,6 +68,7 @@ def load_model(path: str, data_root: str | None = None, specs: Iterable[str] = (
     from mtl_framework.saving.trained import open_trained
 
     trained = open_trained(path, log=log, rope_scaling=rope_scaling)
+    trained.check_length(max_length)  # before anything is built
     experiment = trained.experiment
     if experiment is None:  # an export: the specs and data given
         return PredictModel(trained, list(specs), data_root or default_data_root(), max_length, log)
@@ -88,6 +89,7 @@ class PredictModel:
         from mtl_framework.tokenizer import Tokenizer
 
         self.source, self.data_root, self.max_length = trained.source, data_root, max_length
+        self.max_positions = trained.max_positions
         self.log = log or (lambda message: None)
         trained.saved_heads()  # a backbone-only export is refused before anything is built
         if not os.path.isfile(trained.vocab):
@@ -131,8 +133,10 @@ class PredictModel:
         return labels
 
     def length(self, task):
-        """max_length as training used it: the spec's, capped by the run's (or --max-length)."""
-        return min(task.max_length, self.max_length) if self.max_length else task.max_length
+        """max_length as training used it: the spec's, capped by the run's (or --max-length)
+        and by a learned position table (an export records no run length)."""
+        length = min(task.max_length, self.max_length) if self.max_length else task.max_length
+        return min(length, self.max_positions or length)
 
     # --- reading and predicting ------------------------------------------------
 
@@ -247,11 +251,19 @@ class PredictModel:
         whole) or stdout. `separator` splits each text once into text and text_b."""
         task = self.task(task_name)
         if separator is not None:
+            if not family(task.type).two_texts and "text_b" not in (task.fields or {}):
+                raise UserError(f"--separator {separator!r}: task {task.name!r} reads one text "
+                                f"(its spec {task.spec_path} has no text_b): drop --separator")
             missing = next((t for t in texts if separator not in t), None)
             if missing is not None:
                 raise UserError(f"--text {missing!r}: no {separator!r} in it: with --separator, "
                                 f"each text is `TEXT{separator}TEXT_B`")
             texts = [tuple(t.split(separator, 1)) for t in texts]
+            empty = next((t for t in texts if not t[0].strip() or not t[1].strip()), None)
+            if empty is not None:
+                raise UserError(f"--text {separator.join(empty)!r}: its "
+                                f"{'first' if not empty[0].strip() else 'second'} text is "
+                                f"empty: give TEXT{separator}TEXT_B, both non-empty")
         started = time.time()
         rows = self.predict(task, self.text_examples(task, texts), batch_size)
         lines = []
@@ -413,6 +425,11 @@ def check_output(output, inputs=(), model_dir=None, force=False, folder=False):
             os.path.realpath(output).startswith(os.path.realpath(model_dir) + os.sep):
         raise UserError(f"{flag} {output}: a file of {model_dir}, which the predictions "
                         "would replace: write them outside it")
+    inside = os.path.realpath(output) + os.sep
+    if model_dir and folder and inside.startswith(os.path.realpath(model_dir) + os.sep):
+        raise UserError(f"{flag} {output}: {model_dir} or a folder inside it (a checkpoint's, "
+                        "whose files the CLUE files would mix with or replace): write them "
+                        "outside it")
     if folder:
         check_folder(output, flag)
         return

@@ -17,6 +17,7 @@ paired comparison (`mtl benchmark`) can check it instead of assuming it.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -133,12 +134,16 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
             raise UserError(str(error).replace(
                 draft, f"the fine-tune's settings ({FINETUNE_YAML}, not written)")) from None
         start = start_digests(run, task)
-        os.makedirs(output, exist_ok=True)
-        write_yaml(os.path.join(output, FINETUNE_YAML), experiment)  # the record of what ran
+        write_record(output, experiment)  # the record of what ran
         run.train()
     results = run.evaluate(eval_split, batch_size=eval_batch_size, max_examples=eval_max_examples)
-    line = evaluation.record(run.run_dir, run.step, eval_split, results,
-                             {"max_examples": eval_max_examples} if eval_max_examples else None)
+    try:
+        line = evaluation.record(run.run_dir, run.step, eval_split, results,
+                                 {"max_examples": eval_max_examples} if eval_max_examples else None)
+    except UserError as error:  # a full disk: the scores are shown before the error's line
+        if getattr(error, "line", None):
+            log(evaluation.format_results(error.line))
+        raise
     log(evaluation.format_results(line))
     return run, {**line, "start": start}
 
@@ -146,6 +151,27 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
 def write_yaml(path, experiment):
     with open(path, "w", encoding="utf-8") as f:
         yaml.safe_dump(experiment, f, allow_unicode=True, sort_keys=False)
+
+
+def write_record(output, experiment):
+    """finetune.yaml into `output`, whole or not at all: a failed write (a full disk)
+    leaves no file (nor a folder it made), which would refuse the retry as a run."""
+    from mtl_framework.rundir.outputs import write_text_atomic
+
+    made = not os.path.exists(output)
+    try:
+        os.makedirs(output, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"--output {output}: cannot be made ({error.strerror or error}): "
+                        "free space or give another folder") from None
+    try:
+        write_text_atomic(os.path.join(output, FINETUNE_YAML),
+                          yaml.safe_dump(experiment, allow_unicode=True, sort_keys=False))
+    except UserError:
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(output)  # empty: the one file was never written
+        raise
 
 
 def check_output(output):

@@ -217,9 +217,22 @@ class RunLogger(keras.callbacks.Callback):
             self.run.log(f"stopping at update {self.step} of {exp.steps}: {tracker.stop_reason()}")
             self.run.model.stop_training = True
 
-    def checkpoint(self):
+    def checkpoint(self, final=False):
         """A checkpoint, unless a task is in a run of skipped (non-finite) micro-batches:
-        the state then may be what made them non-finite (the next checkpoint catches up)."""
+        the state then may be what made them non-finite (the next checkpoint catches up;
+        after the last update none does: said on stderr, naming the newest one kept)."""
+        if self.bad_since and final:
+            tasks = ", ".join(sorted(self.bad_since))
+            kept = self.run.checkpoint_dirs()
+            newest = (f"the newest checkpoint is {self.run.run.checkpoint_path(kept[-1])}"
+                      if kept else "the run has no checkpoint")
+            overflow = (" (under mixed_float16, loss-scale overflows while the scale settles)"
+                        if self.run.experiment.precision == "mixed_float16" else "")
+            if self.run.is_chief:
+                warn(f"the final update {self.step} has no checkpoint: the last micro-batches of "
+                     f"{tasks} were non-finite and skipped{overflow}; {newest}: `mtl train "
+                     "... --resume` trains the updates after it again")
+            return
         if self.bad_since:
             self.run.log(f"warning: no checkpoint at step {self.step}: the last micro-batches of "
                          f"{', '.join(sorted(self.bad_since))} were non-finite (skipped)")
@@ -247,7 +260,7 @@ class RunLogger(keras.callbacks.Callback):
             self.metrics.close()
             self.writer.close()
             raise self.non_finite_end()
-        self.checkpoint()
+        self.checkpoint(final=True)
         best = self.run.best
         if self.step < self.run.experiment.steps and not (best and best.exhausted()):
             self.run.log(f"stopped at update {self.step} of {self.run.experiment.steps} by a "

@@ -1,5 +1,6 @@
 """JSON-lines records of a run (metrics.jsonl, evaluations.jsonl, provenance.jsonl): read,
 appended and cut back, each robust to the one line a killed write can leave unfinished."""
+import errno
 import json
 import os
 import sys
@@ -28,6 +29,39 @@ def drop_cut_last_line(path):
                 warn(f"{path}: removed an unfinished last line (a killed write)")
     except FileNotFoundError:
         pass
+
+
+class RecordNotWritten(UserError):
+    """A record line a write failure (a full disk) kept out of its file, which is as it
+    was: the caller may show what the line held before this ends the command."""
+
+
+def no_space_or(error):
+    """An OSError's reason as a user reads it."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "no space left on the device"
+    return error.strerror or str(error)
+
+
+def append_whole(path, text, what):
+    """`text` appended to `path` whole or not at all: on a failed write the file is cut
+    back to its size before (a full disk can take part of a line), then a
+    RecordNotWritten naming `what`."""
+    size = os.path.getsize(path) if os.path.isfile(path) else None
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as error:
+        try:
+            if size is None:
+                os.remove(path)
+            else:
+                os.truncate(path, size)
+        except OSError:
+            pass
+        raise RecordNotWritten(f"{path}: {no_space_or(error)}: {what} could not be recorded; "
+                               "the file is as it was: free space, then run the command "
+                               "again") from None
 
 
 def trim_records(path, step, log=print):
@@ -61,9 +95,18 @@ def trim_records(path, step, log=print):
     if not (cut or later):
         return 0
     temporary = f"{path}{TEMPORARY}{uuid.uuid4().hex}"
-    with open(temporary, "w", encoding="utf-8") as f:
-        f.writelines(kept)
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(temporary, path)
+    except BaseException as error:  # a full disk, a Ctrl-C: no temporary left, the file as it was
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        if not isinstance(error, OSError):
+            raise
+        raise UserError(f"{path}: {no_space_or(error)} while cutting it back to the updates "
+                        f"<= {step} for the resume; it is as it was: free space, then "
+                        "resume again") from None
     if log:
         log(f"{path}: " + ", ".join(
             ([f"{later} line(s) of updates after {step} removed (trained again)"] if later else [])

@@ -355,10 +355,12 @@ class RunDir:
             records.trim_records(path, step, log=log)
 
     def append_evaluation(self, line):
+        """One line onto evaluations.jsonl, whole or not at all: a failed write (a full
+        disk) is cut back to the file as it was and raised as a RecordNotWritten."""
         path = self.evaluations_path
         records.drop_cut_last_line(path)  # appended onto, a cut line would merge with this one
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line, ensure_ascii=False, default=float) + "\n")
+        records.append_whole(path, json.dumps(line, ensure_ascii=False, default=float) + "\n",
+                             f"the evaluation of step {line.get('step')}")
 
     def read_evaluations(self, log=None):
         """Every line of evaluations.jsonl (empty when the run was never evaluated). A last

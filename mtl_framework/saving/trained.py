@@ -27,12 +27,14 @@ class Trained:
     checkpoint: the rundir Checkpoint read (None for an export).  vocab: its vocab.txt.
     max_length: the run's max_length (an export: the length it records, or None).
     rope_scaling: the setting asked for instead of the backbone's own, normalised, or
-    None when none was asked."""
+    None when none was asked.  max_positions: the length of a learned position table
+    (BERT, ALBERT), read from the config before anything is built; None for RoFormerV2."""
 
     def __init__(self, source, experiment, checkpoint, vocab, build, saved_heads, max_length,
-                 rope_scaling=None, precision=None):
+                 rope_scaling=None, precision=None, max_positions=None):
         self.source, self.experiment, self.checkpoint, self.vocab = \
             source, experiment, checkpoint, vocab
+        self.max_positions = max_positions
         self.max_length, self.rope_scaling = max_length, rope_scaling
         # what the model computes in: the run's precision, float32 for an export folder
         self.precision = precision or (experiment.precision if experiment else "float32")
@@ -50,6 +52,15 @@ class Trained:
                     raise
                 raise UserError(f"{self.source}: {error}") from None
         return self._backbone
+
+    def check_length(self, max_length, flag="--max-length"):
+        """Refuse a length past the learned position table before anything is built (its
+        positions do not exist: TensorFlow fails in a gather, JAX reads NaN)."""
+        if max_length is not None and self.max_positions is not None and \
+                max_length > self.max_positions:
+            raise UserError(f"{flag} {max_length}: longer than the backbone's max_positions "
+                            f"{self.max_positions} ({self.source}: its learned position table "
+                            f"has no rows past it): give {flag} {self.max_positions} or less")
 
     @property
     def head_metadata(self):
@@ -103,7 +114,8 @@ def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
     return Trained(run.path, experiment, chosen, vocab,
                    lambda: checkpoint_backbone(chosen, **overrides),
                    lambda: run_heads(chosen), experiment.max_length, scaling,
-                   precision or run_precision(experiment, run.stored_experiment())[0])
+                   precision or run_precision(experiment, run.stored_experiment())[0],
+                   chosen.trainer.get("backbone", {}).get("max_positions"))
 
 
 def _open_export(directory, rope_scaling):
@@ -120,7 +132,8 @@ def _open_export(directory, rope_scaling):
         return saved
 
     return Trained(directory, None, None, os.path.join(directory, VOCAB_FILE),
-                   lambda: architectures.load_preset(directory, **overrides), heads, None, scaling)
+                   lambda: architectures.load_preset(directory, **overrides), heads, None, scaling,
+                   max_positions=preset.read_config(directory).get("max_positions"))
 
 
 def _parsed_rope_scaling(value, trained_length, source):

@@ -57,6 +57,31 @@ class BertBackbone(Backbone):
 
     make_config = staticmethod(backbone_config)  # its presets' full config
 
+    @classmethod
+    def from_size(cls, size, **overrides):
+        """A new backbone of a size name (small, base, large), built, as RoFormerV2's."""
+        backbone = cls.from_config(cls.make_config(size, **overrides))
+        backbone.build()
+        return backbone
+
+    @classmethod
+    def from_preset(cls, directory, **overrides):
+        """Our keras preset folder (`mtl export --format keras`) of this architecture, or
+        a size name (no such folder): a new backbone of that size, built, as
+        RoFormerV2Backbone.from_preset and keras-hub's from_preset return."""
+        import os
+
+        from mtl_framework import architectures
+        from mtl_framework.architectures.bert.presets import PRESETS
+
+        if str(directory) in PRESETS and not os.path.isdir(directory):
+            return cls.from_size(str(directory), **overrides)
+        backbone = architectures.load_preset(str(directory), **overrides)
+        if not isinstance(backbone, cls):
+            raise ValueError(f"{directory}: holds a {type(backbone).__name__}, not a "
+                             f"{cls.__name__}: load it with {type(backbone).__name__}.from_preset")
+        return backbone
+
     def distinct_layers(self):
         """BERT: a block of its own per layer."""
         return self.config["num_layers"]

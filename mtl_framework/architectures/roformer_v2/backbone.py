@@ -89,7 +89,11 @@ class RoFormerV2Backbone(Backbone):
 
     @classmethod
     def from_size(cls, size, **overrides):
-        return cls(**backbone_config(size, **overrides))
+        """A new backbone of a size name, built: its weights exist (count_params, summary)
+        before any call, as keras-hub's from_preset returns a built model."""
+        backbone = cls(**backbone_config(size, **overrides))
+        backbone.build()
+        return backbone
 
     def build(self, input_shape=None):
         # Build every weight eagerly so checkpoints and optimizers see them before any call.

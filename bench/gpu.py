@@ -475,7 +475,8 @@ def markdown(result):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", required=True, help="JSON path (the .md goes beside it)")
+    parser.add_argument("--output", help="JSON path (the .md goes beside it); default "
+                                          "bench/results/gpu.json, which --quick never replaces")
     parser.add_argument("--quick", action="store_true",
                         help="tiny model, short sequences, 2 timed steps (CPU smoke test)")
     parser.add_argument("--systems", nargs="+", default=SYSTEMS, choices=SYSTEMS)
@@ -491,6 +492,9 @@ def main(argv=None):
     parser.add_argument("--no-table", action="store_true",
                         help="only the multi-task part (no backbone table)")
     args = parser.parse_args(argv)
+    if args.output is None and args.quick:
+        parser.error("--quick needs --output: a smoke test must not replace bench/results/gpu.json")
+    args.output = args.output or str(Path(__file__).resolve().parent / "results" / "gpu.json")
     args.budget_s = args.budget_s or (3600.0 if args.quick else 480.0)
     deadline = Deadline(args.budget_s)
     args.rounds = args.rounds or (1 if args.quick else 3)

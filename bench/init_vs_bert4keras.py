@@ -24,9 +24,11 @@ and CLUENER (NER, span F1), scored on dev:
   heads TruncatedNormal(0.02), pointers lecun_normal shared by both Dense).
 
 Decoding is the same for both sides: argmax; spans scoring > 0 without [CLS]
-and [SEP], the 256 best kept (our EntityHead.decode). Writes
+and [SEP], the 256 best kept (our EntityHead.decode). Writes the study into
 bench/results/init_vs_bert4keras.{json,md}: every run's score, mean and 95%
-interval (t) per side, and the paired per-seed difference ours - bert4keras.
+interval (t) per side, and the paired per-seed difference ours - bert4keras. A study is
+named by its tasks and updates (`tnews_cluener300`, `cluener600`) unless --study names it;
+the file keeps its other studies (bench/studies.py), and re-running one replaces its entry.
 Dev: the first --dev-examples rows of each dev split (TNEWS 4032 of 10000 by default, to
 save CPU on a shared machine; all 1343 of CLUENER).
 The machine is shared: the JSON records the load average.
@@ -46,6 +48,7 @@ import numpy as np
 from bench import REPO, child_env
 from bench.bert4keras_init_worker import learning_rate  # one schedule for both sides
 from bench.load import cpu_model, load_average
+from bench.studies import read_study, write_study
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -323,6 +326,9 @@ def main():
     parser.add_argument("--work-dir", default=str(REPO / ".cache" / "init_vs_bert4keras"))
     parser.add_argument("--output-dir", default=None,
                         help="default bench/results (--quick: the work folder)")
+    parser.add_argument("--study", default=None,
+                        help="the study's name in init_vs_bert4keras.json (default: the tasks, "
+                             "then the updates, e.g. tnews_cluener300)")
     parser.add_argument("--add-runs", metavar="JSON", nargs="+", default=[],
                         help="also keep the runs of these results files (same settings), "
                              "e.g. a side measured in a parallel invocation")
@@ -331,6 +337,7 @@ def main():
         if getattr(args, key) is None:
             setattr(args, key, value)
     output = Path(args.output_dir or (args.work_dir if args.quick else REPO / "bench" / "results"))
+    args.study = args.study or f"{'_'.join(args.tasks)}{args.steps}"
     work = Path(args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     args.work_dir = str(work)
@@ -368,11 +375,11 @@ def settings_of(args):
 
 
 def previous_runs(args, path):
-    """The runs of a results file made with the same settings (so sides and seeds can
+    """The runs of the study in a results file, made with the same settings (so sides and seeds can
     be added in several invocations on a busy machine)."""
-    if not path.exists():
+    old = read_study(path, args.study)
+    if old is None:
         return []
-    old = json.loads(path.read_text())
     same = {k: v for k, v in old["settings"].items() if k != "seeds"} == settings_of(args)
     return old["runs"] if same else []
 
@@ -402,11 +409,10 @@ def write_results(args, output, config, data, runs, started, load_start):
               "runs": runs, "summary": summary, "paired": paired,
               "load_average": [load_start, load_average()], "cpu": cpu_model(),
               "wall_s": time.perf_counter() - started}
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "init_vs_bert4keras.json").write_text(json.dumps(result, indent=1))
-    text = markdown(result)
-    (output / "init_vs_bert4keras.md").write_text(text)
-    return text
+    write_study(output / "init_vs_bert4keras.json", "bench/init_vs_bert4keras.py",
+                "Initialisation: ours vs bert4keras 0.11.5, from scratch", args.study, result,
+                markdown)
+    return markdown(result)
 
 
 if __name__ == "__main__":

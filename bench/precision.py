@@ -13,14 +13,16 @@ rewritten: results come out as they are measured. Reported per task and seed: de
 (tnews accuracy, cluener span F1, first `eval_examples` dev examples), the paired
 difference bf16 - f32, its mean and 95% t-interval over seeds, and the seconds per update
 of each run (median after the first updates), beside the load average (the machine is
-shared). Writes bench/results/precision.json and precision.md (--quick: its work folder).
+shared). Writes the study into bench/results/precision.json and precision.md (--quick: its
+work folder), beside the file's other studies (bench/studies.py). A study is named by its
+tasks and updates (`mixture600`: TNEWS + CLUENER, 600 updates; `tnews600`; `cluener600`)
+unless --study names it; re-running one replaces its entry.
 
 `precision: auto` (mtl_framework.config.precision.resolve_precision) picks mixed_bfloat16 on
 CPUs with amx_bf16 or avx512_bf16; it became the default once this study found that
 learning holds (docs/benchmarks.md says what it found). The study names both precisions.
 """
 import argparse
-import json
 import os
 import platform
 import time
@@ -30,6 +32,7 @@ from bench import REPO
 from bench.learning import build_shared_vocab, featurize
 from bench.load import cpu_model, load_average
 from bench.runs import interval, progress_lines, scratch_experiment, train_and_evaluate
+from bench.studies import write_study
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -128,8 +131,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="tiny smoke check")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--tasks", nargs="+", default=TASKS, choices=TASKS)
-    parser.add_argument("--name", default="precision",
-                        help="output files NAME.json and NAME.md (default precision)")
+    parser.add_argument("--study", default=None,
+                        help="the study's name in precision.json (default: `mixture` or the one "
+                             "task, then the updates, e.g. mixture600)")
     for key, value in FULL.items():
         parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None,
                             help=f"default {value} ({QUICK[key]} with --quick)")
@@ -145,7 +149,7 @@ def main():
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     out = Path(args.output_dir or (work if args.quick else REPO / "bench" / "results"))
-    out.mkdir(parents=True, exist_ok=True)
+    study = args.study or f"{'mixture' if len(args.tasks) > 1 else args.tasks[0]}{args.steps}"
 
     def log(message):
         print(f"[precision {time.strftime('%H:%M:%S')}] {message}", flush=True)
@@ -184,9 +188,8 @@ def main():
         result["paired"], result["speedup"] = paired(result["runs"], args.seeds, args.tasks)
         result["complete"] = len(result["runs"]) == len(order)
         result["load_average_end"] = load_average()
-        (out / f"{args.name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
-                                            encoding="utf-8")
-        (out / f"{args.name}.md").write_text(markdown(result), encoding="utf-8")
+        write_study(out / "precision.json", "bench/precision.py",
+                    "Learning under bfloat16 mixed precision (CPU)", study, result, markdown)
     print(markdown(result))
 
 

@@ -359,10 +359,10 @@ def main():
     results.mkdir(parents=True, exist_ok=True)
     if args.skip and (results / "prepare.json").exists():  # a partial run: keep the other sections
         earlier = json.loads((results / "prepare.json").read_text(encoding="utf-8"))
+        measured = [s for s in ("family_speed", "memory", "first_update") if s in out]
         out = {**earlier, **out, "machine": {**earlier.get("machine", {}), **out["machine"]}}
         out.setdefault("runs", earlier.get("runs", [])).append(
-            {"sections": [s for s in ("family_speed", "memory", "first_update") if s in out
-                          and s not in earlier], "machine": out["machine"]})
+            {"sections": measured, "started": out["started"], "machine": out["machine"]})
     (results / "prepare.json").write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     (results / "prepare.md").write_text(markdown(out), encoding="utf-8")
     print(markdown(out))

@@ -14,7 +14,7 @@ only when the gain clears that range. The CPU load of other processes is recorde
 (this machine is shared). Under heavy load rounds drift too much: `--alternate N`
 steps ours and a variant one step each in turn (ABBA), N pairs, and reads the median of
 the per-pair ratios with its ~95% interval. Writes JSON and a markdown table (default
-bench/results/speed_small128_ab.{json,md}; --append adds rows to an existing report).
+bench/results/speed_ab.{json,md}; --append adds rows to an existing report).
 """
 import argparse
 import json
@@ -38,7 +38,7 @@ from bench.load import cpu_model, load_average
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-OUTPUT = REPO / "bench" / "results" / "speed_small128_ab.json"
+OUTPUT = REPO / "bench" / "results" / "speed_ab.json"
 PRECISIONS = ["float32", "mixed_bfloat16"]
 
 

@@ -162,10 +162,11 @@ def apply_rotary(x, cos, sin):
     the products and sums of the textbook form.
     - TensorFlow, float32: each pair is a complex number and the rotation one complex
       multiply (`rotate_as_complex`), one pass each way; rotary cost ~4x less than the
-      float form's below (bench/results/speed_small128_ab.md).
+      float form's below (bench/results/speed_ab.md).
     - TensorFlow, 16-bit: the pair swap is one [N, d] x [d, d] matmul by a permutation
       (`pair_swap_matrix`), faster on TF's CPU kernels than a reverse of a [..., d/2, 2]
-      view and its gradient (bench/results/backbone.json's ablation).
+      view and its gradient (the ablation of bench/backbone.py's run of 2026-11-21, commit
+      41d839a: `git show 41d839a:bench/results/backbone.md`).
     - JAX: the reverse (`swap_pairs`). With the matmul, XLA's two-device DataParallel
       drifted 3.3e-5 (relative, 10 updates) from one device against 5e-7 with the reverse
       (tests/test_jax.py); inside a jitted step XLA fuses the elementwise work anyway.
@@ -292,7 +293,7 @@ def attention_context(weights, v):
     """weights [b, h, j, k] times v [b, h, k, d], token-major: [b, j, h, d]. On TensorFlow
     a batched matmul and one explicit transpose, whose backward is two batched matmuls and
     one transpose; einsum("bhjk,bhkd->bjhd") transposes inside its forward and backward
-    (bench/results/speed_small128_ab.md). JAX keeps the einsum: the speed was measured on
+    (bench/results/speed_ab.md). JAX keeps the einsum: the speed was measured on
     TensorFlow only, and the JAX tests' drift bounds were measured with the einsum."""
     if keras.backend.backend() == "jax":
         return ops.einsum("bhjk,bhkd->bjhd", weights, v)
@@ -303,7 +304,7 @@ class Dropout(keras.layers.Dropout):
     """keras.layers.Dropout (same seed stream, same outputs) spelled as x * mask, mask =
     where(uniform >= rate, 1 / (1 - rate), 0): its gradient is one multiply by the mask
     where TensorFlow's dropout differentiates a select and a multiply
-    (bench/results/speed_small128_ab.md). Other backends: Keras's own dropout."""
+    (bench/results/speed_ab.md). Other backends: Keras's own dropout."""
 
     def call(self, inputs, training=False):
         if (not (training and self.rate > 0) or self.noise_shape is not None

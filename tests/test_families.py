@@ -33,6 +33,8 @@ from mtl_framework.config import spec_schema
 from mtl_framework.config.registry import load_registry
 from mtl_framework.families import FAMILIES, MLM, family, featurizer_for_task, make_featurizer
 from mtl_framework.families import heads as H
+from mtl_framework.families.mlm_heads import MLMHead
+from mtl_framework.families.text_heads import ClassificationHead
 from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
 # --- the table ---------------------------------------------------------------------------
@@ -59,32 +61,32 @@ def test_the_schema_and_the_adapters_agree_with_the_table():
 
 
 def test_every_family_has_a_registered_head_class_and_its_own_featurizer():
-    assert set(H.HEAD_CLASSES) == set(FAMILIES)
+    assert set(H.head_classes()) == set(FAMILIES)
     for name, record in FAMILIES.items():
-        assert issubclass(H.HEAD_CLASSES[name], H.TaskHead), name
-        assert name in H.HEAD_CLASSES[name].families
+        assert issubclass(H.head_classes()[name], H.TaskHead), name
+        assert name in H.head_classes()[name].families
         assert record.featurizer.family == name
         # the head sits beside its family: families/<module>.py and families/<module>_heads.py
-        assert H.HEAD_CLASSES[name].__module__ == record.featurizer.__module__ + "_heads", name
+        assert H.head_classes()[name].__module__ == record.featurizer.__module__ + "_heads", name
 
 
 def test_families_sharing_a_head_class_train_alike():
     """`family` is left out of a head's trace key: what the step reads of the family
     (choice axis, loss denominator) must then be equal within a head class."""
-    for head_class in set(H.HEAD_CLASSES.values()):
+    for head_class in set(H.head_classes().values()):
         records = [FAMILIES[name] for name in head_class.families]
         assert len({(r.choice_axis, r.loss_denominator) for r in records}) == 1, head_class
 
 
 def test_a_head_from_its_constructor_or_config_knows_its_family():
-    made = H.ClassificationHead(3, family="matching")
+    made = ClassificationHead(3, family="matching")
     assert made.family == "matching" and made.get_config()["family"] == "matching"
-    assert H.ClassificationHead.from_config(made.get_config()).family == "matching"
-    assert H.ClassificationHead(3).family == "classification"  # its first family
-    assert H.MLMHead(embeddings=np.zeros((5, 4), "float32")).family == "mlm"
+    assert ClassificationHead.from_config(made.get_config()).family == "matching"
+    assert ClassificationHead(3).family == "classification"  # its first family
+    assert MLMHead(embeddings=np.zeros((5, 4), "float32")).family == "mlm"
     with pytest.raises(ValueError, match="ClassificationHead is the head of classification, "
                                          "matching, not 'regression'"):
-        H.ClassificationHead(3, family="regression")
+        ClassificationHead(3, family="regression")
 
 
 def test_raw_texts_become_examples_as_the_family_says():

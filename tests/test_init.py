@@ -11,7 +11,7 @@ import pytest
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2.layers import SelfAttention
 from mtl_framework.families import FAMILIES
-from mtl_framework.families.heads import HEAD_CLASSES, build_head
+from mtl_framework.families.heads import build_head, head_classes
 from mtl_framework.layers import RoFormerV2Initializer
 
 LAYERS = 4
@@ -45,7 +45,7 @@ def build_all(seed):
     for family, record in FAMILIES.items():
         if record.tied_embedding:
             continue  # the mlm head is the backbone's token embedding: no weights of its own
-        pointer = "head_size" in inspect.signature(HEAD_CLASSES[family]).parameters
+        pointer = "head_size" in inspect.signature(head_classes()[family]).parameters
         heads.append(build_head(family, 3 if record.min_labels else None, CONFIG["hidden_size"],
                                 num_layers=LAYERS, name=family,
                                 **({"head_size": 8} if pointer else {})))

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.families import FAMILIES
-from mtl_framework.families.heads import HEAD_CLASSES, build_head
+from mtl_framework.families.heads import build_head, head_classes
 from mtl_framework.step.model import MultiTaskModel
 
 HID, B = 16, 3
@@ -34,7 +34,7 @@ TASKS = {
 }
 # one group per head class (classification and matching share ClassificationHead, ...),
 # and multi_label changes the loss: one more
-FAMILY_GROUPS = len(set(HEAD_CLASSES.values())) + 1
+FAMILY_GROUPS = len(set(head_classes().values())) + 1
 
 
 def test_every_family_has_tasks_here():

@@ -112,7 +112,3 @@ def run_command(argv):
     except KeyboardInterrupt:  # Ctrl-C anywhere else: nothing half-written is kept
         print(f"\ninterrupted: mtl {args.command} stopped", file=sys.stderr)
         return INTERRUPTED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

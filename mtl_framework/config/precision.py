@@ -34,7 +34,7 @@ def resolve_precision(precision, cpuinfo=None):
     """(Keras dtype policy, why) for an experiment's `precision`: itself, or for `auto`
     mixed_bfloat16 where the CPU does bfloat16 matrix work natively, float32 elsewhere
     and on JAX (XLA's CPU backend runs our bfloat16 step slower than its float32 one:
-    0.89x, bench/results/backbone_small128_committed.md)."""
+    0.89x, bench/results/backbone.md)."""
     if precision not in PRECISION:
         raise ValueError(f"precision must be one of {PRECISION}, got {precision!r}")
     if precision != "auto":

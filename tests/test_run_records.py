@@ -157,6 +157,24 @@ def test_finetune_from_the_export_continues_its_heads_in_their_recorded_order(tr
         plan_run(str(path), output=str(workdir / "continued"), resume=False)
 
 
+def test_run_load_evaluates_with_the_recorded_order(trained, capsys):
+    from mtl_framework.loop.run import Run
+
+    spec = trained["specs"] / f"{TASK}.yaml"
+    original = spec.read_text(encoding="utf-8")
+    try:
+        write_spec(trained["specs"], SHIFTED)
+        said = []
+        run = Run.load(str(trained["run"]), log=said.append)
+        assert run.tasks[0].labels == LABELS
+        assert [line for line in said if "mapped by name" in line]
+        write_spec(trained["specs"], ["neg", "pos"])
+        with pytest.raises(Exception, match="the spec lists 2 labels, the trained head 3"):
+            Run.load(str(trained["run"]), log=None)
+    finally:
+        spec.write_text(original, encoding="utf-8")
+
+
 def run_copy(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained["run"], run)
@@ -202,7 +220,9 @@ def test_n72_a_same_size_vocab_in_place_of_the_runs_is_refused(trained, tmp_path
                 "--set", "steps=4"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "same size" in err and "vocab.txt" in err, err
-    assert files_of(run) == before
+    assert mtl(["export", str(run), "--format", "keras", "--output", str(tmp_path / "out")]) == 2
+    assert "the vocab was replaced" in capsys.readouterr().err
+    assert files_of(run) == before and not (tmp_path / "out").exists()
     export = tmp_path / "export"
     shutil.copytree(trained["export"], export)
     same_size_vocab(export / "vocab.txt")

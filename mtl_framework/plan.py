@@ -28,13 +28,7 @@ from mtl_framework.families import MLM
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.checkpoint import read_trainer
 from mtl_framework.rundir.outputs import check_folder
-from mtl_framework.rundir.trained_on import (
-    NO_LABELS_RECORD,
-    check_vocab,
-    first_difference,
-    label_difference,
-    matched_task,
-)
+from mtl_framework.rundir.trained_on import check_vocab, matched_task
 
 # Experiment keys holding paths relative to the experiment file; the run directory's
 # copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
@@ -110,7 +104,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     experiment = dataclasses.replace(experiment, raw={**experiment.raw, "precision": precision[0]})
     plan = Plan(experiment, run, root, registry, tasks, entries, vocab,
                 checkpoints=checkpoints, resolved=resolved_experiment(experiment, root),
-                precision=precision, notes=notes)
+                precision=precision, notes=list(dict.fromkeys(notes)))
     if resume is not None:
         check_run_dir(plan, resume)
     return plan
@@ -260,21 +254,12 @@ def _check_trained_on(plan, trainer, checkpoint):
                 "restore the run's own vocab.txt, or --output a new directory", log=notes.append)
     heads = trainer.get("heads") or {}
     for task in plan.tasks:
-        if task.name not in heads or task.labels is None and not task.label_file:
-            continue
-        recorded = heads[task.name].get("labels")
-        if recorded is None:
-            notes.append(f"{source} {NO_LABELS_RECORD} {task.name} (written by an older "
-                         "mtl_framework)")
-            continue
-        labels = task.resolve_labels(plan.data_root)
-        if label_difference(recorded, labels) is not None:
-            raise ExperimentError(
-                f"{task.spec_path}:{task.line}: task {task.name!r}: "
-                f"{first_difference(recorded, labels)} ({source}): task_specs may change, "
-                "labels may not (the head's outputs are in the recorded order): list the "
-                "labels as the run did, or --output a new directory")
-    plan.notes += [note for note in notes if note not in plan.notes]
+        if task.name in heads:
+            matched_task(task, heads[task.name], plan.data_root, source, notes.append,
+                         reorder=False, fix="task_specs may change, labels may not (the "
+                         "head's outputs are in the recorded order): list the labels as the "
+                         "run did, or --output a new directory")
+    plan.notes += [note for note in dict.fromkeys(notes) if note not in plan.notes]
 
 
 # What a run directory holds before its experiment.yaml is written: an older version's

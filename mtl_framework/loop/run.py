@@ -313,8 +313,11 @@ class Run:
         # each spec's labels against the ones the newest checkpoint's heads record
         newest = RunDir(run_dir).checkpoint_path(plan.checkpoints[-1])
         trainer, source = read_trainer(newest) or {}, os.path.join(newest, "trainer.json")
+        notes = []
         plan.tasks = [matched_task(task, (trainer.get("heads") or {}).get(task.name, {}),
-                                   plan.data_root, source, log) for task in plan.tasks]
+                                   plan.data_root, source, notes.append) for task in plan.tasks]
+        for note in dict.fromkeys(notes) if log else ():  # an older run's line: once
+            log(note)
         unknown = sorted(set(tasks or []) - {t.name for t in plan.tasks})
         if unknown:
             raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "

@@ -14,7 +14,8 @@ import dataclasses
 import hashlib
 
 NO_VOCAB_RECORD = "recorded no vocab hash: cannot check the vocab by content"
-NO_LABELS_RECORD = "recorded no label names: cannot check the labels of"
+NO_LABELS_RECORD = ("recorded no label names: cannot check the task specs' labels against its "
+                    "heads (written by an older mtl_framework)")
 
 
 def vocab_record(path):
@@ -90,12 +91,14 @@ def first_difference(recorded, labels):
             f"only in {what}")
 
 
-def matched_task(task, head, data_root, source, log=print):
+def matched_task(task, head, data_root, source, log=print, reorder=True,
+                 fix="use the task spec the head was trained on"):
     """The TaskSpec to read and decode `task` with, given its trained head's metadata
-    `head` (trainer.json's or heads.json's entry): the spec itself when its labels are the
-    recorded ones; the spec with the recorded order when the names match in another order
-    (logged); a UserError naming the first difference otherwise. A head without a record
-    (an older run) cannot be checked: logged, the spec is used as it is."""
+    `head` (trainer.json's or heads.json's entry; `source` the file): the spec itself when
+    its labels are the recorded ones; with `reorder`, the spec in the recorded order when
+    the names match in another order (logged); a UserError naming the first difference
+    and `fix` otherwise. A head without a record (an older run) cannot be checked: one
+    line, the same for every task, and the spec is used as it is."""
     from mtl_framework.errors import UserError
 
     if task.labels is None and not task.label_file:
@@ -105,17 +108,17 @@ def matched_task(task, head, data_root, source, log=print):
     except FileNotFoundError as error:
         raise UserError(f"{error} (pass --data-root)") from None
     recorded = head.get("labels")
-    if recorded is None:
+    if recorded is None:  # the same line for every task: a caller says it once
         if log:
-            log(f"{source} {NO_LABELS_RECORD} {task.name} (written by an older mtl_framework)")
+            log(f"{source} {NO_LABELS_RECORD}")
         return task
     difference = label_difference(recorded, labels)
     if difference is None:
         return task
-    if difference == "order":
+    if difference == "order" and reorder:
         if log:
             log(f"labels of {task.name} mapped by name (the spec lists them in another order "
                 f"than {source} records)")
         return dataclasses.replace(task, labels=list(recorded), label_file=None)
-    raise UserError(f"{task.spec_path}:{task.line}: task {task.name!r}: {difference} "
-                    f"({source}): use the task spec the head was trained on")
+    raise UserError(f"{task.spec_path}:{task.line}: task {task.name!r}: "
+                    f"{first_difference(recorded, labels)} ({source}): {fix}")

@@ -35,6 +35,7 @@ class Trained:
         self.source, self.experiment, self.checkpoint, self.vocab = \
             source, experiment, checkpoint, vocab
         self.heads_file, self.log = heads_file or source, log  # where the heads' record is
+        self._said = set()  # lines of `task` said once, not once per task
         self.max_length, self.rope_scaling = max_length, rope_scaling
         # what the model computes in: the run's precision, float32 for an export folder
         self.precision = precision or (experiment.precision if experiment else "float32")
@@ -70,7 +71,12 @@ class Trained:
         head records: the spec, the spec in the recorded order (same names, logged) or a
         UserError naming the first difference (rundir/trained_on.py)."""
         return matched_task(task, self.head_metadata.get(task.name, {}), data_root,
-                            self.heads_file, self.log)
+                            self.heads_file, self._once)
+
+    def _once(self, line):
+        if self.log and line not in self._said:
+            self._said.add(line)
+            self.log(line)
 
     def heads(self, scored_only=False):
         """{task: head}, rebuilt with their weights at the run's precision."""

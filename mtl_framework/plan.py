@@ -20,7 +20,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from mtl_framework import architectures
+from mtl_framework import architectures, formats
 from mtl_framework.config.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
 from mtl_framework.config.precision import AS_NAMED, recorded_precision, run_precision
 from mtl_framework.config.registry import UnknownTaskError, load_registry
@@ -28,6 +28,7 @@ from mtl_framework.families import MLM
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.checkpoint import read_trainer
 from mtl_framework.rundir.outputs import check_folder
+from mtl_framework.rundir.trained_on import check_vocab, matched_task
 
 # Experiment keys holding paths relative to the experiment file; the run directory's
 # copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
@@ -60,6 +61,8 @@ class Plan:
     checkpoints: list = field(default_factory=list)  # the run directory's step-* folders
     resolved: dict = field(default_factory=dict)  # experiment.yaml as the run directory keeps it
     precision: tuple = ("float32", AS_NAMED)  # (Keras policy, why): run_precision
+    # lines for the run's log: what the checks of a record could not check or mapped
+    notes: list = field(default_factory=list)
 
     @property
     def run_dir(self):
@@ -90,6 +93,8 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     _check_task_files(experiment, tasks, root, training=resume is not None)
     vocab = _vocab(experiment)
     _check_exact_padding(experiment)
+    notes = []
+    tasks = _init_head_tasks(experiment, tasks, root, notes)
     if MLM_TASK in entries:
         _check_mlm_tie(experiment)
     run = RunDir(run_dir)
@@ -100,7 +105,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     experiment = dataclasses.replace(experiment, raw={**experiment.raw, "precision": precision[0]})
     plan = Plan(experiment, run, root, registry, tasks, entries, vocab,
                 checkpoints=checkpoints, resolved=resolved_experiment(experiment, root),
-                precision=precision)
+                precision=precision, notes=list(dict.fromkeys(notes)))
     if resume is not None:
         check_run_dir(plan, resume)
     return plan
@@ -119,6 +124,24 @@ def _check_exact_padding(experiment):
             f"{experiment.where('backbone', 'exact_padding')}: exact_padding: true needs "
             "float64, which JAX computes only with JAX_ENABLE_X64=1 (else float32, silently): "
             "set JAX_ENABLE_X64=1, or exact_padding: null (auto) or false")
+
+
+def _init_head_tasks(experiment, tasks, data_root, notes):
+    """The tasks, each checked against the label names its same-named head in a
+    `backbone.init` export written --with-heads records (heads.json): as they are, in the
+    recorded order (same names: the head is continued; noted), or refused naming the first
+    difference."""
+    from mtl_framework.formats import keras as preset
+    from mtl_framework.formats.json_file import read_json
+
+    folder = experiment.backbone.get("init")
+    path = folder and os.path.join(experiment.resolve_path(folder), preset.HEADS_CONFIG)
+    if not path or not os.path.isfile(path):
+        return tasks
+    heads = read_json(path)
+    heads = heads if isinstance(heads, dict) else {}
+    return [matched_task(task, heads[task.name], data_root, path, notes.append)
+            if isinstance(heads.get(task.name), dict) else task for task in tasks]
 
 
 def _check_mlm_tie(experiment):
@@ -227,11 +250,32 @@ def check_run_dir(plan, resume):
             f"{experiment.where('backbone', 'vocab')}: the vocab {plan.vocab} differs from "
             f"{run.vocab_path}, which the run was trained with: use that "
             "one to resume, or --output a new directory")
-    own, rows = run.vocab_path, _checkpoint_vocab_size(run, plan)
+    trainer = read_trainer(run.checkpoint_path(plan.checkpoints[-1]))
+    own, rows = run.vocab_path, _checkpoint_vocab_size(trainer)
     if rows is not None and _vocab_size(own, own) != rows:
         raise ExperimentError(
             f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
             f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
+    if trainer is not None:  # else the resume falls back past it and checks the one it uses
+        _check_trained_on(plan, trainer, run.checkpoint_path(plan.checkpoints[-1]))
+
+
+def _check_trained_on(plan, trainer, checkpoint):
+    """A resume continues what the checkpoint records it was trained on: its vocab by
+    content and every task's label names in order (task_specs may change, labels may
+    not). Records an older version did not write cannot be checked: a note says so."""
+    source = os.path.join(checkpoint, "trainer.json")
+    notes = []
+    check_vocab(plan.run.vocab_path, trainer.get("vocab"), source,
+                "restore the run's own vocab.txt, or --output a new directory", log=notes.append)
+    heads = trainer.get("heads") or {}
+    for task in plan.tasks:
+        if task.name in heads:
+            matched_task(task, heads[task.name], plan.data_root, source, notes.append,
+                         reorder=False, fix="task_specs may change, labels may not (the "
+                         "head's outputs are in the recorded order): list the labels as the "
+                         "run did, or --output a new directory")
+    plan.notes += [note for note in dict.fromkeys(notes) if note not in plan.notes]
 
 
 # What a run directory holds before its experiment.yaml is written: an older version's
@@ -261,10 +305,9 @@ def check_writable(run_dir):
                                   "writable, or --output another folder")
 
 
-def _checkpoint_vocab_size(run, plan):
+def _checkpoint_vocab_size(trainer):
     """vocab_size in the newest checkpoint's trainer.json (None when it cannot be read:
     the resume then falls back past it, and checks the one it uses)."""
-    trainer = read_trainer(run.checkpoint_path(plan.checkpoints[-1]))
     try:
         return int(trainer["backbone"]["vocab_size"])
     except (KeyError, TypeError, ValueError):
@@ -456,6 +499,11 @@ def _vocab(experiment):
             f"{where}: the vocab {path} has {size} tokens but {config_path} has vocab_size "
             f"{config['vocab_size']} (rows of the embedding table): use the vocab.txt the "
             "weights were trained with")
+    if init or checkpoint:  # an export of ours records its vocab by content; a release not
+        recorded, holder = formats.recorded_vocab(folder)
+        if recorded is not None:
+            check_vocab(path, recorded, holder, f"use the vocab.txt the weights were trained "
+                        f"with (named at {where})", log=None)
     return path
 
 

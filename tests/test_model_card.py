@@ -87,12 +87,15 @@ def test_cards_hold_hub_metadata_from_the_run(runs):
 
 
 def test_every_export_records_its_provenance(runs):
+    from mtl_framework.rundir.trained_on import vocab_record
+
     root, exports = runs
     trained = [json.loads(text) for text in (root / "B" / "provenance.jsonl").open()]
     for fmt, folder in exports.items():
         record = json.loads((folder / "provenance.json").read_text())
         assert record == {"run": "B", "checkpoint": "checkpoints/step-00000002", "step": 2,
-                          "format": fmt, "trained_by": trained, "exported_by": provenance()}
+                          "format": fmt, "trained_by": trained, "exported_by": provenance(),
+                          "vocab": vocab_record(root / "B" / "vocab.txt")}
         card = (folder / "README.md").read_text(encoding="utf-8")
         assert f"mtl_framework {provenance()['mtl_framework']} (" in card
 

@@ -354,9 +354,11 @@ def evaluate_run(run_dir, split="dev", tasks=None, batch_size=32, max_examples=N
     if unknown:
         raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
                         f"{', '.join(names)}")
-    selected = registry.select([n for n in names if not tasks or n in tasks])
     data_root = data_root or experiment.resolve_path(experiment.raw.get("data_root")) or \
         os.environ.get("MTL_DATA_ROOT", "data")
+    # each spec's labels against the ones its head records: mapped by name, or refused
+    selected = [trained.task(task, data_root)
+                for task in registry.select([n for n in names if not tasks or n in tasks])]
     # the split's files before the model is built (a task without the split is scored
     # as "no such split", not refused)
     if not any(split in t.files for t in selected):

@@ -102,6 +102,7 @@ class PredictModel:
             raise UserError(str(error).splitlines()[0]) from None
         self.model = trained.model(scored_only=True)  # mlm predicts no task outputs
         self.heads = self.model.heads
+        self.trained, self.checked = trained, {}  # task name -> its spec, checked once
         self.predictor = evaluation.TaskPredictor(self.model)
 
     @property
@@ -110,14 +111,18 @@ class PredictModel:
         return [t for t in self.heads if t in self.registry.tasks]
 
     def task(self, name):
-        """The TaskSpec of a task with a head here, or a UserError naming the choices."""
+        """The TaskSpec of a task with a head here, its labels checked against the ones
+        the head records (mapped by name when only their order differs), or a UserError
+        naming the choices or the first difference."""
         if name not in self.heads:
             raise UserError(f"{self.source}: no head for task {name!r}; its tasks: "
                             f"{', '.join(self.heads) or 'none'}")
         if name not in self.registry.tasks:
             raise UserError(f"{self.source}: task {name!r} has a head but no task spec here "
                             f"({self.registry.searched()}): pass --specs DIR with its YAML")
-        return self.registry.tasks[name]
+        if name not in self.checked:
+            self.checked[name] = self.trained.task(self.registry.tasks[name], self.data_root)
+        return self.checked[name]
 
     def labels(self, task):
         """The spec's label names, checked against the head's label count."""
@@ -329,7 +334,7 @@ class PredictModel:
         for clue_file in clue.clue_files_for(self.tasks):
             rows, labels = [], None
             for name in (t for t in clue_file.tasks if t in self.tasks):
-                task = self.registry.tasks[name]
+                task = self.task(name)
                 if "test" not in task.files:
                     skipped[name] = f"no test split in {task.spec_path} (`files: test:`)"
                     continue

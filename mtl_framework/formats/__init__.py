@@ -88,3 +88,29 @@ def vocab_path(directory):
     """The folder's vocab.txt, or None."""
     path = os.path.join(directory, VOCAB_FILE)
     return path if os.path.exists(path) else None
+
+
+PROVENANCE_FILE = "provenance.json"  # every export of ours (saving/model_card.py)
+
+
+def recorded_vocab(directory):
+    """(the vocab record {"sha256", "tokens"} an export of ours keeps, the file holding it):
+    our preset's config.json "run" entry, else provenance.json's (any format; no foreign
+    reader reads that file); (None, None) for a folder without one (an older export, a
+    release)."""
+    from mtl_framework.errors import UserError
+    from mtl_framework.formats.json_file import read_json
+
+    for name, keys in (("config.json", ("run", "vocab")), (PROVENANCE_FILE, ("vocab",))):
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            continue
+        try:
+            value = read_json(path)
+        except (OSError, UserError):  # a damaged file: its own reader says so
+            continue
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, dict) and value.get("sha256"):
+            return value, path
+    return None, None

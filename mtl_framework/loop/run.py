@@ -63,8 +63,10 @@ from mtl_framework.plan import MLM_TASK, check_run_dir, plan_run
 from mtl_framework.prepare.cache import CacheNotes
 from mtl_framework.prepare.pipeline import prepare_vocab, train_streams
 from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.checkpoint import read_trainer
 from mtl_framework.rundir.records import TEMPORARY, warn
 from mtl_framework.rundir.run_dir import checkpoint_step, set_aside
+from mtl_framework.rundir.trained_on import matched_task, task_labels, vocab_record
 from mtl_framework.step.distributed import (
     check_same_on_every_worker,
     describe_jax_distribution,
@@ -313,6 +315,8 @@ class Run:
         policy, why = plan.precision
         if why != AS_NAMED:  # auto, the run's record or $MTL_PRECISION chose
             log(f"precision: {policy} ({why})")
+        for note in plan.notes:  # what a record could not check, or mapped
+            log(note)
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)  # plan -> prepare
         self.step = 0
         self.last_evaluation = None  # the latest evaluations.jsonl line of this process
@@ -336,6 +340,14 @@ class Run:
             raise UserError(f"{run_dir}: no checkpoints/step-* folder to evaluate; "
                             "train first (`mtl train EXPERIMENT --output RUN_DIR`)")
         plan = plan_run(path, output=run_dir, data_root=data_root)
+        # each spec's labels against the ones the newest checkpoint's heads record
+        newest = RunDir(run_dir).checkpoint_path(plan.checkpoints[-1])
+        trainer, source = read_trainer(newest) or {}, os.path.join(newest, "trainer.json")
+        notes = []
+        plan.tasks = [matched_task(task, (trainer.get("heads") or {}).get(task.name, {}),
+                                   plan.data_root, source, notes.append) for task in plan.tasks]
+        for note in dict.fromkeys(notes) if log else ():  # an older run's line: once
+            log(note)
         unknown = sorted(set(tasks or []) - {t.name for t in plan.tasks})
         if unknown:
             raise UserError(f"{run_dir}: the run has no task(s) {unknown}; its tasks: "
@@ -409,6 +421,9 @@ class Run:
         streams, sizes = train_streams(plan, self.tokenizer, self.log)
         heads = assemble.task_heads(exp, self.tasks, self.backbone, self.data_root, with_mlm,
                                     self.log)
+        # what every checkpoint records it was trained on (rundir/trained_on.py)
+        self.trained_on = {"labels": task_labels(self.tasks, self.data_root),
+                           "vocab": vocab_record(self.vocab_path)}
         loss_weights, pinned = task_settings(plan)
         self.mixture, self.rates = Mixture.for_experiment(exp, streams, sizes, pinned, self.log)
         self.model = assemble.training_model(exp, self.backbone, heads, loss_weights, self.log)
@@ -451,8 +466,9 @@ class Run:
                      f"{', '.join(broken[:3])}{'...' if len(broken) > 3 else ''}")
             return None
         trainer = {"mixture": self.mixture.state(), "skipped": self.model.skipped,
-                   "backbone": self.backbone.config,
-                   "heads": head_metadata(self.model.heads, self.backbone)}
+                   "backbone": self.backbone.config, "vocab": self.trained_on["vocab"],
+                   "heads": head_metadata(self.model.heads, self.backbone,
+                                          self.trained_on["labels"])}
         if self.best is not None:
             trainer["best"] = self.best.state()
         return arrays, trainer
@@ -511,7 +527,10 @@ class Run:
             importlib.import_module("tensorflow").get_logger().setLevel("ERROR")
         if self.is_chief:  # before writing anything (again: cheap, and it may have changed)
             self.plan.checkpoints = self.checkpoint_dirs()
+            said = len(self.plan.notes)
             check_run_dir(self.plan, resume)
+            for note in self.plan.notes[said:]:
+                self.log(note)
             os.makedirs(self.run_dir, exist_ok=True)
             self.lock = self.run.lock()  # one writer per run directory
             self.run.remove_leftovers(self.log)

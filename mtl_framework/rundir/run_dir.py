@@ -316,9 +316,12 @@ class RunDir:
 
     # --- the vocab --------------------------------------------------------------------------
 
-    def checked_vocab(self, checkpoint):
-        """RUN/vocab.txt, which must exist and have one token per row of the checkpoint's
-        embedding table: a cut or replaced vocab would tokenize into wrong ids, silently."""
+    def checked_vocab(self, checkpoint, log=print):
+        """RUN/vocab.txt, which must be the vocab the checkpoint records (its SHA-256,
+        rundir/trained_on.py) and have one token per row of its embedding table: a cut or
+        replaced vocab would tokenize into wrong ids, silently. A checkpoint older than
+        the record is checked by size alone (one line says so)."""
+        from mtl_framework.rundir.trained_on import check_vocab
         from mtl_framework.tokenizer import load_vocab
 
         path = self.vocab_path
@@ -330,6 +333,8 @@ class RunDir:
             raise UserError(f"{path}: {size} tokens, but the checkpoint {checkpoint.path} has "
                             f"{rows} embedding rows: the vocab was cut or replaced; restore the "
                             "run's own vocab.txt")
+        check_vocab(path, checkpoint.trainer.get("vocab"), f"{checkpoint.path}/trainer.json",
+                    "the vocab was replaced; restore the run's own vocab.txt", log)
         return path
 
     # --- one writer --------------------------------------------------------------------------

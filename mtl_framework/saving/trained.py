@@ -7,7 +7,7 @@ and heads are built (by assemble.py) when first asked for.
 """
 import os
 
-from mtl_framework import architectures
+from mtl_framework import architectures, formats
 from mtl_framework.architectures import rope_scaling as rope
 from mtl_framework.assemble import checkpoint_backbone, prediction_model, saved_heads
 from mtl_framework.config.experiment import load_experiment
@@ -16,6 +16,7 @@ from mtl_framework.errors import UserError
 from mtl_framework.formats import VOCAB_FILE
 from mtl_framework.formats import keras as preset
 from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.trained_on import check_vocab, matched_task
 from mtl_framework.step.distributed import precision_policy
 
 
@@ -31,10 +32,13 @@ class Trained:
     (BERT, ALBERT), read from the config before anything is built; None for RoFormerV2."""
 
     def __init__(self, source, experiment, checkpoint, vocab, build, saved_heads, max_length,
-                 rope_scaling=None, precision=None, max_positions=None):
+                 rope_scaling=None, precision=None, max_positions=None, heads_file=None,
+                 log=print):
         self.source, self.experiment, self.checkpoint, self.vocab = \
             source, experiment, checkpoint, vocab
         self.max_positions = max_positions
+        self.heads_file, self.log = heads_file or source, log  # where the heads' record is
+        self._said = set()  # lines of `task` said once, not once per task
         self.max_length, self.rope_scaling = max_length, rope_scaling
         # what the model computes in: the run's precision, float32 for an export folder
         self.precision = precision or (experiment.precision if experiment else "float32")
@@ -74,6 +78,18 @@ class Trained:
             self._heads_read = self._read_heads()
         return self._heads_read
 
+    def task(self, task, data_root):
+        """The TaskSpec to read and decode `task` with, checked against the label names its
+        head records: the spec, the spec in the recorded order (same names, logged) or a
+        UserError naming the first difference (rundir/trained_on.py)."""
+        return matched_task(task, self.head_metadata.get(task.name, {}), data_root,
+                            self.heads_file, self._once)
+
+    def _once(self, line):
+        if self.log and line not in self._said:
+            self._said.add(line)
+            self.log(line)
+
     def heads(self, scored_only=False):
         """{task: head}, rebuilt with their weights at the run's precision."""
         with precision_policy(self.precision):
@@ -95,7 +111,7 @@ def open_trained(path, checkpoint=None, log=print, rope_scaling=None):
     if RunDir(path).is_run():
         return open_run(path, checkpoint, log, rope_scaling)
     if os.path.isfile(os.path.join(path, preset.CONFIG_FILE)):
-        return _open_export(path, rope_scaling)
+        return _open_export(path, rope_scaling, log)
     if not os.path.isdir(path):
         raise UserError(f"{path}: no such run directory or export folder")
     raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
@@ -109,17 +125,23 @@ def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
     experiment = load_experiment(run.experiment_file())
     scaling = _parsed_rope_scaling(rope_scaling, experiment.max_length, run.path)
     chosen = run.trained_checkpoint(which, log)
-    vocab = run.checked_vocab(chosen)
+    vocab = run.checked_vocab(chosen, log)
     overrides = {} if scaling is None else {"rope_scaling": scaling}
     return Trained(run.path, experiment, chosen, vocab,
                    lambda: checkpoint_backbone(chosen, **overrides),
                    lambda: run_heads(chosen), experiment.max_length, scaling,
                    precision or run_precision(experiment, run.stored_experiment())[0],
-                   chosen.trainer.get("backbone", {}).get("max_positions"))
+                   chosen.trainer.get("backbone", {}).get("max_positions"),
+                   os.path.join(chosen.path, "trainer.json"), log)
 
 
-def _open_export(directory, rope_scaling):
+def _open_export(directory, rope_scaling, log=print):
     length = preset.trained_length(directory)
+    vocab = os.path.join(directory, VOCAB_FILE)
+    if os.path.isfile(vocab):  # a missing one is named when it is read
+        recorded, holder = formats.recorded_vocab(directory)
+        check_vocab(vocab, recorded, holder or os.path.join(directory, preset.CONFIG_FILE),
+                    "copy the vocab.txt of the export (or of its run) back", log)
     scaling = _parsed_rope_scaling(rope_scaling, length, directory)
     overrides = {} if scaling is None else {"rope_scaling": scaling}
 
@@ -131,9 +153,10 @@ def _open_export(directory, rope_scaling):
                             "--with-heads`, or predict from the run directory")
         return saved
 
-    return Trained(directory, None, None, os.path.join(directory, VOCAB_FILE),
+    return Trained(directory, None, None, vocab,
                    lambda: architectures.load_preset(directory, **overrides), heads, None, scaling,
-                   max_positions=preset.read_config(directory).get("max_positions"))
+                   max_positions=preset.read_config(directory).get("max_positions"),
+                   heads_file=os.path.join(directory, preset.HEADS_CONFIG), log=log)
 
 
 def _parsed_rope_scaling(value, trained_length, source):

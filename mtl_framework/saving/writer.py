@@ -195,7 +195,8 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
         writer.save(backbone, output, vocab, extra={
             "run": {"step": state["step"], "tasks": list(state["mixture"]["streams"]),
                     "checkpoint": relative_checkpoint(state["checkpoint"]),
-                    "max_length": trained_length(run_dir)},
+                    "max_length": trained_length(run_dir),
+                    **({"vocab": state["vocab"]} if state.get("vocab") else {})},
             "heads": list(heads) if heads else []})
         write_card(output, run_dir, state, fmt, heads)
         return

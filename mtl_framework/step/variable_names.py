@@ -46,14 +46,18 @@ def _add(named, name, variable):
     named[name] = variable
 
 
-def head_metadata(heads, backbone):
+def head_metadata(heads, backbone, labels=None):
     """trainer.json's "heads": per task its type (the head's family), num_labels, plain
-    config and the names of its own variables (the tied MLM embedding is the backbone's)."""
+    config, the names of its own variables (the tied MLM embedding is the backbone's) and,
+    for a task with labels, "labels": their names in the order of the head's output ids
+    (`labels`: {task: names}; readers check a spec against them, rundir/trained_on.py)."""
     shared = {id(v) for v in backbone.variables}
+    labels = labels or {}
     return {task: {"type": head.family, "family": head.family, "num_labels": head.num_labels,
                    "config": head_config(head),
                    "variables": [name for name, v in layer_variable_names(head, task).items()
-                                 if id(v) not in shared]}
+                                 if id(v) not in shared],
+                   **({"labels": list(labels[task])} if task in labels else {})}
             for task, head in heads.items()}
 
 

@@ -124,21 +124,9 @@ def mtl(*args, log):
 
 def experiment(name, work, data_root, overrides):
     """The study's stage YAML, its `extends` merged, paths pointed into the work folder."""
-    from bench.pretraining_value import resolved_yaml
+    from bench import pretraining_value
 
-    config = resolved_yaml(STUDY / f"{name}.yaml")
-    config["data_root"] = str(data_root)
-    config["cache_dir"] = str(work / "cache")
-    if "init" in config.get("backbone", {}):
-        config["backbone"]["init"] = str(work / "stage1" / "export")
-    for entry in config["tasks"]:
-        if isinstance(entry, dict) and "corpus" in entry:
-            entry["corpus"] = str(work / "corpus")
-    config.update(overrides)
-    path = work / "experiments" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, allow_unicode=True, sort_keys=False), encoding="utf-8")
-    return path
+    return pretraining_value.experiment(name, work, data_root, overrides, study=STUDY)
 
 
 def train_and_export(name, work, data_root, overrides, log):

@@ -106,9 +106,10 @@ def resolved_yaml(path):
     return load_experiment(str(path)).raw
 
 
-def experiment(name, work, data_root, overrides):
-    """The study's YAML with its paths pointed into the work folder (and --quick's budget)."""
-    config = resolved_yaml(STUDY / f"{name}.yaml")
+def experiment(name, work, data_root, overrides, study=STUDY):
+    """The study's YAML (`study`/NAME.yaml, its `extends` merged) with its paths pointed
+    into the work folder (and --quick's budget); returns the path written."""
+    config = resolved_yaml(study / f"{name}.yaml")
     config["data_root"] = str(data_root)
     config["cache_dir"] = str(work / "cache")
     if "init" in config.get("backbone", {}):

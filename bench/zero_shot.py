@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mtl_framework.scoring.embedding import average_ranks as rankdata  # scipy's, tie-averaged
+
 # name: (file under the data root, layout); none of them is in any stage-2 mixture
 SETS = {
     "stsb_zh": ("chinese_stsb/sts-b-dev.txt", "a_b_label"),
@@ -56,21 +58,6 @@ def read_pairs(path, layout, limit=None):
         b.append(fields[1])
         gold.append(score)
     return a, b, gold
-
-
-def rankdata(values):
-    """Ranks from 1, ties given their average rank (as scipy.stats.rankdata's default)."""
-    values = np.asarray(values, dtype=float)
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    new_group = np.r_[True, ordered[1:] != ordered[:-1]]
-    group = np.cumsum(new_group) - 1
-    starts = np.flatnonzero(new_group)
-    ends = np.r_[starts[1:], len(values)]
-    average = (starts + ends - 1) / 2 + 1
-    ranks = np.empty(len(values))
-    ranks[order] = average[group]
-    return ranks
 
 
 def spearman(x, y):

@@ -19,7 +19,7 @@ import os
 
 from mtl_framework.errors import UserError
 from mtl_framework.rundir import RunDir
-from mtl_framework.rundir.outputs import check_folder
+from mtl_framework.rundir.outputs import check_folder, write_atomic
 from mtl_framework.rundir.records import other_settings
 from mtl_framework.scoring.metrics import RANGES
 
@@ -180,18 +180,11 @@ def subplot_grid(count, title):
 def save(figure, path):
     """The figure into `path` whole or not at all (a temporary beside it, renamed): a full
     disk leaves the earlier plot and one line."""
-    temporary = f"{path}.tmp-{os.getpid()}.png"
     try:
-        figure.savefig(temporary, dpi=100)
-        os.replace(temporary, path)
-    except OSError as error:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise ReportError(f"{path}: could not be written ({error.strerror or error}); it is as "
-                          "it was: free space or pass another --output") from None
+        return write_atomic(path, lambda temporary: figure.savefig(temporary, dpi=100),
+                            suffix=".png", remedy="free space or pass another --output")
     finally:
         plt.close(figure)
-    return path
 
 
 def plot_task_statistic(records, key, title, path, log_scale=False):

@@ -48,6 +48,16 @@ BOOKKEEPING = {
 # stretched rotary table): refused by every reader.
 CHANGES_OUTPUTS = {"is_decoder": False, "add_cross_attention": False, "rope_scaling": None}
 
+# The config keys of BERT-style config files (transformers' config.json, Google's and
+# bert4keras's bert_config.json, roformer's config.json) -> our backbone config's names
+BERT_CONFIG_KEYS = {
+    "vocab_size": "vocab_size", "hidden_size": "hidden_size",
+    "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
+    "intermediate_size": "intermediate_size", "embedding_size": "embedding_size",
+    "type_vocab_size": "segment_vocab_size", "max_position_embeddings": "max_positions",
+    "hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout",
+    "layer_norm_eps": "layer_norm_epsilon"}
+
 
 def value_problem(ours, value, choices=()):
     """What `value` of our key `ours` must be, or None when it is fine."""

@@ -49,13 +49,24 @@ def usual_mode(path):
 
 def write_text_atomic(path, text):
     """`text` into `path` whole or not at all (a temporary file beside it, renamed)."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
+    def write(temporary):
         with open(temporary, "w", encoding="utf-8") as f:
             f.write(text)
+
+    return write_atomic(path, write)
+
+
+def write_atomic(path, write, suffix="", remedy="free space or write elsewhere"):
+    """`write(temporary)` makes the file beside `path` (`suffix`: an ending the writer
+    needs, as matplotlib's .png), which is then renamed over `path`: whole or not at all.
+    A failed write (a full disk) leaves `path` as it was and is one line saying `remedy`."""
+    temporary = f"{path}.tmp-{os.getpid()}{suffix}"
+    try:
+        write(temporary)
         os.replace(temporary, path)
     except OSError as error:
         if os.path.exists(temporary):
             os.remove(temporary)
         raise UserError(f"{path}: could not be written ({error.strerror or error}); it is as "
-                        "it was: free space or write elsewhere") from None
+                        f"it was: {remedy}") from None
+    return path

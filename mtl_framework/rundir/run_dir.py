@@ -81,29 +81,12 @@ class RunDir:
     def file(self, name):
         return os.path.join(self.path, name)
 
-    @property
-    def experiment_path(self):
-        return self.file(EXPERIMENT)
-
-    @property
-    def vocab_path(self):
-        return self.file(VOCAB)
-
-    @property
-    def metrics_path(self):
-        return self.file(METRICS)
-
-    @property
-    def evaluations_path(self):
-        return self.file(EVALUATIONS)
-
-    @property
-    def checkpoints_path(self):
-        return self.file(CHECKPOINTS)
-
-    @property
-    def logs_path(self):
-        return self.file(LOGS)
+    experiment_path = property(lambda self: self.file(EXPERIMENT))
+    vocab_path = property(lambda self: self.file(VOCAB))
+    metrics_path = property(lambda self: self.file(METRICS))
+    evaluations_path = property(lambda self: self.file(EVALUATIONS))
+    checkpoints_path = property(lambda self: self.file(CHECKPOINTS))
+    logs_path = property(lambda self: self.file(LOGS))
 
     def is_run(self):
         """Whether `mtl train` has written here (its experiment.yaml exists)."""

@@ -90,7 +90,7 @@ def _pair_embeddings(embeddings1, embeddings2):
 
 # --- correlations, as scipy.stats computes them ------------------------------------------------
 
-def _average_ranks(values):
+def average_ranks(values):
     """scipy.stats.rankdata(method='average'): ties share the mean of their 1-based ranks."""
     values = np.asarray(values, dtype=np.float64)
     order = np.argsort(values, kind="stable")
@@ -115,7 +115,7 @@ def _pearson(x, y):
 
 
 def _spearman(x, y):
-    return _pearson(_average_ranks(x), _average_ranks(y))
+    return _pearson(average_ranks(x), average_ranks(y))
 
 
 def sts_scores(embeddings1, embeddings2, gold_scores):

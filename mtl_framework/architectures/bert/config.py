@@ -6,15 +6,10 @@ irrelevant to the encoder's outputs (pooler, initialisation, bookkeeping); any o
 key is refused, naming the file and the key: a silently ignored key would load a
 different model."""
 from mtl_framework.errors import UserError
-from mtl_framework.formats.checks import BOOKKEEPING, check_keys, check_values
+from mtl_framework.formats.checks import BERT_CONFIG_KEYS, BOOKKEEPING, check_keys, check_values
 
 # their key -> ours
-MAPPED = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
-          "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
-          "intermediate_size": "intermediate_size", "type_vocab_size": "segment_vocab_size",
-          "max_position_embeddings": "max_positions", "hidden_dropout_prob": "dropout",
-          "attention_probs_dropout_prob": "attention_dropout", "layer_norm_eps": "layer_norm_epsilon",
-          "embedding_size": "embedding_size", "hidden_act": "activation"}
+MAPPED = {**BERT_CONFIG_KEYS, "hidden_act": "activation"}
 # their hidden_act -> our activation (transformers' ACT2FN meanings)
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_approximate",
                "gelu_pytorch_tanh": "gelu_approximate", "relu": "relu",

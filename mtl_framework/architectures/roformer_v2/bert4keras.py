@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 
 from mtl_framework.errors import UserError
-from mtl_framework.formats.checks import check_unused, check_values, finite
+from mtl_framework.formats.checks import BERT_CONFIG_KEYS, check_unused, check_values, finite
 from mtl_framework.formats.json_file import read_json
 
 CONFIG_FILE = "bert_config.json"
@@ -43,12 +43,7 @@ def layer_names(i):
 
 
 # bert_config.json keys -> ours, for the checks of formats/checks.py
-NAMES = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
-         "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
-         "attention_head_size": "head_size", "intermediate_size": "intermediate_size",
-         "embedding_size": "embedding_size", "type_vocab_size": "segment_vocab_size",
-         "max_position_embeddings": "max_positions", "hidden_dropout_prob": "dropout",
-         "attention_probs_dropout_prob": "attention_dropout", "layer_norm_eps": "layer_norm_epsilon"}
+NAMES = {**BERT_CONFIG_KEYS, "attention_head_size": "head_size"}
 
 
 def config_from_bert_config(bert_config, source="bert_config.json"):

@@ -25,7 +25,7 @@ import numpy as np
 
 from mtl_framework.architectures.roformer_v2 import bert4keras as checkpoint_names
 from mtl_framework.errors import UserError
-from mtl_framework.formats.checks import check_keys, check_unused, check_values, finite
+from mtl_framework.formats.checks import BERT_CONFIG_KEYS, check_keys, check_unused, check_values, finite
 from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, has_weights, read_tensors
 from mtl_framework.rundir.outputs import usual_mode
 
@@ -213,12 +213,7 @@ def is_roformer_pytorch(directory):
 # config.json keys -> ours, for the checks of formats/checks.py (layer_norm_eps is
 # checked, not used: our RMS norm has bert4keras's 1e-7; max_position_embeddings sizes
 # the sinusoidal table the export writes)
-NAMES = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
-         "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
-         "intermediate_size": "intermediate_size", "embedding_size": "embedding_size",
-         "type_vocab_size": "segment_vocab_size", "max_position_embeddings": "max_positions",
-         "hidden_dropout_prob": "dropout", "attention_probs_dropout_prob": "attention_dropout",
-         "layer_norm_eps": "layer_norm_epsilon"}
+NAMES = BERT_CONFIG_KEYS
 V2 = {"norm_type": "rms_norm", "use_bias": False, "rotary_value": False, "hidden_act": "relu"}
 KNOWN = {*NAMES, *V2, "pooler_activation"}  # the pooler is not the encoder's
 

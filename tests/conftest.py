@@ -39,16 +39,25 @@ def real_sentences(shared_data):
 
 
 @pytest.fixture(scope="session")
-def real_batch(real_sentences, tmp_path_factory):
-    """(token_ids, segment_ids, vocab_size): the sentences tokenized with a vocab built
-    from them, padded to the longest (bert4keras-style [CLS] a [SEP] b [SEP])."""
-    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
+def real_vocab(real_sentences, tmp_path_factory):
+    """A vocab.txt built from the real sentences."""
+    from mtl_framework.tokenizer import build_vocab, count_units, write_vocab
 
     titles, pairs = real_sentences
     texts = titles + [t for pair in pairs for t in pair]
     vocab_path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     write_vocab(build_vocab(count_units(texts), max_size=3000), vocab_path)
-    tokenizer = Tokenizer(str(vocab_path))
+    return vocab_path
+
+
+@pytest.fixture(scope="session")
+def real_batch(real_sentences, real_vocab):
+    """(token_ids, segment_ids, vocab_size): the sentences tokenized with `real_vocab`,
+    padded to the longest (bert4keras-style [CLS] a [SEP] b [SEP])."""
+    from mtl_framework.tokenizer import Tokenizer
+
+    titles, pairs = real_sentences
+    tokenizer = Tokenizer(str(real_vocab))
     encoded = [tokenizer.encode(t, max_length=64) for t in titles]
     encoded += [tokenizer.encode(a, b, max_length=64) for a, b in pairs]
     return (*padded_batch(encoded), tokenizer.vocab_size)

@@ -102,11 +102,6 @@ def tokenize(vocab, texts_path, out_path):
 
 
 if __name__ == "__main__":
-    command, *args = sys.argv[1:]
-    COMMANDS = {"save": save, "encode": encode, "load": load, "tokenize": tokenize}
-    if command == "batch":  # one process: torch is slow to import
-        with open(args[0], encoding="utf-8") as f:
-            for name, *rest in json.load(f):
-                COMMANDS[name](*rest)
-    else:
-        COMMANDS[command](*args)
+    from commands import run  # beside this script
+
+    run({"save": save, "encode": encode, "load": load, "tokenize": tokenize}, sys.argv[1:])

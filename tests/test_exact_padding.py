@@ -75,6 +75,7 @@ def test_preset_without_the_key_still_loads(tmp_path):
     """Exports written before the option have no exact_padding: they load as auto."""
     keras.utils.set_random_seed(0)
     exact = RoFormerV2Backbone(**TINY, exact_padding=True)
+    exact.build()
     exact.save_preset(tmp_path)
     config_path = tmp_path / "config.json"
     config = json.loads(config_path.read_text())

@@ -16,7 +16,7 @@ def test_folder_files(tmp_path):
     the pooling module, and a zero token-type row where the backbone has none."""
     from safetensors.numpy import load_file
 
-    vocab = write_vocab(tmp_path / "vocab.txt", 200)
+    vocab = write_vocab(tmp_path / "words.txt", 200)
     backbone = tiny_backbone("albert", embedding_size=None)  # ALBERT's default: 128
     architectures.converter("transformers", "albert").save(backbone, str(tmp_path), str(vocab), 64)
     config = json.loads((tmp_path / "config.json").read_text())

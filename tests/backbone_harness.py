@@ -13,6 +13,7 @@ The references run where they are installed (bert4keras and tf-keras in this ven
 keras-hub, torch + transformers + roformer in .venv-torch: `make interop`,
 `make interop-torch`) and skip otherwise. Each call of a reference library's worker is
 one process for both directions (its `batch` command): they are slow to start."""
+import functools
 import json
 import re
 
@@ -260,8 +261,14 @@ def bert4keras_reference(architecture, converter, tmp_path, texts):
             "our_out": np.load(tmp_path / "our_out.npy")}
 
 
+@functools.cache
+def torch_reason():
+    """Why the torch venv cannot run (None when it can), asked once: it imports torch."""
+    return torch_unavailable_reason()
+
+
 def torch_ready():
-    reason = torch_unavailable_reason()
+    reason = torch_reason()
     if reason:
         pytest.skip(f"PyTorch parity: {reason}")
 

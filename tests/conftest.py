@@ -1,5 +1,6 @@
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ SHARED_DATA = Path(os.environ.get("MTL_SHARED_DATA", REPO.parent / "shared" / "d
 DEMO_DATA = REPO / "experiments" / "demo" / "data"
 TINY_BACKBONE = {"num_layers": 2, "hidden_size": 64, "num_heads": 4, "intermediate_size": 128,
                  "dropout": 0.0, "vocab_size": 1500}
+
+ONE_LAYER = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
+             "dropout": 0.0}  # the vocab's size: the run's tokenizer
 
 
 @pytest.fixture(scope="session")
@@ -39,19 +43,43 @@ def real_sentences(shared_data):
 
 
 @pytest.fixture(scope="session")
-def real_batch(real_sentences, tmp_path_factory):
-    """(token_ids, segment_ids, vocab_size): the sentences tokenized with a vocab built
-    from them, padded to the longest (bert4keras-style [CLS] a [SEP] b [SEP])."""
-    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
+def real_vocab(real_sentences, tmp_path_factory):
+    """A vocab.txt built from the real sentences."""
+    from mtl_framework.tokenizer import build_vocab, count_units, write_vocab
 
     titles, pairs = real_sentences
     texts = titles + [t for pair in pairs for t in pair]
     vocab_path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
     write_vocab(build_vocab(count_units(texts), max_size=3000), vocab_path)
-    tokenizer = Tokenizer(str(vocab_path))
+    return vocab_path
+
+
+@pytest.fixture(scope="session")
+def real_batch(real_sentences, real_vocab):
+    """(token_ids, segment_ids, vocab_size): the sentences tokenized with `real_vocab`,
+    padded to the longest (bert4keras-style [CLS] a [SEP] b [SEP])."""
+    from mtl_framework.tokenizer import Tokenizer
+
+    titles, pairs = real_sentences
+    tokenizer = Tokenizer(str(real_vocab))
     encoded = [tokenizer.encode(t, max_length=64) for t in titles]
     encoded += [tokenizer.encode(a, b, max_length=64) for a, b in pairs]
     return (*padded_batch(encoded), tokenizer.vocab_size)
+
+
+SPACE = re.compile(r"\s*")
+
+
+def json_objects(path):
+    """Every JSON value of a file holding them back to back: one a line, or pretty-printed
+    over several (the shared CLUENER copy). The tests' own reader, apart from the adapters'."""
+    text, decoder, values = Path(path).read_text(encoding="utf-8"), json.JSONDecoder(), []
+    at = SPACE.match(text).end()
+    while at < len(text):
+        value, end = decoder.raw_decode(text, at)
+        values.append(value)
+        at = SPACE.match(text, end).end()
+    return values
 
 
 def padded_batch(encoded):
@@ -67,6 +95,19 @@ def padded_batch(encoded):
     return token_ids, segment_ids
 
 
+def classification_batch(seed, labels):
+    """4 rows of 9 random token ids ([CLS] first, one row padded) with random labels
+    below `labels`: a classification head's micro-batch for MultiTaskModel.run_update."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(5, 50, size=(4, 9)).astype("int32")
+    ids[:, 0] = 2
+    ids[1, 6:] = 0
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids),
+            "label": rng.integers(0, labels, size=4).astype("int32")}
+
+
 def write_tiny_experiment(path, **overrides):
     """A tiny experiment on the demo data at `path` (tnews + afqmc, TINY_BACKBONE, 3 steps,
     nothing checkpointed or evaluated on the way, a cache beside it), written as JSON (JSON
@@ -79,3 +120,22 @@ def write_tiny_experiment(path, **overrides):
     }
     path.write_text(json.dumps(experiment))
     return path
+
+
+def train_tiny(experiment):
+    """`mtl train EXPERIMENT --output run` beside it (it must succeed); the run folder."""
+    from mtl_framework.cli import main as mtl
+
+    run_dir = experiment.parent / "run"
+    assert mtl(["train", str(experiment), "--output", str(run_dir)]) == 0
+    return run_dir
+
+
+def export_all(run_dir, formats):
+    """{format: folder}: `mtl export RUN --format F` into RUN/export/F (each must succeed)."""
+    from mtl_framework.cli import main as mtl
+
+    out = {fmt: run_dir / "export" / fmt for fmt in formats}
+    for fmt, folder in out.items():
+        assert mtl(["export", str(run_dir), "--format", fmt, "--output", str(folder)]) == 0
+    return out

@@ -28,6 +28,20 @@ RESUMABLE = {
     "optimizer": {"name": "adamw", "lr": 0.001, "warmup_steps": 3, "weight_decay": 0.01},
     "seed": 3,
 }
+# Two workers (tf.distribute, test_distributed.py; JAX, test_jax_distributed.py): tnews
+# (loss = mean over rows) + mlm (mean over masked tokens), so the per-replica shares must
+# follow the masked-token counts. Dropout 0; constant learning rate. The chief also
+# evaluates on dev (tnews) every 2 updates while the other worker waits. Each file sets
+# batch_size and max_length.
+TWO_WORKERS = {
+    "backbone": {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
+                 "dropout": 0.0, "vocab_size": 600},
+    "tasks": ["tnews", {"name": "mlm", "rate": 0.5}],
+    "sampling": "uniform", "tasks_per_update": 3,
+    "optimizer": {"name": "adamw", "lr": 0.01, "final_lr_fraction": 1.0},
+    "steps": 4, "seed": 3, "checkpoint_every": 2, "keep_checkpoints": 2,
+    "eval_every": 2, "eval_batches": 1,
+}
 
 
 def write_experiment(path, **fields):

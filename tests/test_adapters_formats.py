@@ -6,19 +6,14 @@ from pathlib import Path
 import pytest
 
 from data_adapters import (
-    ChoiceExample,
-    CorefExample,
     Entity,
-    Event,
-    EventExample,
     NERExample,
     ReadReport,
-    RelationExample,
     Span,
     TextExample,
-    Triple,
     read_files,
 )
+from data_adapters import examples as ex  # the rarer example types
 from data_adapters.qa import UNLOCATED_QUESTION, YES_NO_QUESTION
 
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
@@ -237,7 +232,7 @@ def test_multi_passage_qa_one_example_per_passage():
 
 def test_c3_questions():
     examples, report = read("c3", "choice/c3.json")
-    assert examples[0] == ChoiceExample(
+    assert examples[0] == ex.ChoiceExample(
         "男：你今天晚上有时间吗?我们一起去看电影吧?\n"
         "女：你喜欢恐怖片和爱情片，但是我喜欢喜剧片，科幻片一般。所以……",
         "女的最喜欢哪种电影?", ["恐怖片", "爱情片", "喜剧片", "科幻片"], 2, "25-35-0")
@@ -289,7 +284,7 @@ def test_choice_jsonl_with_text_labels():
     fields = {"context": "passage", "question": "query", "choices": "alternatives", "label": "answer"}
     examples, report = read("choice_jsonl", "choice/reco.jsonl", {"label_is_text": True}, fields,
                             "multiple_choice")
-    assert examples == [ChoiceExample("女孩喜欢吃苹果。", "女孩喜欢吃苹果吗",
+    assert examples == [ex.ChoiceExample("女孩喜欢吃苹果。", "女孩喜欢吃苹果吗",
                                       ["喜欢", "不喜欢", "无法确定"], 0)]
     assert report.skipped == {"label is not one of the choices": 1}
 
@@ -422,8 +417,8 @@ def test_mention_table_events_ccks19():
     fields = {"id": 0, "text": 1, "event_type": 2, "mention": 3}
     examples, report = read("mention_table", "ner/ccks19.csv", options, fields, "extraction_event",
                             ["涉嫌欺诈:subject", "业绩下滑:subject"])
-    assert examples[0] == EventExample("公司涉嫌欺诈,被立案调查",
-                                       [Event("涉嫌欺诈", None, [Entity(0, 2, "subject")])])
+    assert examples[0] == ex.EventExample("公司涉嫌欺诈,被立案调查",
+                                       [ex.Event("涉嫌欺诈", None, [Entity(0, 2, "subject")])])
     assert len(examples) == 2 and report.filtered == {"其他 mentions (not in the task's labels)": 1}
     assert report.skipped == {"no mention of this text could be placed": 1}
 
@@ -437,7 +432,7 @@ def test_spo_json_triples_at_first_occurrence():
     examples, report = read("spo_json", "relation/duie.json", None, None, "extraction_relation",
                             DUIE_PREDICATES)
     first, second, test_row = examples
-    assert first.triples == [Triple(Entity(1, 5, "图书作品"), "作者", Entity(7, 11, "人物"))]
+    assert first.triples == [ex.Triple(Entity(1, 5, "图书作品"), "作者", Entity(7, 11, "人物"))]
     assert [(second.text[t.subject.start:t.subject.end], t.predicate,
              second.text[t.object.start:t.object.end])
             for t in second.triples] == [("周星驰", "饰演", "尹天仇"), ("喜剧之王", "上映时间", "1999年")]
@@ -450,7 +445,7 @@ def test_spo_json_complex_slot_kept_when_listed():
     examples, _ = read("spo_json", "relation/duie.json", None, None, "extraction_relation",
                        DUIE_PREDICATES + ["饰演_inWork"])
     slot = [t for t in examples[1].triples if t.predicate == "饰演_inWork"]
-    assert slot == [Triple(Entity(0, 3, "娱乐人物"), "饰演_inWork", Entity(5, 9, "影视作品"))]
+    assert slot == [ex.Triple(Entity(0, 3, "娱乐人物"), "饰演_inWork", Entity(5, 9, "影视作品"))]
 
 
 def test_spo_json_as_entities_and_string_objects():
@@ -460,15 +455,15 @@ def test_spo_json_as_entities_and_string_objects():
                                      ("1999年", "Date")]
     assert report.spans_lost == {"object not found in the text": 1}
     (example,), _ = read("spo_json", "relation/ske.json", None, None, "extraction_relation", ["主演"])
-    assert example.triples == [Triple(Entity(21, 25, "影视作品"), "主演", Entity(26, 29, "人物"))]
+    assert example.triples == [ex.Triple(Entity(21, 25, "影视作品"), "主演", Entity(26, 29, "人物"))]
 
 
 def test_entity_pair_tsv_groups_rows_by_text():
     labels = ["合并", "竞争"]
     examples, report = read("entity_pair_tsv", "relation/finre.txt", None, None,
                             "extraction_relation", labels)
-    assert examples == [RelationExample("东方航空AH股临时停牌传将与上航合并",
-                                        [Triple(Entity(0, 4, "head"), "合并", Entity(14, 16, "tail"))])]
+    assert examples == [ex.RelationExample("东方航空AH股临时停牌传将与上航合并",
+                                        [ex.Triple(Entity(0, 4, "head"), "合并", Entity(14, 16, "tail"))])]
     assert report.skipped == {"relation 'unknown' is not in the task's labels": 1,
                               "relation '不存在的关系' is not in the task's labels": 1,
                               "row has 2 columns, needs 4 (head, tail, relation, text)": 1,
@@ -493,9 +488,9 @@ def test_event_json_duee_offsets_and_role_labels():
     examples, report = read("event_json", "event/duee.json", None, None, "extraction_event",
                             ["组织关系-裁员", "司法行为-拘捕"])
     first, second, test_row = examples
-    assert first.events == [Event("组织关系-裁员", Entity(15, 17, "trigger"),
+    assert first.events == [ex.Event("组织关系-裁员", Entity(15, 17, "trigger"),
                                   [Entity(17, 22, "裁员人数"), Entity(10, 13, "时间")])]
-    assert second.events == [Event("司法行为-拘捕", None, [Entity(0, 3, "时间")])]
+    assert second.events == [ex.Event("司法行为-拘捕", None, [Entity(0, 3, "时间")])]
     assert report.as_dict()["spans_lost"] == {
         "trigger start index does not point at the trigger":
             {"count": 1, "first": [where("event/duee.json", 2)]}}
@@ -503,18 +498,19 @@ def test_event_json_duee_offsets_and_role_labels():
     # Role labels keep just the listed parts: a trigger task and an argument task.
     examples, report = read("event_json", "event/duee.json", None, None, "extraction_event",
                             ["组织关系-裁员:trigger"])
-    assert examples[0].events == [Event("组织关系-裁员", Entity(15, 17, "trigger"), [])]
+    assert examples[0].events == [ex.Event("组织关系-裁员", Entity(15, 17, "trigger"), [])]
     assert examples[1].events == []
     examples, _ = read("event_json", "event/duee.json", None, None, "extraction_event",
                        ["组织关系-裁员:时间"])
-    assert examples[0].events == [Event("组织关系-裁员", None, [Entity(10, 13, "时间")])]
+    assert examples[0].events == [ex.Event("组织关系-裁员", None, [Entity(10, 13, "时间")])]
 
 
 def test_event_json_duee_fin_first_occurrence_and_enum_class():
     examples, report = read("event_json", "event/duee_fin.json", None, None, "extraction_event",
                             ["公司上市", "质押:质押方"])
-    assert examples[0].events == [Event("公司上市", None, [Entity(0, 3, "上市公司"), Entity(15, 19, "环节")])]
-    assert examples[1].events == [Event("质押", None, [Entity(0, 3, "质押方")])]
+    assert examples[0].events == [ex.Event("公司上市", None,
+                                           [Entity(0, 3, "上市公司"), Entity(15, 19, "环节")])]
+    assert examples[1].events == [ex.Event("质押", None, [Entity(0, 3, "质押方")])]
     assert report.spans_lost == {"argument not found in the text": 1}
     examples, report = read("event_json", "event/duee_fin.json", None, None, "classification",
                             ["筹备上市", "正式上市"])
@@ -524,8 +520,9 @@ def test_event_json_duee_fin_first_occurrence_and_enum_class():
 
 def test_wsc_spans_round_trip():
     examples, report = read("wsc", "event/wsc.json", None, None, "coreference", ["false", "true"])
-    assert examples == [CorefExample("裂开的伤口涂满尘土，里面有碎石子和木头刺，我小心翼翼把它们剔除出去。",
-                                     Entity(3, 5, "span1"), Entity(27, 29, "span2"), "false", 258)]
+    text = "裂开的伤口涂满尘土，里面有碎石子和木头刺，我小心翼翼把它们剔除出去。"
+    assert examples == [ex.CorefExample(text, Entity(3, 5, "span1"), Entity(27, 29, "span2"),
+                                        "false", 258)]
     assert report.spans_lost == {"span2_index does not point at span2_text": 1}
     assert report.skipped == {"a span does not match the text at its index": 1,
                               "label 'maybe' is not in the task's labels": 1}

@@ -1,20 +1,16 @@
-"""BERT and ALBERT beside RoFormerV2 (architectures/): our forward pass equals the
-reference implementations' on a padded batch of real sentences, with random weights each
-library made and wrote itself (no downloads): transformers' BertModel / AlbertModel (in
-.venv-torch), keras-hub's BertBackbone / AlbertBackbone, bert4keras's "bert" / "albert";
-the folder's architecture and format are detected; what a reader cannot hold is refused
-naming the file and the key."""
+"""BERT and ALBERT beside RoFormerV2 (architectures/): what is theirs alone (ALBERT's
+shared block, sizes, Google's checkpoint reader, runs on BERT); what a reader cannot hold
+is refused naming the file and the key. Build, call, padding, round trips and parity with
+each format's library: test_backbone_harness.py."""
 import json
 
 import numpy as np
 import pytest
-from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
-from interop.roformer_torch import BERT_WORKER, run_torch, torch_unavailable_reason
+from backbone_harness import encode
 
 from mtl_framework import architectures
 from mtl_framework.errors import UserError
 
-TOLERANCE = 1e-5
 # bert_config.json / config.json keys of a tiny model (Google's and transformers' names)
 TINY = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 64, "max_position_embeddings": 128, "type_vocab_size": 2,
@@ -25,107 +21,6 @@ ALBERT = {"embedding_size": 16}
 def tiny_config(architecture, vocab_size, **extra):
     return {**TINY, "vocab_size": vocab_size, **(ALBERT if architecture == "albert" else {}),
             **extra}
-
-
-def encode(backbone, token_ids, segment_ids):
-    return np.asarray(backbone({"token_ids": token_ids, "segment_ids": segment_ids}))
-
-
-def assert_equal_at_real_tokens(ours, theirs, token_ids):
-    assert ours.shape == theirs.shape
-    real = token_ids != 0
-    assert (~real).any()  # the batch is padded
-    assert np.abs(ours[real] - theirs[real]).max() <= TOLERANCE
-
-
-def load(directory, architecture, fmt):
-    found = architectures.layout(str(directory))
-    assert (found, found.architecture) == (fmt, architecture)
-    return architectures.load_backbone(str(directory), found)
-
-
-@pytest.fixture(scope="module")
-def torch_ready():
-    reason = torch_unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-
-
-@pytest.mark.parametrize("architecture,act", [("bert", "gelu"), ("albert", "gelu_new")])
-def test_equals_transformers(architecture, act, real_batch, torch_ready, tmp_path):
-    token_ids, segment_ids, vocab_size = real_batch
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(tiny_config(architecture, vocab_size, hidden_act=act)))
-    folder = tmp_path / "hf"
-    np.savez(tmp_path / "inputs.npz", token_ids=token_ids, segment_ids=segment_ids)
-    run_torch("save", architecture, config, folder, 3, tmp_path / "inputs.npz",
-              tmp_path / "out.npy", worker=BERT_WORKER)
-    ours = encode(load(folder, architecture, "transformers"), token_ids, segment_ids)
-    assert_equal_at_real_tokens(ours, np.load(tmp_path / "out.npy"), token_ids)
-
-
-@pytest.mark.parametrize("architecture", ["bert", "albert"])
-def test_equals_bert4keras(architecture, real_batch, tmp_path):
-    if not bert4keras_available():
-        pytest.skip("bert4keras/tf-keras not installed (make interop)")
-    token_ids, segment_ids, vocab_size = real_batch
-    config = tmp_path / f"{architecture}_config.json"
-    config.write_text(json.dumps(tiny_config(architecture, vocab_size, hidden_act="gelu")))
-    checkpoint = tmp_path / f"{architecture}_model.ckpt"
-    np.savez(tmp_path / "inputs.npz", token_ids=token_ids, segment_ids=segment_ids)
-    run_bert4keras("build", config, checkpoint, 5, architecture, tmp_path / "inputs.npz",
-                   tmp_path / "out.npy")
-    ours = encode(load(tmp_path, architecture, "bert4keras"), token_ids, segment_ids)
-    assert_equal_at_real_tokens(ours, np.load(tmp_path / "out.npy"), token_ids)
-
-
-@pytest.mark.parametrize("architecture", ["bert", "albert"])
-def test_equals_keras_hub(architecture, real_batch, tmp_path):
-    keras_hub = pytest.importorskip("keras_hub")
-    import keras
-
-    token_ids, segment_ids, vocab_size = real_batch
-    dims = dict(vocabulary_size=vocab_size, num_layers=2, num_heads=4, hidden_dim=32,
-                intermediate_dim=64, dropout=0.0, max_sequence_length=128)
-    keras.utils.set_random_seed(11)
-    if architecture == "bert":
-        hub = keras_hub.models.BertBackbone(**dims)
-    else:
-        hub = keras_hub.models.AlbertBackbone(embedding_dim=16, **dims)
-    rng = np.random.default_rng(0)
-    for weight in hub.weights:  # biases and LayerNorm off their initial 0 / 1
-        if len(weight.shape) == 1 or "bias" in weight.path:
-            weight.assign(np.asarray(weight) + 0.1 * rng.standard_normal(weight.shape))
-    hub.save_to_preset(str(tmp_path / "hub"))
-    theirs = np.asarray(hub({"token_ids": token_ids, "segment_ids": segment_ids,
-                             "padding_mask": token_ids != 0})["sequence_output"])
-    ours = encode(load(tmp_path / "hub", architecture, "keras-hub"), token_ids, segment_ids)
-    assert_equal_at_real_tokens(ours, theirs, token_ids)
-
-
-# --- built from scratch, our preset, what readers refuse --------------------------------
-
-@pytest.mark.parametrize("architecture", ["bert", "albert"])
-def test_preset_round_trip_and_padding(architecture, tmp_path):
-    config = architectures.backbone_config(architecture, None, vocab_size=50, num_layers=2,
-                                           hidden_size=32, num_heads=4, dropout=0.0)
-    backbone = architectures.build_backbone(config)
-    backbone.build()
-    from mtl_framework.formats import keras as preset  # our preset holds every architecture
-
-    preset.save(backbone, str(tmp_path))
-    assert json.loads((tmp_path / "config.json").read_text())["format"] == \
-        f"mtl_framework.{type(backbone).__name__}"
-    loaded = architectures.load_preset(str(tmp_path))
-    assert type(loaded) is type(backbone) and loaded.config == backbone.config
-    ids = np.array([[2, 7, 8, 9, 3]], "int32")
-    padded = np.array([[2, 7, 8, 9, 3, 0, 0, 0]], "int32")
-    short = encode(loaded, ids, np.zeros_like(ids))
-    np.testing.assert_array_equal(short, encode(backbone, ids, np.zeros_like(ids)))
-    # padding is masked: real tokens move by float32 rounding only (measured 2.4e-7: the
-    # float64 softmax sum is exact, the biased Dense / LayerNorm kernels vary with length)
-    np.testing.assert_allclose(encode(loaded, padded, np.zeros_like(padded))[:, :5], short,
-                               rtol=0, atol=1e-6)
 
 
 def test_albert_shares_one_block_across_depth():

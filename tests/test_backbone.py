@@ -1,13 +1,13 @@
+"""RoFormerV2's own: preset sizes, residual alpha, checkpoint errors, its layers bit for
+bit. Build, call, padding, round trips and parity: test_backbone_harness.py."""
 import json
 
 import numpy as np
 import pytest
-from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
+from backbone_harness import encode
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2 import bert4keras
-from mtl_framework.architectures.roformer_v2.keras_hub import keras_hub_available, to_keras_hub
-from mtl_framework.architectures.roformer_v2.presets import backbone_config
 
 TINY = dict(num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256, dropout=0.0)
 
@@ -33,65 +33,6 @@ def test_large_parameter_count():
     backbone = RoFormerV2Backbone.from_size("large")
     backbone.build()
     assert backbone.count_params_exact() == 314_279_936
-
-
-def encode(backbone, token_ids, segment_ids):
-    return np.asarray(backbone({"token_ids": token_ids, "segment_ids": segment_ids}))
-
-
-def test_padding_does_not_move_real_token_outputs(real_batch):
-    """Within float32 rounding: this batch's longest row (55) is not a multiple of TF's
-    matmul vector width, whose tail rounds differently once padded; bit-identical
-    outputs at aligned lengths are tested in test_exact_padding.py (docs/backbone.md)."""
-    import keras
-
-    keras.utils.set_random_seed(0)
-    token_ids, segment_ids, vocab_size = real_batch
-    backbone = RoFormerV2Backbone.from_size("small", vocab_size=vocab_size, dropout=0.0)
-    reference = encode(backbone, token_ids, segment_ids)
-    real = token_ids > 0
-    assert (~real).any(), "the batch must contain padding"
-    for length in (128, 256):
-        extra = length - token_ids.shape[1]
-        padded = encode(backbone, np.pad(token_ids, ((0, 0), (0, extra))),
-                        np.pad(segment_ids, ((0, 0), (0, extra))))
-        assert np.abs(padded[:, : token_ids.shape[1]][real] - reference[real]).max() <= 5e-6
-
-
-def make_bert4keras_checkpoint(tmp_path, vocab_size, **overrides):
-    config = bert4keras.bert_config_from_config(
-        backbone_config(vocab_size=vocab_size, **{**TINY, **overrides}))
-    config_path = tmp_path / "bert_config.json"
-    config_path.write_text(json.dumps(config))
-    checkpoint = tmp_path / "bert_model.ckpt"
-    run_bert4keras("build", config_path, checkpoint, 7)  # bert4keras's own random init
-    return config_path, checkpoint
-
-
-@pytest.mark.parametrize("overrides", [{}, {"embedding_size": 32}], ids=["plain", "embedding_mapping"])
-def test_equals_bert4keras_roformer_v2_on_padded_real_batch(real_batch, tmp_path, overrides):
-    if not bert4keras_available():
-        pytest.skip("bert4keras/tf-keras not installed (make interop)")
-    token_ids, segment_ids, vocab_size = real_batch
-    config_path, checkpoint = make_bert4keras_checkpoint(tmp_path, vocab_size, **overrides)
-    np.savez(tmp_path / "inputs.npz", token_ids=token_ids, segment_ids=segment_ids)
-    run_bert4keras("encode", config_path, checkpoint, tmp_path / "inputs.npz", tmp_path / "out.npy")
-    theirs = np.load(tmp_path / "out.npy")
-    ours = encode(RoFormerV2Backbone.from_bert4keras(str(config_path), str(checkpoint)),
-                  token_ids, segment_ids)
-    assert ours.shape == theirs.shape
-    assert np.abs(ours - theirs).max() <= 1e-5
-
-
-def test_bert4keras_checkpoint_round_trip(tmp_path):
-    backbone = RoFormerV2Backbone(vocab_size=300, **TINY)
-    backbone.build()
-    bert4keras.save_bert4keras(backbone, tmp_path / "export")
-    loaded = RoFormerV2Backbone.from_bert4keras(str(tmp_path / "export/bert_config.json"),
-                                                str(tmp_path / "export/bert_model.ckpt"))
-    assert loaded.config == {**backbone.config}
-    for a, b in zip(backbone.weights, loaded.weights):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_preset_round_trip(tmp_path):
@@ -121,15 +62,6 @@ def test_residual_alpha_warmup():
     assert float(RoFormerV2Backbone(vocab_size=300, **TINY).residual_alpha) == 1.0
 
 
-def test_dropout_only_in_training():
-    backbone = RoFormerV2Backbone(vocab_size=300, **{**TINY, "dropout": 0.3})
-    ids = np.array([[2, 7, 8, 9, 3]], dtype="int32")
-    inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
-    a, b = np.asarray(backbone(inputs)), np.asarray(backbone(inputs))
-    np.testing.assert_array_equal(a, b)
-    assert np.abs(np.asarray(backbone(inputs, training=True)) - a).max() > 1e-3
-
-
 def test_checkpoint_errors_name_variable_and_fix(tmp_path):
     backbone = RoFormerV2Backbone(vocab_size=300, **TINY)
     backbone.build()
@@ -142,24 +74,6 @@ def test_checkpoint_errors_name_variable_and_fix(tmp_path):
                                            str(tmp_path / "bert_model.ckpt"))
     with pytest.raises(FileNotFoundError, match="pass the prefix"):
         RoFormerV2Backbone.from_bert4keras(str(tmp_path / "bert_config.json"), str(tmp_path / "nothing"))
-
-
-def test_keras_hub_matches_unpadded_but_not_padded(real_batch):
-    """Records keras-hub 0.32's padding behaviour: it masks query rows, not keys."""
-    if not keras_hub_available():
-        pytest.skip("keras-hub not installed (make interop)")
-    token_ids, segment_ids, vocab_size = real_batch
-    backbone = RoFormerV2Backbone(vocab_size=vocab_size, **TINY)
-    backbone.build()
-    hub = to_keras_hub(backbone)
-    ours = encode(backbone, token_ids, segment_ids)
-    theirs = np.asarray(hub({"token_ids": token_ids, "segment_ids": segment_ids}))
-    full = (token_ids > 0).all(axis=1)  # rows without padding
-    real = token_ids > 0
-    assert full.any() and (~full).any()
-    assert np.abs(ours[full] - theirs[full]).max() <= 1e-5
-    padded_rows = ~full[:, None] & real
-    assert np.abs(ours[padded_rows] - theirs[padded_rows]).max() > 1e-2
 
 
 def test_all_padding_row_stays_finite():

@@ -24,6 +24,8 @@ from data_adapters import (
 from data_adapters.qa import UNLOCATED_QUESTION
 from mtl_framework.config.registry import load_registry
 
+from conftest import json_objects
+
 # The catalog datasets with real files in ../shared/data (one spec file each).
 DATASETS = ["afqmc", "tnews", "iflytek", "ocnli", "cmnli", "csl", "cluewsc2020", "cmrc2018",
             "drcd", "chid", "c3", "cluener", "eprstmt", "bustm", "csldcp", "lcqmc", "bq",
@@ -156,22 +158,10 @@ def spans_of(example):
     return []
 
 
-def json_lines(path):
-    """Objects of a JSON-lines file, also pretty-printed ones (CLUENER)."""
-    decoder, text, position, out = json.JSONDecoder(), path.read_text(encoding="utf-8"), 0, []
-    while True:
-        while position < len(text) and text[position].isspace():
-            position += 1
-        if position == len(text):
-            return out
-        value, position = decoder.raw_decode(text, position)
-        out.append(value)
-
-
 @pytest.mark.parametrize("split", ["train", "dev"])
 def test_cluener_mentions_match_the_annotation(shared_data, split):
     examples, _ = read(shared_data, "cluener", split)
-    records = json_lines(shared_data / f"cluener/{split}.json")
+    records = json_objects(shared_data / f"cluener/{split}.json")
     assert len(examples) == len(records)
     for example, record in zip(examples, records):
         annotated = Counter((mention, type_) for type_, mentions in record["label"].items()
@@ -182,7 +172,7 @@ def test_cluener_mentions_match_the_annotation(shared_data, split):
 @pytest.mark.parametrize("split", ["train", "dev"])
 def test_duie_mentions_match_the_annotation(shared_data, split):
     examples, _ = read(shared_data, "duie_spo", split)
-    records = json_lines(shared_data / _registry.tasks["duie_spo"].files[split])
+    records = json_objects(shared_data / _registry.tasks["duie_spo"].files[split])
     for example, record in zip(examples, records):
         annotated = [(s["subject"], s["predicate"], s["object"]["@value"]) for s in record["spo_list"]]
         text = example.text
@@ -195,7 +185,7 @@ def test_duie_mentions_match_the_annotation(shared_data, split):
 def test_cluewsc_spans_match_the_annotation(shared_data):
     for split in ("train", "dev"):
         examples, _ = read(shared_data, "cluewsc", split)
-        records = json_lines(shared_data / f"cluewsc2020/{split}.json")
+        records = json_objects(shared_data / f"cluewsc2020/{split}.json")
         for example, record in zip(examples, records):
             target = record["target"]
             assert example.text[example.span1.start:example.span1.end] == target["span1_text"]

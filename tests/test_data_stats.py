@@ -7,6 +7,8 @@ from data_adapters.qa import UNLOCATED_QUESTION
 from mtl_framework.cli import data as data_command
 from mtl_framework.prepare import stats as data_stats
 
+from conftest import json_objects
+
 FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 SPECS = FIXTURES / "specs"
 
@@ -76,25 +78,13 @@ def test_stats_on_real_data(shared_data, capsys):
     assert rows["ocnli"]["skipped"]["label '-' is in skip_labels"]["count"] == 50
 
 
-def read_json_stream(path):
-    """Every JSON object in a file of concatenated (pretty-printed) objects."""
-    decoder, text, objects, index = json.JSONDecoder(), Path(path).read_text("utf-8"), [], 0
-    while True:
-        while index < len(text) and text[index].isspace():
-            index += 1
-        if index >= len(text):
-            return objects
-        obj, index = decoder.raw_decode(text, index)
-        objects.append(obj)
-
-
 def test_stats_counts_truncation_and_cut_spans_on_real_ner(shared_data, tmp_path, capsys):
     """At max_length 24 on cluener dev, `truncated` and `cut` equal counts made
     directly: a text is truncated when [CLS] text [SEP] is over 24 tokens, an
     entity is cut when [CLS] + the tokens of the text up to its end pass 23."""
     from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
-    records = read_json_stream(shared_data / "cluener" / "dev.json")
+    records = json_objects(shared_data / "cluener" / "dev.json")
     texts = [record["text"] for record in records]
     vocab = tmp_path / "vocab.txt"
     write_vocab(build_vocab(count_units(texts), max_size=3000), vocab)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
-from run_harness import checkpoint_state, load_state, wait_all
+from run_harness import TWO_WORKERS, checkpoint_state, load_state, wait_all
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.config.experiment import ExperimentError, load_experiment
@@ -22,24 +22,15 @@ from mtl_framework.loop.run import Run
 from mtl_framework.step.distributed import is_chief, precision_policy
 from mtl_framework.step.model import MultiTaskModel
 
+from conftest import classification_batch as tiny_batch
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_DATA = os.path.join(REPO, "experiments", "demo", "data")
 WORKER = os.path.join(REPO, "tests", "distributed_worker.py")
 TIMEOUT = 240  # per 2-worker launch; a healthy one takes ~12 s of CPU per worker
 
-# tnews: classification (loss = mean over rows); mlm: mean over masked tokens, so the
-# per-replica shares must follow the masked-token counts. 7 rows per batch: every global
-# batch splits 4 / 3 between the 2 workers. Dropout 0; constant learning rate. The chief
-# also evaluates on dev (tnews) every 2 updates while the other worker waits.
-TINY_EXPERIMENT = {
-    "backbone": {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
-                 "dropout": 0.0, "vocab_size": 600},
-    "tasks": ["tnews", {"name": "mlm", "rate": 0.5}],
-    "sampling": "uniform", "tasks_per_update": 3, "batch_size": 7, "max_length": 48,
-    "optimizer": {"name": "adamw", "lr": 0.01, "final_lr_fraction": 1.0},
-    "steps": 4, "seed": 3, "checkpoint_every": 2, "keep_checkpoints": 2,
-    "eval_every": 2, "eval_batches": 1,
-}
+# 7 rows per batch: every global batch splits 4 / 3 between the 2 workers.
+TINY_EXPERIMENT = {**TWO_WORKERS, "batch_size": 7, "max_length": 48}
 
 
 def write_experiment(folder, **overrides):
@@ -201,15 +192,6 @@ def tiny_model(precision, loss_weights=None, balancing="gradient_norm"):
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=1.0))
     model.build_all()
     return model
-
-
-def tiny_batch(seed, labels):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, 50, size=(4, 9)).astype("int32")
-    ids[:, 0] = 2
-    ids[1, 6:] = 0
-    return {"token_ids": ids, "segment_ids": np.zeros_like(ids),
-            "label": rng.integers(0, labels, size=4).astype("int32")}
 
 
 MICRO = [("a", tiny_batch(1, 3)), ("b", tiny_batch(2, 2)), ("a", tiny_batch(3, 3))]

@@ -17,6 +17,8 @@ from mtl_framework.prepare.cache import cached_features
 from mtl_framework.rundir import RunDir
 from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
+from conftest import ONE_LAYER, write_tiny_experiment
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "experiments" / "demo" / "data"
 
@@ -134,20 +136,9 @@ def test_eval_every_and_mtl_evaluate_agree_on_the_same_checkpoint(tmp_path, caps
     `mtl evaluate` on the reloaded checkpoint (same examples)."""
     from mtl_framework.cli import main
 
-    experiment = tmp_path / "tiny.yaml"
-    experiment.write_text(f"""
-data_root: {DEMO_DATA}
-cache_dir: {tmp_path / 'cache'}
-backbone: {{num_layers: 1, hidden_size: 32, num_heads: 2, intermediate_size: 64, dropout: 0.0}}
-tasks: [tnews, cmrc2018, cluener]
-tasks_per_update: 2
-batch_size: 4
-max_length: 64
-steps: 2
-checkpoint_every: 1
-eval_every: 1
-eval_batches: 2
-""", encoding="utf-8")
+    experiment = write_tiny_experiment(
+        tmp_path / "tiny.yaml", tasks=["tnews", "cmrc2018", "cluener"], max_length=64, steps=2,
+        checkpoint_every=1, eval_every=1, eval_batches=2, backbone=ONE_LAYER)
     run_dir = tmp_path / "run"
     assert main(["train", str(experiment), "--output", str(run_dir)]) == 0
     lines = RunDir(run_dir).read_evaluations()
@@ -250,16 +241,8 @@ def test_run_evaluate_takes_task_names(tmp_path):
     from mtl_framework.errors import UserError
     from mtl_framework.loop.run import Run
 
-    experiment = tmp_path / "tiny.yaml"
-    experiment.write_text(f"""
-data_root: {DEMO_DATA}
-cache_dir: {tmp_path / 'cache'}
-backbone: {{num_layers: 1, hidden_size: 32, num_heads: 2, intermediate_size: 64, dropout: 0.0}}
-tasks: [tnews, cmrc2018]
-batch_size: 4
-max_length: 64
-steps: 1
-""", encoding="utf-8")
+    experiment = write_tiny_experiment(tmp_path / "tiny.yaml", tasks=["tnews", "cmrc2018"],
+                                       max_length=64, steps=1, backbone=ONE_LAYER)
     run = Run(str(experiment), str(tmp_path / "run"))
     results = run.evaluate("dev", ["cmrc2018"], max_examples=4)
     assert list(results) == ["cmrc2018"] and results["cmrc2018"]["examples"] == 4

@@ -1,64 +1,18 @@
-"""The backbone's exact_padding option (issue 17 item 6), both ways."""
+"""The backbone's exact_padding option (issue 17 item 6): the softmax, the choice made,
+the config. That padding leaves real tokens' outputs bit-identical with it, on every
+architecture: test_backbone_harness.py (run_padding_test)."""
 import json
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from backbone_harness import synthetic_batch
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.layers import attention_softmax, resolve_exact_padding
 
 TINY = dict(vocab_size=200, num_layers=2, hidden_size=32, num_heads=2, dropout=0.0)
-
-
-def padded_batch(base, extra=0):
-    """Token ids of 4 rows with 5..base real tokens, padded to base + extra."""
-    rng = np.random.default_rng(0)
-    ids = np.zeros((4, base + extra), "int32")
-    for row, n in enumerate([base, 5, base // 2, base - 9]):
-        ids[row, :n] = rng.integers(1, 200, n)
-    return ids
-
-
-def real_token_change(backbone, base, totals=(128, 256)):
-    """max |output change| at real tokens when the batch is padded to `totals`."""
-    ids = padded_batch(base)
-    reference = np.asarray(backbone({"token_ids": ids, "segment_ids": np.zeros_like(ids)}))
-    real = ids > 0
-    worst = 0.0
-    for total in totals:
-        more = padded_batch(base, total - base)
-        out = np.asarray(backbone({"token_ids": more, "segment_ids": np.zeros_like(more)}))
-        worst = max(worst, float(np.abs(out[:, :base][real] - reference[real]).max()))
-    return worst
-
-
-def twins():
-    """The same weights with exact_padding True and False."""
-    keras.utils.set_random_seed(0)
-    exact = RoFormerV2Backbone(**TINY, exact_padding=True)
-    exact.build()
-    plain = RoFormerV2Backbone(**TINY, exact_padding=False)
-    plain.build()
-    plain.set_weights(exact.get_weights())
-    return exact, plain
-
-
-def test_exact_padding_true_and_false():
-    """True: the softmax denominator no longer depends on the padding, and outputs are
-    bit-identical where the matmul kernels are too (longest row 48 or 64 here; measured
-    in docs/backbone.md). False: float32 rounding only. Both: ~1e-6 at other lengths,
-    where TF's matmul tails (remainders of its vector width) round differently."""
-    exact, plain = twins()
-    for base in (48, 64):
-        assert real_token_change(exact, base) == 0.0
-    for base in (40, 48, 64):
-        assert real_token_change(plain, base) <= 5e-6
-        assert real_token_change(exact, base) <= 5e-6
-    ids = padded_batch(40)
-    inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
-    np.testing.assert_allclose(np.asarray(plain(inputs)), np.asarray(exact(inputs)), atol=1e-5)
 
 
 @pytest.mark.parametrize("exact", [True, False])
@@ -105,7 +59,7 @@ def test_default_chooses_itself(monkeypatch):
 def test_layers_get_the_resolved_choice_and_mixed_precision_runs():
     backbone = RoFormerV2Backbone(**TINY, dtype="mixed_bfloat16")
     assert all(layer.attention.exact_padding is False for layer in backbone.transformer_layers)
-    ids = padded_batch(30, 10)
+    ids = synthetic_batch(30, 10)[0]
     out = backbone({"token_ids": ids, "segment_ids": np.zeros_like(ids)})
     assert np.isfinite(np.asarray(out, "float32")).all()
 
@@ -119,7 +73,9 @@ def test_config_round_trip(option):
 
 def test_preset_without_the_key_still_loads(tmp_path):
     """Exports written before the option have no exact_padding: they load as auto."""
-    exact, _ = twins()
+    keras.utils.set_random_seed(0)
+    exact = RoFormerV2Backbone(**TINY, exact_padding=True)
+    exact.build()
     exact.save_preset(tmp_path)
     config_path = tmp_path / "config.json"
     config = json.loads(config_path.read_text())
@@ -127,6 +83,6 @@ def test_preset_without_the_key_still_loads(tmp_path):
     config_path.write_text(json.dumps(config))
     loaded = RoFormerV2Backbone.from_preset(tmp_path)
     assert loaded.config["exact_padding"] is None and loaded.exact_padding is True
-    ids = padded_batch(40)
+    ids = synthetic_batch(40)[0]
     inputs = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
     assert np.array_equal(np.asarray(loaded(inputs)), np.asarray(exact(inputs)))

@@ -3,7 +3,6 @@ with few updates; their raw-string predictions equal `predict_file`'s on the sam
 written in the task's own file format (the adapter path, independent of predict_texts)."""
 import importlib.util
 import json
-import os
 
 import pytest
 
@@ -21,16 +20,10 @@ def example(name):
 def trained(tmp_path_factory):
     """examples/train_mixture.py, 6 updates (3 evaluations, EarlyStopping may stop it)."""
     tmp = tmp_path_factory.mktemp("examples")
-    previous = os.environ.get("MTL_CACHE_DIR")
-    os.environ["MTL_CACHE_DIR"] = str(tmp / "cache")
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the module's cache, restored after
+        patch.setenv("MTL_CACHE_DIR", str(tmp / "cache"))
         example("train_mixture").main(["--output", str(tmp / "run"), "--steps", "6"])
         yield tmp
-    finally:
-        if previous is None:
-            os.environ.pop("MTL_CACHE_DIR")
-        else:
-            os.environ["MTL_CACHE_DIR"] = previous
 
 
 def test_train_mixture_with_stock_callbacks(trained):

@@ -1,22 +1,20 @@
-"""`mtl export` on a real (tiny) run: each format loads in its target library with the
-run's weights; bert4keras (legacy-Keras subprocess) and keras-hub give our outputs."""
+"""`mtl export` on a real (tiny) run: each format holds the run's weights, its card and
+vocab; --with-heads, `backbone: {init: DIR}`, `mtl finetune`. That each format's library
+gives our outputs: test_backbone_harness.py (converter parity)."""
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
-from interop.legacy_bert4keras import bert4keras_available, run_bert4keras
+from backbone_harness import encode
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.architectures.roformer_v2.keras_hub import keras_hub_available
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
 
-from conftest import write_tiny_experiment
+from conftest import DEMO_DATA, export_all, train_tiny, write_tiny_experiment
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_DATA = REPO / "experiments" / "demo" / "data"
 TASKS = ["tnews", "afqmc", "cluener"]
 
 
@@ -27,19 +25,13 @@ def write_experiment(path, **overrides):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("export_run")
-    assert mtl(["train", str(write_experiment(root / "tiny.yaml")), "--output",
-                str(root / "run")]) == 0
-    return root / "run"
+    return train_tiny(write_experiment(tmp_path_factory.mktemp("export_run") / "tiny.yaml"))
 
 
 @pytest.fixture(scope="module")
 def exported(run_dir):
-    formats = ["keras", "bert4keras"] + (["keras-hub"] if keras_hub_available() else [])
-    out = {}
-    for fmt in formats:
-        out[fmt] = run_dir / "export" / fmt
-        assert mtl(["export", str(run_dir), "--format", fmt, "--output", str(out[fmt])]) == 0
+    out = export_all(run_dir, ["keras", "bert4keras"]
+                     + (["keras-hub"] if keras_hub_available() else []))
     out["heads"] = run_dir / "export" / "keras-heads"
     assert mtl(["export", str(run_dir), "--format", "keras", "--with-heads",
                 "--output", str(out["heads"])]) == 0
@@ -55,42 +47,6 @@ def checkpoint(run_dir):
     with np.load(step / "state.npz") as values:
         arrays = [values[name] for name in state["variables"]]
     return state, arrays
-
-
-@pytest.fixture(scope="module")
-def sentences(request):
-    """Real TNEWS titles and AFQMC pairs from ../shared/data, else the demo samples."""
-    try:
-        return request.getfixturevalue("real_sentences")
-    except pytest.skip.Exception:
-        with open(DEMO_DATA / "tnews" / "dev.json", encoding="utf-8") as f:
-            titles = [json.loads(line)["sentence"] for _, line in zip(range(48), f)]
-        with open(DEMO_DATA / "afqmc" / "dev.txt", encoding="utf-8") as f:
-            pairs = [line.rstrip("\n").split("\t")[:2] for _, line in zip(range(16), f)]
-        return titles, pairs
-
-
-def encodings(run_dir, sentences):
-    from mtl_framework.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer(str(run_dir / "vocab.txt"))
-    titles, pairs = sentences
-    return ([tokenizer.encode(t, max_length=64) for t in titles]
-            + [tokenizer.encode(a, b, max_length=64) for a, b in pairs])
-
-
-def padded(encoded):
-    length = max(len(ids) for ids, _ in encoded)
-    token_ids = np.zeros((len(encoded), length), dtype="int32")
-    segment_ids = np.zeros_like(token_ids)
-    for row, (ids, segments) in enumerate(encoded):
-        token_ids[row, : len(ids)] = ids
-        segment_ids[row, : len(ids)] = segments
-    return token_ids, segment_ids
-
-
-def encode(model, token_ids, segment_ids):
-    return np.asarray(model({"token_ids": token_ids, "segment_ids": segment_ids}))
 
 
 def backbone_arrays(checkpoint):
@@ -133,47 +89,6 @@ def test_bert4keras_export_round_trip_identical_weights(exported, checkpoint):
     backbone = RoFormerV2Backbone.from_bert4keras(str(directory / "bert_config.json"),
                                                   str(directory / "bert_model.ckpt"))
     assert_same_weights(backbone, backbone_arrays(checkpoint))
-
-
-def test_bert4keras_loads_export_and_equals_ours_on_padded_real_sentences(
-        run_dir, exported, sentences, tmp_path):
-    if not bert4keras_available():
-        pytest.skip("bert4keras/tf-keras not installed (make interop)")
-    directory = exported["bert4keras"]
-    token_ids, segment_ids = padded(encodings(run_dir, sentences))
-    assert (token_ids == 0).any(), "the batch must contain padding"
-    np.savez(tmp_path / "inputs.npz", token_ids=token_ids, segment_ids=segment_ids)
-    # bert4keras's build_transformer_model(config, checkpoint, model="roformer_v2")
-    run_bert4keras("encode", directory / "bert_config.json", directory / "bert_model.ckpt",
-                   tmp_path / "inputs.npz", tmp_path / "theirs.npy")
-    theirs = np.load(tmp_path / "theirs.npy")
-    ours = encode(RoFormerV2Backbone.from_preset(str(exported["keras"])), token_ids, segment_ids)
-    real = token_ids > 0
-    assert ours.shape == theirs.shape
-    assert np.abs(ours[real] - theirs[real]).max() <= 1e-5
-
-
-def test_keras_hub_loads_export_equal_unpadded_and_differs_padded(run_dir, exported, sentences):
-    """Equal (<= 1e-5) on unpadded input; with padding keras-hub 0.32 masks query rows
-    instead of keys, so real-token outputs of padded rows move (measured > 1e-2)."""
-    if not keras_hub_available():
-        pytest.skip("keras-hub not installed (make interop)")
-    import keras_hub
-
-    hub = keras_hub.models.RoformerV2Backbone.from_preset(str(exported["keras-hub"]))
-    ours = RoFormerV2Backbone.from_preset(str(exported["keras"]))
-    encoded = encodings(run_dir, sentences)
-    worst = 0.0
-    for ids, segments in encoded[::4]:  # one sentence at a time: no padding at all
-        token_ids, segment_ids = np.array([ids], "int32"), np.array([segments], "int32")
-        worst = max(worst, np.abs(encode(ours, token_ids, segment_ids)
-                                  - encode(hub, token_ids, segment_ids)).max())
-    assert worst <= 1e-5
-    token_ids, segment_ids = padded(encoded)
-    real_in_padded_rows = (token_ids > 0) & (token_ids == 0).any(axis=1, keepdims=True)
-    difference = np.abs(encode(ours, token_ids, segment_ids)
-                        - encode(hub, token_ids, segment_ids))[real_in_padded_rows].max()
-    assert difference > 1e-2  # documented in the README (keras-hub padding)
 
 
 def test_keras_hub_tokenizer_points_at_our_vocab(run_dir, exported):

@@ -15,19 +15,13 @@ from family_harness import FamilyCase, one_hot_logits, run_family_test, tied_emb
 
 import data_adapters
 import mtl_framework
+from data_adapters import examples as ex  # the rarer example types
 from data_adapters import read_task
 from data_adapters.examples import (
-    ChoiceExample,
-    CorefExample,
     Entity,
-    Event,
-    EventExample,
     NERExample,
-    RelationExample,
     Span,
-    SpanQAExample,
     TextExample,
-    Triple,
 )
 from mtl_framework.config import spec_schema
 from mtl_framework.config.registry import load_registry
@@ -188,23 +182,23 @@ SYNTHETIC = {
     "regression": (None, {}, [TextExample("今天天气", "天气很好", 4.5),
                               TextExample("看书", "写字", 0.5)]),
     "mrc_span": (None, {"stride": 4}, [
-        SpanQAExample("谁在北京", TEXT, [Span(0, 3, "毛主席")]),
-        SpanQAExample("天气", TEXT, [Span(16, 18, "很好")])]),
-    "multiple_choice": (None, {}, [ChoiceExample("今天天气很好", "天气", ["好", "坏", "平"], 0),
-                                   ChoiceExample("明天会下雨吗", "", ["会", "不会"], 1)]),
-    "cloze": (None, {}, [ChoiceExample("今天天气很好", "", ["好", "坏"], 1)]),
+        ex.SpanQAExample("谁在北京", TEXT, [Span(0, 3, "毛主席")]),
+        ex.SpanQAExample("天气", TEXT, [Span(16, 18, "很好")])]),
+    "multiple_choice": (None, {}, [ex.ChoiceExample("今天天气很好", "天气", ["好", "坏", "平"], 0),
+                                   ex.ChoiceExample("明天会下雨吗", "", ["会", "不会"], 1)]),
+    "cloze": (None, {}, [ex.ChoiceExample("今天天气很好", "", ["好", "坏"], 1)]),
     "extraction_ner": (["人", "地"], {}, [
         NERExample(TEXT, [Entity(0, 3, "人"), Entity(4, 6, "地"), Entity(10, 12, "地")]),
         NERExample("今天天气很好", [])]),
     "extraction_relation": (["在", "看"], {}, [
-        RelationExample(TEXT, [Triple(Entity(0, 3, "人"), "在", Entity(4, 6, "地")),
-                               Triple(Entity(8, 9, "人"), "在", Entity(10, 12, "地"))])]),
-    "extraction_event": (EVENT_LABELS, {}, [EventExample(TEXT, [
-        Event("读", Entity(6, 8, "trigger"), [Entity(0, 3, "人"), Entity(4, 6, "地")]),
-        Event("写", Entity(12, 14, "trigger"), [Entity(10, 12, "地")])])]),
+        ex.RelationExample(TEXT, [ex.Triple(Entity(0, 3, "人"), "在", Entity(4, 6, "地")),
+                               ex.Triple(Entity(8, 9, "人"), "在", Entity(10, 12, "地"))])]),
+    "extraction_event": (EVENT_LABELS, {}, [ex.EventExample(TEXT, [
+        ex.Event("读", Entity(6, 8, "trigger"), [Entity(0, 3, "人"), Entity(4, 6, "地")]),
+        ex.Event("写", Entity(12, 14, "trigger"), [Entity(10, 12, "地")])])]),
     "coreference": (["false", "true"], {}, [
-        CorefExample(TEXT, Entity(0, 3, "毛主席"), Entity(7, 8, "他"), "true"),
-        CorefExample(TEXT, Entity(4, 6, "北京"), Entity(7, 8, "他"), "false")]),
+        ex.CorefExample(TEXT, Entity(0, 3, "毛主席"), Entity(7, 8, "他"), "true"),
+        ex.CorefExample(TEXT, Entity(4, 6, "北京"), Entity(7, 8, "他"), "false")]),
     MLM: (None, {}, [TEXT, "今天天气很好"]),
 }
 

@@ -62,21 +62,22 @@ def snapshot(folder):
     return out
 
 
-def refused(capsys, argv, run_dir=None):
+def refused(capsys, argv, run_dir=None, late=False):
     """Run `mtl ARGV` in-process; assert exit 2, one error line, no traceback, and
-    `run_dir` unchanged byte for byte. Returns the message."""
+    `run_dir` unchanged byte for byte. Returns the message. `late`: a refusal that comes
+    after progress bars (on stderr, as they should be): its `error:` line is the last."""
     before = snapshot(run_dir) if run_dir else None
     capsys.readouterr()
     code = cli.main([str(a) for a in argv])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, err
-    assert "Traceback" not in err
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: ")
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert code == 2 and "Traceback" not in err, err
+    assert len(errors) == 1 and lines[-1] == errors[0], err
+    assert late or len(lines) == 1, err
     if run_dir:
         assert snapshot(run_dir) == before
-    return lines[0][len("error: "):]
+    return errors[0][len("error: "):]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ One tiny run (tnews + cluener, 2 updates) and its --with-heads export are made f
 module; every case copies what it damages.
 """
 import errno
+import functools
 import json
 import os
 import shutil
@@ -22,20 +23,7 @@ from mtl_framework import cli
 TASKS = ["tnews", "cluener"]
 
 
-def refused_late(capsys, argv, run_dir=None):
-    """`refused` for a refusal that comes after progress bars (on stderr, as they should
-    be): exit 2, no traceback, one `error:` line and it is the last; `run_dir` unchanged."""
-    before = snapshot(run_dir) if run_dir else None
-    capsys.readouterr()
-    code = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert code == 2 and "Traceback" not in err, err
-    assert len(errors) == 1 and lines[-1] == errors[0], err
-    if run_dir:
-        assert snapshot(run_dir) == before
-    return errors[0][len("error: "):]
+refused_late = functools.partial(refused, late=True)  # after progress bars on stderr
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,12 @@ import numpy as np
 import pytest
 from token_spans import char_span_to_token_span
 
+from data_adapters import examples as ex  # the rarer example types
 from data_adapters.examples import (
-    ChoiceExample,
-    CorefExample,
     Entity,
-    Event,
-    EventExample,
     NERExample,
-    RelationExample,
     Span,
-    SpanQAExample,
     TextExample,
-    Triple,
 )
 from mtl_framework.families import make_featurizer
 from mtl_framework.families.features import TokenLocator, segment_tokens, truncate_longest_first
@@ -96,9 +90,9 @@ def mrc_examples():
     context = ("今天天气很好明天会下雨吗我爱北京天安门天安门上太阳升伟大领袖毛主席指引我们向前进"
                "中国人民银行在上海深圳广州")
     answers = ["天安门上太阳升", "中国人民银行", "今天天气"]
-    examples = [SpanQAExample("是什么", context, [Span(context.index(a), context.index(a) + len(a), a)],
+    examples = [ex.SpanQAExample("是什么", context, [Span(context.index(a), context.index(a) + len(a), a)],
                               id=f"q{i}") for i, a in enumerate(answers)]
-    examples.append(SpanQAExample("有没有", context, [], id="none"))
+    examples.append(ex.SpanQAExample("有没有", context, [], id="none"))
     return examples
 
 
@@ -141,8 +135,8 @@ def test_mrc_windows_hold_the_answer_and_map_back(tokenizer, stride):
 
 def test_mrc_counts_answers_longer_than_a_window_and_long_questions(tokenizer):
     context = "我爱北京天安门天安门上太阳升伟大领袖毛主席"
-    example = SpanQAExample("是什么", context, [Span(0, len(context), context)])
-    long_question = SpanQAExample("我爱北京天安门天安门上太阳升", "毛主席", [Span(0, 3, "毛主席")])
+    example = ex.SpanQAExample("是什么", context, [Span(0, len(context), context)])
+    long_question = ex.SpanQAExample("我爱北京天安门天安门上太阳升", "毛主席", [Span(0, 3, "毛主席")])
     featurizer = make_featurizer("mrc_span", tokenizer, 16, stride=4, max_question_length=6)
     report = featurizer.featurize([example, long_question]).report
     assert report.spans_lost == {LOST_WINDOW: 1}
@@ -161,7 +155,7 @@ def test_mrc_default_stride_is_half_a_window(tokenizer):
 def test_mrc_stride_beyond_the_window_skips_no_token(tokenizer):
     context = mrc_examples()[0].context
     crossing = Span(11, 17, context[11:17])  # windows hold 14 context tokens: 0-13, 14-27, ...
-    example = SpanQAExample("是什么", context, [crossing])
+    example = ex.SpanQAExample("是什么", context, [crossing])
     features = make_featurizer("mrc_span", tokenizer, 20, stride=40).featurize([example])
     covered = []  # the context characters each window holds
     for w in range(len(features)):
@@ -176,9 +170,9 @@ def test_mrc_stride_beyond_the_window_skips_no_token(tokenizer):
 
 
 def test_multiple_choice_layout_mask_and_truncation(tokenizer):
-    examples = [ChoiceExample("我爱北京天安门", "是什么", ["北京", "上海", "广州"], 0, id="a"),
-                ChoiceExample("今天天气很好", "", ["下雨", "很好"], 1, id="b"),
-                ChoiceExample("我们" * 20, "是什么", ["中国人民银行", "天"], 1, id="c")]
+    examples = [ex.ChoiceExample("我爱北京天安门", "是什么", ["北京", "上海", "广州"], 0, id="a"),
+                ex.ChoiceExample("今天天气很好", "", ["下雨", "很好"], 1, id="b"),
+                ex.ChoiceExample("我们" * 20, "是什么", ["中国人民银行", "天"], 1, id="c")]
     features = make_featurizer("multiple_choice", tokenizer, 16).featurize(examples)
     assert len(features) == 3
     assert features.report.truncated == {"context+question+choice over max_length": 1}
@@ -270,10 +264,10 @@ def test_token_locator_agrees_with_tokenizer(tokenizer):
 def test_relation_gplinker_labels(tokenizer):
     text = "毛主席在北京天安门看书"
     mao, beijing, tam = Entity(0, 3, "人"), Entity(4, 6, "地"), Entity(6, 9, "地")
-    triples = [Triple(mao, "在", beijing), Triple(mao, "在", tam), Triple(beijing, "有", tam),
-               Triple(mao, "无", tam)]
+    triples = [ex.Triple(mao, "在", beijing), ex.Triple(mao, "在", tam), ex.Triple(beijing, "有", tam),
+               ex.Triple(mao, "无", tam)]
     features = make_featurizer("extraction_relation", tokenizer, 32, ["在", "有"]).featurize(
-        [RelationExample(text, triples)])
+        [ex.RelationExample(text, triples)])
     assert features.report.spans_lost == {"predicate not in the task's labels": 1}
     batch = features.batch([0])
     entity = batch["entity_labels"][0]
@@ -290,10 +284,10 @@ def test_relation_gplinker_labels(tokenizer):
 def test_event_gplinker_labels(tokenizer):
     text = "毛主席在北京看书他在上海写字"
     roles = ["读:trigger", "读:人", "读:地", "写:trigger", "写:地"]
-    events = [Event("读", Entity(6, 8, "trigger"), [Entity(0, 3, "人"), Entity(4, 6, "地")]),
-              Event("写", Entity(12, 14, "trigger"), [Entity(10, 12, "地"), Entity(8, 9, "人")])]
+    events = [ex.Event("读", Entity(6, 8, "trigger"), [Entity(0, 3, "人"), Entity(4, 6, "地")]),
+              ex.Event("写", Entity(12, 14, "trigger"), [Entity(10, 12, "地"), Entity(8, 9, "人")])]
     featurizer = make_featurizer("extraction_event", tokenizer, 32, roles)
-    features = featurizer.featurize([EventExample(text, events)])
+    features = featurizer.featurize([ex.EventExample(text, events)])
     assert features.report.spans_lost == {"event role not in the task's labels": 1}
     assert features.report.spans == 5
     batch = features.batch([0])
@@ -306,14 +300,14 @@ def test_event_gplinker_labels(tokenizer):
     assert tails == {(3, 8), (6, 8), (3, 6), (12, 14)}
     # a bare event type as a label marks that type's triggers
     featurizer = make_featurizer("extraction_event", tokenizer, 32, ["写"])
-    features = featurizer.featurize([EventExample(text, events[1:])])
+    features = featurizer.featurize([ex.EventExample(text, events[1:])])
     assert features.ragged("arguments", 0).tolist() == [[0, 0, 13, 14]]
 
 
 def test_coreference_spans_and_dropped_when_truncated(tokenizer):
     text = "毛主席在北京他看书"
-    examples = [CorefExample(text, Entity(0, 3, "span1"), Entity(6, 7, "span2"), "true"),
-                CorefExample("我爱北京天安门上太阳升他", Entity(0, 1, "span1"), Entity(12, 13, "span2"),
+    examples = [ex.CorefExample(text, Entity(0, 3, "span1"), Entity(6, 7, "span2"), "true"),
+                ex.CorefExample("我爱北京天安门上太阳升他", Entity(0, 1, "span1"), Entity(12, 13, "span2"),
                              "false")]
     features = make_featurizer("coreference", tokenizer, 11, ["false", "true"]).featurize(examples)
     assert len(features) == 1

@@ -1,23 +1,18 @@
 """mtl_framework.formats: one converter module per format and architecture with the same
 names, one table the CLI and the loaders derive from, each format's name written only in
-the table, the architectures' CONVERTERS and its converters."""
+the table, the architectures' CONVERTERS and its converters. Each converter's round trip
+and parity: test_backbone_harness.py."""
 import ast
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
-
-from mtl_framework import RoFormerV2Backbone, architectures, formats
+from mtl_framework import architectures, formats
 from mtl_framework.cli import build_parser
-from mtl_framework.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES_EVERY_MODULE_HAS = ("CONFIG_FILE", "CARD_USE", "detect", "read_config", "trained_length",
                           "load_weights", "check", "save")
-TINY = dict(vocab_size=40, num_layers=2, hidden_size=32, num_heads=4, intermediate_size=48,
-            dropout=0.0)
 
 
 def test_every_format_module_has_the_same_names():
@@ -64,37 +59,3 @@ def test_each_format_name_is_spelled_only_in_the_tables():
                       for a in architectures.ARCHITECTURES}  # messages about it
         assert spelling <= tables | converters, (name, spelling - tables - converters)
         assert "mtl_framework/formats/__init__.py" in spelling
-
-
-# keras-hub's RoFormerV2 differs from ours: read back refused (the test below)
-# (transformers holds BERT and ALBERT only: tests/test_export_transformers.py)
-@pytest.mark.parametrize("name", [n for n in formats.NAMES
-                                  if n != "keras-hub" and architectures.converter_name(n)])
-def test_save_then_load_round_trips_every_loadable_format(name, tmp_path):
-    backbone = RoFormerV2Backbone(**TINY)
-    backbone.build()
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(f"t{i}" for i in range(TINY["vocab_size"])) + "\n")
-    folder = tmp_path / name
-    module = architectures.converter(name)
-    module.check(backbone.config, "test")
-    if formats.FORMATS[name].ours:
-        module.save(backbone, str(folder), str(vocab), extra={"run": {"max_length": 64}})
-    else:
-        module.save(backbone, str(folder), str(vocab), 64)
-    assert architectures.layout(str(folder)) == name
-    assert formats.vocab_path(str(folder)) == str(folder / "vocab.txt")
-    config = architectures.read_config(str(folder), architectures.layout(str(folder)))
-    assert {k: config[k] for k in ("num_layers", "hidden_size", "num_heads")} == \
-        {k: TINY[k] for k in ("num_layers", "hidden_size", "num_heads")}
-    loaded = architectures.load_backbone(str(folder), architectures.layout(str(folder)))
-    ids = np.array([[5, 6, 7, 8, 0]], "int32")
-    batch = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
-    np.testing.assert_allclose(np.asarray(loaded(batch))[:, :4], np.asarray(backbone(batch))[:, :4],
-                               atol=1e-5)
-
-
-def test_a_keras_hub_preset_is_named_and_refused(tmp_path):
-    (tmp_path / "config.json").write_text('{"registered_name": "keras_hub>RoformerV2Backbone"}')
-    with pytest.raises(UserError, match="keras-hub preset"):
-        architectures.layout(str(tmp_path))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from run_harness import checkpoint_state, load_state, wait_all
+from run_harness import TWO_WORKERS, checkpoint_state, load_state, wait_all
 
 from mtl_framework.config.experiment import ExperimentError
 from mtl_framework.step.distributed import jax_cluster
@@ -24,19 +24,9 @@ JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
 TIMEOUT = 300  # the three processes together; healthy: ~15 s of CPU each
 needs_jax = pytest.mark.skipif(not JAX_PYTHON.exists(), reason=".venv-jax is absent (make interop-jax)")
 
-# tnews (mean over rows) + mlm (mean over masked tokens); 8 rows a batch, so each process
-# holds 4 of each global batch (the test checks the split); max_length 16 keeps JAX to few
-# batch shapes (one compilation each). Dropout 0; constant learning rate. The chief
-# evaluates on dev every 2 updates (on its own device) while the other process waits.
-TINY_EXPERIMENT = {
-    "backbone": {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64,
-                 "dropout": 0.0, "vocab_size": 600},
-    "tasks": ["tnews", {"name": "mlm", "rate": 0.5}],
-    "sampling": "uniform", "tasks_per_update": 3, "batch_size": 8, "max_length": 16,
-    "optimizer": {"name": "adamw", "lr": 0.01, "final_lr_fraction": 1.0},
-    "steps": 4, "seed": 3, "checkpoint_every": 2, "keep_checkpoints": 2,
-    "eval_every": 2, "eval_batches": 1,
-}
+# 8 rows a batch, so each process holds 4 of each global batch (the test checks the
+# split); max_length 16 keeps JAX to few batch shapes (one compilation each).
+TINY_EXPERIMENT = {**TWO_WORKERS, "batch_size": 8, "max_length": 16}
 
 
 def free_port():

@@ -10,6 +10,8 @@ import yaml
 
 from mtl_framework import cli
 
+from conftest import json_objects
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DATA = ROOT / "experiments" / "demo" / "data"
 MAX_LENGTH = 64
@@ -267,18 +269,6 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(tiny_run, tmp_path, c
     assert not out.exists()
 
 
-def _json_objects(path):
-    """Every JSON value of a file holding them back to back (pretty-printed CLUENER)."""
-    text, decoder, at, out = path.read_text(encoding="utf-8"), json.JSONDecoder(), 0, []
-    while True:
-        while at < len(text) and text[at].isspace():
-            at += 1
-        if at == len(text):
-            return out
-        value, at = decoder.raw_decode(text, at)
-        out.append(value)
-
-
 def test_clue_files_from_real_test_splits(tiny_run, shared_data, tmp_path, capsys):
     out = tmp_path / "submit"
     # 6,345 real test examples (CMRC2018's 2,000 questions in ~20 windows of 64 tokens each)
@@ -298,7 +288,7 @@ def test_clue_files_from_real_test_splits(tiny_run, shared_data, tmp_path, capsy
     answers = json.loads((out / "cmrc2018_predict.json").read_text(encoding="utf-8"))
     assert list(answers) == list(contexts) and len(answers) == 2000
     assert all(text in contexts[q] for q, text in answers.items())
-    cluener = _json_objects(shared_data / "cluener" / "test.json")
+    cluener = json_objects(shared_data / "cluener" / "test.json")
     lines = _json_lines(out / "cluener_predict.json")
     assert [line["id"] for line in lines] == [row["id"] for row in cluener] and len(lines) == 1345
     for line, row in zip(lines, cluener):

@@ -23,9 +23,8 @@ def demo_folder(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("readme")
     (folder / "experiments").symlink_to(REPO / "experiments")
-    previous = os.environ.get("MTL_CACHE_DIR")
-    os.environ["MTL_CACHE_DIR"] = str(folder / "cache")
-    try:
+    with pytest.MonkeyPatch.context() as patch:  # the module's cache, restored after
+        patch.setenv("MTL_CACHE_DIR", str(folder / "cache"))
         path = write_tiny_experiment(folder / "tiny.yaml", tasks=["tnews", "cluener"], steps=2,
                                      backbone={**TINY_BACKBONE, "alpha_warmup_steps": 0})
         Run(str(path), output=str(folder / "runs" / "demo"), log=lambda *_: None).train()
@@ -33,11 +32,6 @@ def demo_folder(tmp_path_factory):
             export(str(folder / "runs" / "demo"), fmt,
                    str(folder / "runs" / "demo" / "export" / fmt), log=None)
         yield folder
-    finally:
-        if previous is None:
-            os.environ.pop("MTL_CACHE_DIR")
-        else:
-            os.environ["MTL_CACHE_DIR"] = previous
 
 
 def test_readme_has_python_blocks():

@@ -66,80 +66,70 @@ def test_unknown_keys_at_top_level_and_in_a_task_suggest_the_right_one():
                                 "(did you mean 'labels'?); allowed: name, type,")
 
 
-def test_missing_required_keys_name_the_key_and_where():
-    path = BROKEN / "missing_key.yaml"
-    assert errors_of(path) == [
-        f"{path}:1: the top level: missing required key 'format'",
-        f"{path}:7: task 'missing_key_task': missing required key 'metric'",
-    ]
+# Each broken spec's errors, all of them in file order: (line, what it says).
+BROKEN_ERRORS = {
+    "missing_key.yaml": [  # a required key: named, with where it is missing
+        (1, "the top level: missing required key 'format'"),
+        (7, "task 'missing_key_task': missing required key 'metric'")],
+    "mistyped.yaml": [  # a mistyped value: with the fix
+        (10, "task 'quoted_length': labels must be a list of strings; 0 is not (quote it: YAML "
+             "read it as a number)"),
+        (11, "task 'quoted_length': max_length must be a whole number > 0, got '128' (write it "
+             "without quotes)"),
+        (16, "task 'negative_numbers': max_length must be a whole number > 0, got -1"),
+        (18, "task 'negative_numbers': rate must be a number >= 0, got -0.5"),
+        (19, "task 'negative_numbers': loss_weight must be a number > 0, got 0")],
+    "unknown_names.yaml": [  # an unknown format, type or metric: the right one suggested
+        (2, "unknown format 'delimted' (did you mean 'delimited'?); formats: delimited, squad "
+            "(or register your own with data_adapters.register_adapter)"),
+        (7, "task 'unknown_names_task': unknown type 'clasification' (did you mean "
+            "'classification'?); types: "
+            + ", ".join(name for name, f in FAMILIES.items() if f.in_specs)),
+        (10, "task 'unknown_names_task': unknown metric 'accuray' (did you mean 'accuracy'?); "
+             "metrics: accuracy, macro_f1, micro_f1, em_f1, span_f1, triple_f1, event_f1, "
+             "spearman, pearson, mrr")],
+    "unknown_option_field.yaml": [  # options and fields: checked against the format
+        (6, "unknown option 'delimeter' for format 'delimited' (did you mean 'delimiter'?); "
+            "allowed: delimiter, header"),
+        (9, "unknown field 'txt_b' for format 'delimited' (did you mean 'text_b'?); allowed: "
+            "text, text_b, label, id"),
+        (17, "task 'unknown_option_field_task': option 'header' of format 'delimited' must be "
+             "true or false, got 'yes'")],
+    "labels_vs_type.yaml": [  # labels must fit the type
+        (10, "task 'scores': type regression takes no labels; remove `labels`"),
+        (13, "task 'classes': type classification needs `labels: [...]` or `label_file: ...` "
+             "(class, entity, predicate or event type names)"),
+        (20, "task 'pairs': multi_label applies to classification only, not matching; remove it")],
+}
 
 
-def test_mistyped_values_are_all_reported_with_the_fix():
-    path = BROKEN / "mistyped.yaml"
-    assert errors_of(path) == [
-        f"{path}:10: task 'quoted_length': labels must be a list of strings; 0 is not "
-        "(quote it: YAML read it as a number)",
-        f"{path}:11: task 'quoted_length': max_length must be a whole number > 0, got '128' "
-        "(write it without quotes)",
-        f"{path}:16: task 'negative_numbers': max_length must be a whole number > 0, got -1",
-        f"{path}:18: task 'negative_numbers': rate must be a number >= 0, got -0.5",
-        f"{path}:19: task 'negative_numbers': loss_weight must be a number > 0, got 0",
-    ]
+@pytest.mark.parametrize("name", list(BROKEN_ERRORS))
+def test_broken_specs_report_every_error_with_its_line(name):
+    path = BROKEN / name
+    assert errors_of(path) == [f"{path}:{line}: {message}" for line, message in BROKEN_ERRORS[name]]
 
 
-def test_unknown_format_type_and_metric_suggest_the_right_one():
-    path = BROKEN / "unknown_names.yaml"
-    assert errors_of(path) == [
-        f"{path}:2: unknown format 'delimted' (did you mean 'delimited'?); formats: delimited, "
-        "squad (or register your own with data_adapters.register_adapter)",
-        f"{path}:7: task 'unknown_names_task': unknown type 'clasification' (did you mean "
-        "'classification'?); "
-        f"types: {', '.join(name for name, f in FAMILIES.items() if f.in_specs)}",
-        f"{path}:10: task 'unknown_names_task': unknown metric 'accuray' (did you mean 'accuracy'?); "
-        "metrics: accuracy, macro_f1, micro_f1, em_f1, span_f1, triple_f1, event_f1, "
-        "spearman, pearson, mrr",
-    ]
+# Specs written here: (the spec, its error).
+WRITTEN = {
+    "qa.yaml": (  # the format cannot feed the type
+        "dataset: qa\nformat: squad\nfiles: {train: qa.json}\ntasks:\n  - name: qa\n"
+        "    type: classification\n    labels: [a, b]\n    max_length: 64\n    metric: accuracy\n",
+        "6: task 'qa': format 'squad' reads examples for mrc_span tasks, not classification; "
+        "change the type or the format"),
+    "nofields.yaml": (  # the format's required fields
+        "dataset: nofields\nformat: delimited\nfiles: {train: x.tsv}\ntasks:\n"
+        "  - name: nofields\n    type: regression\n    max_length: 64\n    metric: spearman\n",
+        "5: task 'nofields': format 'delimited' needs `fields:` for text (the source key or "
+        "column of each)"),
+}
 
 
-def test_options_and_fields_are_checked_against_the_format():
-    path = BROKEN / "unknown_option_field.yaml"
-    assert errors_of(path) == [
-        f"{path}:6: unknown option 'delimeter' for format 'delimited' (did you mean 'delimiter'?); "
-        "allowed: delimiter, header",
-        f"{path}:9: unknown field 'txt_b' for format 'delimited' (did you mean 'text_b'?); "
-        "allowed: text, text_b, label, id",
-        f"{path}:17: task 'unknown_option_field_task': option 'header' of format 'delimited' "
-        "must be true or false, got 'yes'",
-    ]
-
-
-def test_labels_must_fit_the_type():
-    path = BROKEN / "labels_vs_type.yaml"
-    assert errors_of(path) == [
-        f"{path}:10: task 'scores': type regression takes no labels; remove `labels`",
-        f"{path}:13: task 'classes': type classification needs `labels: [...]` or "
-        "`label_file: ...` (class, entity, predicate or event type names)",
-        f"{path}:20: task 'pairs': multi_label applies to classification only, not matching; "
-        "remove it",
-    ]
-
-
-def test_a_format_that_cannot_feed_the_type_is_an_error(tmp_path):
-    spec = tmp_path / "qa.yaml"
-    spec.write_text("dataset: qa\nformat: squad\nfiles: {train: qa.json}\ntasks:\n"
-                    "  - name: qa\n    type: classification\n    labels: [a, b]\n"
-                    "    max_length: 64\n    metric: accuracy\n", encoding="utf-8")
-    assert errors_of(spec) == [f"{spec}:6: task 'qa': format 'squad' reads examples for "
-                               "mrc_span tasks, not classification; change the type or the format"]
-
-
-def test_required_fields_of_the_format(tmp_path):
-    spec = tmp_path / "nofields.yaml"
-    spec.write_text("dataset: nofields\nformat: delimited\nfiles: {train: x.tsv}\ntasks:\n"
-                    "  - name: nofields\n    type: regression\n"
-                    "    max_length: 64\n    metric: spearman\n", encoding="utf-8")
-    assert errors_of(spec) == [f"{spec}:5: task 'nofields': format 'delimited' needs `fields:` "
-                               "for text (the source key or column of each)"]
+@pytest.mark.parametrize("name", list(WRITTEN))
+def test_written_spec_errors(name, tmp_path):
+    spec = tmp_path / name
+    text, error = WRITTEN[name]
+    spec.write_text(text, encoding="utf-8")
+    assert errors_of(spec) == [f"{spec}:{error}"]
 
 
 def test_label_file_is_checked_under_the_data_root(tmp_path):

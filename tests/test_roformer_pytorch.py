@@ -13,16 +13,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from backbone_harness import encode
 from interop.roformer_torch import run_torch, torch_site_packages, torch_unavailable_reason
 
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
 
-from conftest import TINY_BACKBONE, padded_batch, write_tiny_experiment
+from conftest import (
+    DEMO_DATA,
+    REPO,
+    TINY_BACKBONE,
+    export_all,
+    padded_batch,
+    train_tiny,
+    write_tiny_experiment,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-DEMO_DATA = REPO / "experiments" / "demo" / "data"
 ALPHA_WARMUP, STEPS = 10, 3  # exported before the warm-up ends: a = 0.3
 
 
@@ -33,19 +40,12 @@ def write_experiment(path, backbone=None, **overrides):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("torch_run")
-    assert mtl(["train", str(write_experiment(root / "tiny.yaml")), "--output",
-                str(root / "run")]) == 0
-    return root / "run"
+    return train_tiny(write_experiment(tmp_path_factory.mktemp("torch_run") / "tiny.yaml"))
 
 
 @pytest.fixture(scope="module")
 def exported(run_dir):
-    out = {}
-    for fmt in ("keras", "bert4keras", "roformer-pytorch"):
-        out[fmt] = run_dir / "export" / fmt
-        assert mtl(["export", str(run_dir), "--format", fmt, "--output", str(out[fmt])]) == 0
-    return out
+    return export_all(run_dir, ("keras", "bert4keras", "roformer-pytorch"))
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +84,6 @@ def torch_env():
     reason = torch_unavailable_reason()
     if reason:
         pytest.skip(f"PyTorch parity: {reason}")
-
-
-def encode(model, token_ids, segment_ids):
-    return np.asarray(model({"token_ids": token_ids, "segment_ids": segment_ids}))
 
 
 def load_safetensors(path):
@@ -350,23 +346,10 @@ def test_finetune_refuses_a_folder_it_cannot_start_from(tmp_path, capsys):
 
 # --- parity with PyTorch roformer 0.4.3 (.venv-torch) -----------------------------------
 
-def test_roformer_loads_the_export_and_equals_ours(torch_env, exported, trained, batch,
-                                                   tmp_path):
-    token_ids, segment_ids, texts = batch
-    np.savez(tmp_path / "inputs.npz", token_ids=token_ids, segment_ids=segment_ids)
-    run_torch("encode", exported["roformer-pytorch"], tmp_path / "inputs.npz",
-              tmp_path / "theirs.npy")
-    theirs = np.load(tmp_path / "theirs.npy")
-    ours = encode(trained, token_ids, segment_ids)  # a = 0.3, unfolded
-    real = token_ids != 0
-    assert ours.shape == theirs.shape
-    difference = np.abs(ours[real] - theirs[real]).max()
-    print(f"roformer 0.4.3 vs ours, max |diff| at real tokens: {difference:.2e}")
-    # 9.5e-7 in every run of this file alone; one whole-suite run measured 9.6e-5 (cause not
-    # found: the trained weights and float32 kernels were the same code). A mapping error
-    # is of order 0.1 (mainline RoFormer v1: 0.19, below), so 2e-4 still catches one.
-    assert difference <= 2e-4
-    # BertTokenizer on the exported vocab gives our ids
+def test_bert_tokenizer_on_the_export_gives_our_ids(torch_env, exported, batch, tmp_path):
+    """BertTokenizer on the exported vocab gives our ids (the outputs of roformer 0.4.3 on
+    our export equal ours: test_backbone_harness.py's converter parity)."""
+    token_ids, _, texts = batch
     (tmp_path / "texts.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
     run_torch("tokenize", exported["roformer-pytorch"], tmp_path / "texts.json",
               tmp_path / "ids.json")
@@ -399,15 +382,10 @@ SAVED_CONFIG = {"vocab_size": 300, "embedding_size": 64, "hidden_size": 64,
                 "rotary_value": False, "pad_token_id": 0}
 
 
-def by_path(backbone):
-    """{variable path without the model's name: array} (seed states left out)."""
-    return {v.path.split("/", 1)[1]: np.asarray(v) for v in backbone.variables
-            if "seed_generator" not in v.path}
-
-
 def read_in_this_python(directory, out):
-    """by_path(from_roformer_pytorch(directory)) computed in a fresh process of this Python
-    that can import torch (the torch venv's site-packages appended: same Python version)."""
+    """{variable path without the model's name: array} of from_roformer_pytorch(directory),
+    computed in a fresh process of this Python that can import torch (the torch venv's
+    site-packages appended: same Python version)."""
     script = (
         "import sys, numpy as np\n"
         f"sys.path.append({torch_site_packages()!r})\n"
@@ -423,31 +401,24 @@ def read_in_this_python(directory, out):
         return {k: values[k] for k in values.files}
 
 
-@pytest.mark.parametrize("serialization", ["safetensors", "bin"])
-def test_model_saved_by_roformer_loads_with_identical_weights(serialization, torch_env,
-                                                              tmp_path):
-    """RoFormerModel.save_pretrained (safetensors, names without `roformer.`) and
-    RoFormerForMaskedLM with pytorch_model.bin (the hub's copies)."""
+def test_model_saved_by_roformer_as_a_pickle_loads_with_identical_weights(torch_env, tmp_path):
+    """RoFormerForMaskedLM with pytorch_model.bin (the hub's copies), read in a Python
+    that has torch (RoFormerModel's safetensors, names without `roformer.`: the harness's
+    converter parity)."""
     (tmp_path / "config.json").write_text(json.dumps(SAVED_CONFIG))
     directory = tmp_path / "saved"
-    run_torch("save", tmp_path / "config.json", directory, tmp_path / "torch.npz", 7,
-              serialization)
-    assert (directory / ("model.safetensors" if serialization == "safetensors"
-                         else "pytorch_model.bin")).exists()
+    run_torch("save", tmp_path / "config.json", directory, tmp_path / "torch.npz", 7, "bin")
+    assert (directory / "pytorch_model.bin").exists()
     with np.load(tmp_path / "torch.npz") as values:
         torch_weights = {k.removeprefix("roformer."): values[k] for k in values.files}
-    if serialization == "safetensors":
-        backbone = RoFormerV2Backbone.from_roformer_pytorch(str(directory))
-        ours = by_path(backbone)
-    else:
-        if importlib.util.find_spec("torch") is None:
-            with pytest.raises(UserError, match="pytorch_model.bin: reading a PyTorch pickle"):
-                RoFormerV2Backbone.from_roformer_pytorch(str(directory))
-        ours = read_in_this_python(directory, tmp_path / "ours.npz")
-        backbone = tiny_backbone(vocab_size=300)
-        for variable in backbone.variables:
-            if "seed_generator" not in variable.path:
-                variable.assign(ours[variable.path.split("/", 1)[1]])
+    if importlib.util.find_spec("torch") is None:
+        with pytest.raises(UserError, match="pytorch_model.bin: reading a PyTorch pickle"):
+            RoFormerV2Backbone.from_roformer_pytorch(str(directory))
+    ours = read_in_this_python(directory, tmp_path / "ours.npz")
+    backbone = tiny_backbone(vocab_size=300)
+    for variable in backbone.variables:
+        if "seed_generator" not in variable.path:
+            variable.assign(ours[variable.path.split("/", 1)[1]])
     weight = ours.__getitem__
 
     np.testing.assert_array_equal(weight("token_embedding/embeddings"),
@@ -476,5 +447,5 @@ def test_model_saved_by_roformer_loads_with_identical_weights(serialization, tor
     real = token_ids != 0
     difference = np.abs(encode(backbone, token_ids, segment_ids)
                         - np.load(tmp_path / "theirs.npy"))[real].max()
-    print(f"saved by roformer ({serialization}) vs from_roformer_pytorch: {difference:.2e}")
+    print(f"saved by roformer (pytorch_model.bin) vs ours: {difference:.2e}")
     assert difference <= 1e-5

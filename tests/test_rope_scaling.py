@@ -8,6 +8,7 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from backbone_harness import synthetic_batch
 from interop.roformer_torch import torch_python, torch_unavailable_reason
 
 from mtl_framework import RoFormerV2Backbone
@@ -165,12 +166,8 @@ def test_tables_equal_transformers_rope(hf_tables, case):
 # --- the backbone ------------------------------------------------------------------------
 
 def padded(base, extra=0):
-    """4 rows of 5..base real tokens, padded to base + extra (test_exact_padding's batch)."""
-    rng = np.random.default_rng(0)
-    ids = np.zeros((4, base + extra), "int32")
-    for row, n in enumerate([base, 5, base // 2, base - 9]):
-        ids[row, :n] = rng.integers(1, 200, n)
-    return ids
+    """4 rows of 5..base real tokens, padded to base + extra (the harness's batch)."""
+    return synthetic_batch(base, extra)[0]
 
 
 def encode(backbone, ids):

@@ -1,6 +1,6 @@
 """CAIL2018's judger figures (charges and articles) on 24 prediction sets."""
 import pytest
-from official_fixtures import assert_figures, load, shared_file
+from official_fixtures import assert_figures, assert_names_the_script, load, shared_file
 
 from mtl_framework.scoring.scorers import cail2018
 
@@ -16,8 +16,7 @@ def gold():
 
 
 def test_fixture_names_the_script():
-    assert FIXTURE["source"] == cail2018.SOURCE
-    assert len(FIXTURE["sets"]) >= 20
+    assert_names_the_script(FIXTURE, cail2018)
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE["sets"]))

@@ -1,6 +1,6 @@
 """CLUENER2020's score.py figures on prediction sets from the real dev set."""
 import pytest
-from official_fixtures import assert_figures, load, shared_file
+from official_fixtures import assert_figures, demo_dev_features, evaluate_oracle, load, shared_file
 
 from mtl_framework.scoring.scorers import cluener
 from mtl_framework.scoring.scorers.cluener import read_records
@@ -44,32 +44,14 @@ def test_prediction_line_matches_the_release_layout(gold):
 def test_evaluate_reports_score_py_figure_for_the_gold_spans(tmp_path):
     """An oracle's spans through `scorer: cluener`: the entry's score is score.py's macro F1
     of the written lines, the generic span F1 beside it."""
-    from pathlib import Path
-
-    from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation import dev as evaluation
     from mtl_framework.families import heads as H
     from mtl_framework.families.heads import build_head
-    from mtl_framework.prepare.cache import cached_features
-    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
-    demo = Path(__file__).resolve().parents[1] / "experiments" / "demo" / "data"
-    task = load_registry().select(["cluener"])[0]
-    assert task.scorer == "cluener"
-    gold = cluener.gold_from_release(task, "dev", demo)
-    write_vocab(build_vocab(count_units([g["text"] for g in gold]), max_size=3000), tmp_path / "v.txt")
-    features = cached_features(task, "dev", Tokenizer(str(tmp_path / "v.txt")), str(demo),
-                               tmp_path / "cache", max_length=128)
-
-    class Oracle:
-        heads = {"cluener": build_head("extraction_ner", 10, 32)}
-
-        @staticmethod
-        def predictor(name, batch):
-            return H._label_scores(batch["entity_labels"], batch["token_ids"].shape[1])
-
-    entry = evaluation.evaluate_features(Oracle, task, features, Oracle.predictor, batch_size=16,
-                                         scoring=evaluation.Scoring(task, "dev", str(demo)))
+    task, _, features = demo_dev_features(cluener, "cluener", tmp_path, max_length=128)
+    entry = evaluate_oracle(task, features, build_head("extraction_ner", 10, 32),
+                            lambda batch: H._label_scores(batch["entity_labels"],
+                                                          batch["token_ids"].shape[1]),
+                            batch_size=16)
     assert entry["scorer"] == "cluener" and entry["scorer_figure"] == "macro_f1"
     assert entry["score"] == entry["scorer_result"]["macro_f1"]
     assert entry["metric_score"] == entry["result"]["f1"]

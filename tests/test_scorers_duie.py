@@ -2,7 +2,14 @@
 import json
 
 import pytest
-from official_fixtures import assert_figures, load, shared_file
+from official_fixtures import (
+    assert_figures,
+    assert_names_the_script,
+    demo_dev_features,
+    evaluate_oracle,
+    load,
+    shared_file,
+)
 
 from mtl_framework.scoring.scorers import duie
 
@@ -18,8 +25,7 @@ def gold():
 
 
 def test_fixture_names_the_script():
-    assert FIXTURE["source"] == duie.SOURCE
-    assert len(FIXTURE["sets"]) >= 20
+    assert_names_the_script(FIXTURE, duie)
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURE["sets"]))
@@ -61,33 +67,17 @@ def test_slot_triples_join_into_complex_objects(gold):
 def test_evaluate_reports_the_official_figure(tmp_path):
     """An oracle's triples (the @value spans the features hold) through `scorer: duie`:
     the official figure, against the whole gold, complex objects included."""
-    from pathlib import Path
-
-    from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation import dev as evaluation
     from mtl_framework.families import heads as H
     from mtl_framework.families.heads import build_head
-    from mtl_framework.prepare.cache import cached_features
-    from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
-    demo = Path(__file__).resolve().parents[1] / "experiments" / "demo" / "data"
-    task = load_registry().select(["duie_spo"])[0]
-    assert task.scorer == "duie"
-    gold = duie.gold_from_release(task, "dev", demo)
-    write_vocab(build_vocab(count_units([g["text"] for g in gold]), max_size=3000), tmp_path / "v.txt")
-    features = cached_features(task, "dev", Tokenizer(str(tmp_path / "v.txt")), str(demo),
-                               tmp_path / "cache", max_length=256)
+    task, gold, features = demo_dev_features(duie, "duie_spo", tmp_path, max_length=256)
 
-    class Oracle:
-        heads = {"duie_spo": build_head("extraction_relation", len(task.labels), 32)}
+    def predict(batch):
+        length = batch["token_ids"].shape[1]
+        return {k: H._label_scores(batch[f"{k}_labels"], length) for k in ("entity", "head", "tail")}
 
-        @staticmethod
-        def predictor(name, batch):
-            length = batch["token_ids"].shape[1]
-            return {k: H._label_scores(batch[f"{k}_labels"], length) for k in ("entity", "head", "tail")}
-
-    entry = evaluation.evaluate_features(Oracle, task, features, Oracle.predictor, batch_size=8,
-                                         scoring=evaluation.Scoring(task, "dev", str(demo)))
+    entry = evaluate_oracle(task, features, build_head("extraction_relation", len(task.labels), 32),
+                            predict, batch_size=8)
     assert entry["scorer"] == "duie" and entry["score"] == entry["scorer_result"]["f1"]
     # the value-only objects miss every complex gold object: recall at most the share of
     # gold triples without slots

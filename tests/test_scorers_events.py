@@ -16,6 +16,8 @@ from mtl_framework.prepare.cache import cached_features
 from mtl_framework.scoring import metrics as M
 from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, example_texts, write_vocab
 
+from conftest import ONE_LAYER, write_tiny_experiment
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REAL = Path(os.environ.get("MTL_REAL_FORMATS", SHARED / "real_formats"))
 
@@ -136,17 +138,9 @@ def test_mtl_evaluate_on_real_duee_and_ccks19_excerpts(tmp_path, capsys):
     (root / "duee1" / "train.json").symlink_to(REAL / "duee1" / "dev.json")
     (root / "duee1" / "dev.json").symlink_to(REAL / "duee1" / "dev.json")
     (root / "ccks19_event").symlink_to(REAL / "ccks19_event")
-    experiment = tmp_path / "tiny.yaml"
-    experiment.write_text(f"""
-data_root: {root}
-cache_dir: {tmp_path / 'cache'}
-backbone: {{num_layers: 1, hidden_size: 32, num_heads: 2, intermediate_size: 64, dropout: 0.0}}
-tasks: [duee_arg, ccks19_subject]
-tasks_per_update: 2
-batch_size: 4
-max_length: 48
-steps: 1
-""", encoding="utf-8")
+    experiment = write_tiny_experiment(tmp_path / "tiny.yaml", data_root=str(root),
+                                       tasks=["duee_arg", "ccks19_subject"], max_length=48,
+                                       steps=1, backbone=ONE_LAYER)
     assert main(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
     figures = {"f1", "argument_f1", "argument_precision", "argument_recall", "trigger_f1",
                "event_f1"}

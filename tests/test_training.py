@@ -7,6 +7,8 @@ from mtl_framework import RoFormerV2Backbone
 from mtl_framework.families.heads import build_head
 from mtl_framework.step.model import MultiTaskModel, NonFiniteLossError
 
+from conftest import classification_batch as batch
+
 TINY = dict(vocab_size=50, num_layers=2, hidden_size=32, num_heads=2, intermediate_size=64, dropout=0.0)
 
 
@@ -21,15 +23,6 @@ def make_model(balancing="gradient_norm", loss_weights=None, seed=0, optimizer=N
     model.compile(optimizer=optimizer or keras.optimizers.SGD(learning_rate=1.0))
     model.build_all()
     return model
-
-
-def batch(seed, labels):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(5, 50, size=(4, 9)).astype("int32")
-    ids[:, 0] = 2
-    ids[1, 6:] = 0
-    return {"token_ids": ids, "segment_ids": np.zeros_like(ids),
-            "label": rng.integers(0, labels, size=4).astype("int32")}
 
 
 def reference_update(model, micro_batches, scale_fn):

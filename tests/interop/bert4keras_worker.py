@@ -12,6 +12,8 @@ imported, which cannot coexist with Keras 3 in one process; `run_bert4keras`
 MODEL: roformer_v2 (default), bert or albert. `build` moves every 1-D weight (BERT's
 biases and LayerNorm; RoFormerV2 has none) off its initial 0 / 1, so they are tested.
     python bert4keras_worker.py tokenize VOCAB TEXTS.json OUT.json
+    python bert4keras_worker.py batch JOBS.json
+        each of JOBS (a list of the argument lists above) in turn, in one process
 """
 import json
 import sys
@@ -87,6 +89,10 @@ def main(argv):
             results.append([token_ids, segment_ids])
         with open(argv[3], "w", encoding="utf-8") as f:
             json.dump(results, f)
+    elif command == "batch":  # one process: legacy TensorFlow is slow to start
+        with open(argv[1], encoding="utf-8") as f:
+            for job in json.load(f):
+                main(job)
     else:
         raise SystemExit(f"unknown command {command!r}")
 

@@ -17,6 +17,8 @@
     python bert_torch_worker.py tokenize VOCAB TEXTS.json OUT.json
         {"lower": ids, "cased": ids}: BertTokenizerFast(VOCAB, do_lower_case=True / False)
         ids of each text (or [a, b] pair)
+    python bert_torch_worker.py batch JOBS.json
+        each of JOBS (a list of the argument lists above) in turn, in one process
 """
 import json
 import sys
@@ -100,5 +102,6 @@ def tokenize(vocab, texts_path, out_path):
 
 
 if __name__ == "__main__":
-    command, *args = sys.argv[1:]
-    {"save": save, "encode": encode, "load": load, "tokenize": tokenize}[command](*args)
+    from commands import run  # beside this script
+
+    run({"save": save, "encode": encode, "load": load, "tokenize": tokenize}, sys.argv[1:])

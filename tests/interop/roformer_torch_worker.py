@@ -11,6 +11,8 @@ Imports nothing from mtl_framework (TensorFlow is not installed there).
         the hub's copies), written by save_pretrained; WEIGHTS.npz: its state_dict
     python roformer_torch_worker.py tokenize DIR TEXTS.json OUT.json
         BertTokenizer.from_pretrained(DIR) ids of each text (or [a, b] pair)
+    python roformer_torch_worker.py batch JOBS.json
+        each of JOBS (a list of the argument lists above) in turn, in one process
 """
 import json
 import sys
@@ -64,5 +66,6 @@ def tokenize(directory, texts_path, out_path):
 
 
 if __name__ == "__main__":
-    command, *args = sys.argv[1:]
-    {"encode": encode, "save": save, "tokenize": tokenize}[command](*args)
+    from commands import run  # beside this script
+
+    run({"encode": encode, "save": save, "tokenize": tokenize}, sys.argv[1:])

@@ -690,12 +690,13 @@ def test_unreadable_files_and_read_only_outputs_as_an_unprivileged_user(trained,
 
 # --- case 12 in mixed_float16 itself: an overflowing micro-batch below the stop threshold ---
 
-def test_mixed_float16_overflow_is_said_on_the_console_and_training_goes_on(tmp_path, capsys):
-    # loss_weight 100 x the starting scale 2^15 overflows float16 in the backward pass:
-    # the dynamic scale halves on each skipped micro-batch until the gradients fit
+def train_overflowing_float16(tmp_path, capsys, steps, checkpoint_every):
+    """A mixed_float16 run whose loss_weight 100 x the starting scale 2^15 overflows float16
+    in the backward pass (the dynamic scale halves on each skipped micro-batch until the
+    gradients fit): (its run folder, stderr, its metrics.jsonl records)."""
     path = experiment(tmp_path, precision="mixed_float16", tasks=[{"name": "tnews",
-                      "loss_weight": 100}], steps=5, tasks_per_update=2, batch_size=2,
-                      max_length=16, checkpoint_every=0, eval_every=0, seed=1,
+                      "loss_weight": 100}], steps=steps, tasks_per_update=2, batch_size=2,
+                      max_length=16, checkpoint_every=checkpoint_every, eval_every=0, seed=1,
                       backbone=dict(num_layers=1, hidden_size=16, num_heads=2,
                                     intermediate_size=32, vocab_size=300),
                       cache_dir=str(tmp_path / "cache"))
@@ -703,7 +704,11 @@ def test_mixed_float16_overflow_is_said_on_the_console_and_training_goes_on(tmp_
     capsys.readouterr()
     assert cli.main(["train", str(path), "--output", str(run)]) == 0
     err = capsys.readouterr().err
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return run, err, [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_mixed_float16_overflow_is_said_on_the_console_and_training_goes_on(tmp_path, capsys):
+    run, err, records = train_overflowing_float16(tmp_path, capsys, steps=5, checkpoint_every=0)
     skipped = records[-1]["skipped"]["tnews"]
     assert 0 < skipped < 20  # below the stop threshold (20 in a row)
     first_bad = next(r["step"] for r in records if r["skipped"]["tnews"])

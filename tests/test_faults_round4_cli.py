@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from test_faults import DEMO_DATA, REPO, experiment, line_of, refused, snapshot
 from test_faults_commands import refused_late
+from test_faults_round3 import train_overflowing_float16
 
 from mtl_framework import cli
 
@@ -319,19 +320,9 @@ def test_j08_exact_padding_on_jax_without_x64_is_refused(tmp_path):
 # --- precision (P02) and from_preset -------------------------------------------------------
 
 def test_p02_a_final_update_without_its_checkpoint_is_said(tmp_path, capsys):
-    # loss_weight 100 x the starting scale 2^15 overflows float16: the first micro-batches
-    # are skipped while the scale halves, so a 2-update run ends inside the skips
-    path = experiment(tmp_path, precision="mixed_float16", tasks=[{"name": "tnews",
-                      "loss_weight": 100}], steps=2, tasks_per_update=2, batch_size=2,
-                      max_length=16, checkpoint_every=1, eval_every=0, seed=1,
-                      backbone=dict(num_layers=1, hidden_size=16, num_heads=2,
-                                    intermediate_size=32, vocab_size=300),
-                      cache_dir=str(tmp_path / "cache"))
-    run = tmp_path / "run"
-    capsys.readouterr()
-    assert cli.main(["train", str(path), "--output", str(run)]) == 0
-    err = capsys.readouterr().err
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # the first micro-batches are skipped while the scale halves, so a 2-update run ends
+    # inside the skips
+    run, err, records = train_overflowing_float16(tmp_path, capsys, steps=2, checkpoint_every=1)
     assert records[-1]["skipped"]["tnews"] >= 2  # the last update's micro-batches were skipped
     assert not (run / "checkpoints" / "step-00000002").exists()
     kept = sorted(p.name for p in (run / "checkpoints").iterdir()) if \

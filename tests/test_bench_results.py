@@ -57,12 +57,17 @@ def expand(citation):
             for choice in braces.group(1).split(",")]
 
 
+# A study that writes its rows as they come (issue 42's, bench/mixed_value.py): its folder
+# exists from its first row on; until then its own scripts and the README may name it.
+RUNNING = ("bench/results/mixed_value/",)
+
+
 def test_every_cited_result_exists():
     missing = []
     for name, text in cited_texts().items():
         for citation in CURRENT.findall(text):
             for path in expand(citation):
-                if not any(REPO.glob(path)):
+                if not any(REPO.glob(path)) and not path.startswith(RUNNING):
                     missing.append(f"{name}: {path}")
     assert not missing, "cited, not in the tree (cite a superseded run as `git show SHA:PATH`):\n" \
         + "\n".join(missing)

@@ -114,7 +114,15 @@ class TaskSpec:
         tried = " or ".join(str(p) for p in places)
         hint = "" if data_root is not None else " (pass the data root if it ships with the data)"
         raise FileNotFoundError(f"{self.spec_path}:{self.line}: label file "
-                                f"{self.label_file!r} of task {self.name!r} not found in {tried}{hint}")
+                                f"{self.label_file!r} of task {self.name!r} not found in {tried}{hint}"
+                                f"{folder_note(places)}")
+
+
+def folder_note(places):
+    """What a label file's "not found" adds when one of its places is a folder: the
+    name exists, so "not found" alone would send the user looking for a missing file."""
+    folder = next((p for p in places if p.is_dir()), None)
+    return f" ({folder} is a folder, not a file of labels one a line)" if folder else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -534,7 +542,8 @@ class _SpecLoader:
         if found is None:
             if self.data_root is not None:
                 spec.error(where, f"{label}: label file {label_file!r} not found in "
-                                  f"{' or '.join(str(p) for p in places)}; fix the path or add the file")
+                                  f"{' or '.join(str(p) for p in places)}{folder_note(places)}; "
+                                  "fix the path or add the file")
             return
         try:
             read_label_file(found)

@@ -437,7 +437,9 @@ class _SpecLoader:
                               "give at least one split under `files:`")
         required_fields = getattr(adapter, "required_fields", ()) if adapter is not None else ()
         missing = [key for key in required_fields if key not in merged["fields"]]
-        if missing:
+        fields_refused = ("fields" in spec.data and "fields" not in data) or \
+            ("fields" in given and "fields" not in entry)  # its own line says why
+        if missing and not fields_refused:
             spec.error(where, f"{label}: format {task_format!r} needs `fields:` for "
                               f"{', '.join(missing)} (the source key or column of each)")
         if any(key not in entry for key, (_, required) in schema.TASK_KEYS.items() if required):
@@ -528,6 +530,11 @@ class _SpecLoader:
             if not needs_labels and has_labels:
                 key = "labels" if "labels" in given else "label_file"
                 spec.error(where + (key,), f"{label}: type {task_type} takes no labels; remove `{key}`")
+            if task_type in ("classification", "matching") and not given.get("multi_label") \
+                    and isinstance(labels, list) and len(labels) == 1:
+                # a softmax over one class: loss 0 from the first update, the same label always
+                spec.error(where + ("labels",), f"{label}: type {task_type} needs at least 2 "
+                           f"labels to choose from, got {labels!r}; list every class")
             if given.get("multi_label") and task_type not in schema.MULTI_LABEL_TYPES:
                 spec.error(where + ("multi_label",), f"{label}: multi_label applies to "
                            f"{', '.join(schema.MULTI_LABEL_TYPES)} only, not {task_type}; remove it")

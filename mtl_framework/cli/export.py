@@ -21,10 +21,13 @@ def register(subparsers):
 
 
 def run(args):
-    from mtl_framework.rundir.outputs import not_stdout
+    from mtl_framework.rundir.outputs import not_inside, not_stdout
     from mtl_framework.saving.writer import export
 
     not_stdout(args.output, "--output")
+    not_inside(args.output, args.run_dir, "--output",
+               "the run being exported (its files are the run's, and a later export would "
+               "copy this one)")
     # Errors (no run, damaged checkpoints, a non-empty --output) are UserErrors: one line.
     path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads,
                   force=args.force, checkpoint=args.checkpoint)

@@ -21,6 +21,14 @@ def not_stdout(path, flag):
                         "names a file called -)")
 
 
+def not_inside(path, folder, flag, what):
+    """`path` is not `folder` nor under it: a command never writes into the folder it
+    reads (`what` says which that is, and why it matters)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    if path == folder or path.startswith(folder.rstrip(os.sep) + os.sep):
+        raise UserError(f"{flag} {path}: inside {folder}, {what}: write it outside that folder")
+
+
 def check_folder(path, flag="--output"):
     """`path` will be a folder (created if missing): not a file, and under a folder
     this process can write."""

@@ -274,14 +274,15 @@ def test_q30_predict_output_a_link_to_its_input(trained, tmp_path, capsys, link)
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("inside", ["exp", "."])
-def test_q31_export_into_the_run_it_exports_is_refused(trained, capsys, inside):
-    run = trained["run"]
-    message = refused(capsys, ["export", run, "--format", "keras", "--output", run / inside,
-                               "--force"], run)
-    assert message == f"--output {os.path.realpath(run / inside)}: inside {run}, the run " \
-        "being exported (its files are the run's, and a later export would copy this one): " \
-        "write it outside that folder"
+def test_q31_an_export_inside_its_run_leaves_the_run_as_it_was(trained, tmp_path):
+    """README's own layout (runs/demo/export/keras): the run's files are not touched."""
+    run = copy_run(trained, tmp_path)
+    before = snapshot(run)
+    assert cli.main(["export", str(run), "--format", "keras", "--output",
+                     str(run / "export" / "keras")]) == 0
+    after = snapshot(run)
+    assert {k: v for k, v in after.items() if not k.startswith("export")} == before
+    assert cli.main(["evaluate", str(run), "--max-examples", "4"]) == 0  # still the run
 
 
 def test_q32_finetune_into_the_export_it_reads_is_refused(trained, capsys):

@@ -1,7 +1,5 @@
 """`mtl export RUN_DIR --format FORMAT --output DIR [--with-heads] [--force]
 [--checkpoint latest|best|STEP]`: FORMAT one of `mtl_framework.formats.FORMATS`."""
-import os
-
 from mtl_framework.formats import NAMES
 
 
@@ -23,15 +21,10 @@ def register(subparsers):
 
 
 def run(args):
-    from mtl_framework.rundir import RunDir
-    from mtl_framework.rundir.outputs import not_inside, not_stdout
+    from mtl_framework.rundir.outputs import not_stdout
     from mtl_framework.saving.writer import export
 
     not_stdout(args.output, "--output")
-    if os.path.isdir(RunDir(args.run_dir).checkpoints_path):  # else: its own message first
-        not_inside(args.output, args.run_dir, "--output",
-                   "the run being exported (its files are the run's, and a later export "
-                   "would copy this one)")
     # Errors (no run, damaged checkpoints, a non-empty --output) are UserErrors: one line.
     path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads,
                   force=args.force, checkpoint=args.checkpoint)

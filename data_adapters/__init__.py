@@ -144,6 +144,11 @@ def split_paths(task: TaskSource, split: str, data_root: str | os.PathLike) -> t
                                 f"(permissions): {path.resolve()}; `chmod +r` it", rel)
         if path.exists():
             present.append(path)
+        elif path.is_symlink():  # exists() is False for a link to nowhere (or a loop)
+            raise FolderNotFile(f"{where}: {split} file of task {task.name!r} is a symbolic "
+                                f"link that leads to no file: {os.path.abspath(path)} -> "
+                                f"{os.readlink(path)} (a missing target or a loop of links); "
+                                "point it at the file, or put the file there", rel)
         elif rel in optional:
             absent.append(path)
         else:

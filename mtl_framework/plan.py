@@ -73,6 +73,11 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     """The Plan for `mtl train EXPERIMENT [--output DIR] [--data-root DIR] [--resume]
     [--set KEY=VALUE ...]`, or a UserError naming every problem. `experiment`: a path or an
     experiment.Experiment. resume None: the run directory is not checked yet."""
+    if isinstance(experiment, dict):  # Run({...}): what the YAML would hold, checked as one
+        experiment = Experiment.from_dict(experiment, overrides=overrides, label="Run({...})")
+    elif not isinstance(experiment, (Experiment, str, os.PathLike)):
+        raise ExperimentError(f"an experiment is a file path, an Experiment or a dict of its "
+                              f"keys, not {type(experiment).__name__}: {experiment!r:.80}")
     if not isinstance(experiment, Experiment):
         experiment = load_experiment(experiment, overrides)
     run_dir = output or experiment.resolve_path(experiment.raw.get("output_dir")) or \

@@ -265,7 +265,7 @@ def test_a_task_reading_another_format_keeps_only_the_dataset_files(tmp_path):
     spec = tmp_path / "mixed.yaml"
     spec.write_text("dataset: mixed\nformat: delimited\nfiles: {train: a.tsv, dev: b.tsv}\n"
                     "options: {header: true}\nfields: {text: s, label: y}\ntasks:\n"
-                    "  - name: mixed_cls\n    type: classification\n    labels: [a]\n"
+                    "  - name: mixed_cls\n    type: classification\n    labels: [a, b]\n"
                     "    max_length: 64\n    metric: accuracy\n"
                     "  - name: mixed_qa\n    type: mrc_span\n    format: squad\n"
                     "    files: {train: qa.json}\n    max_length: 64\n    metric: em_f1\n",

@@ -21,8 +21,10 @@ def register(subparsers):
 
 
 def run(args):
+    from mtl_framework.rundir.outputs import not_stdout
     from mtl_framework.saving.writer import export
 
+    not_stdout(args.output, "--output")
     # Errors (no run, damaged checkpoints, a non-empty --output) are UserErrors: one line.
     path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads,
                   force=args.force, checkpoint=args.checkpoint)

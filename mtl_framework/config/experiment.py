@@ -376,7 +376,8 @@ def _checked(raw, sources, path, folder):
         if isinstance(raw.get(key), list) and not all(isinstance(p, str) for p in raw[key]):
             error(key, f"{key} must be a list of folder paths")
     backbone = raw.get("backbone") if isinstance(raw.get("backbone"), dict) else {}
-    _check_backbone(backbone, error, raw.get("max_length", DEFAULTS["max_length"]))
+    if isinstance(raw.get("backbone", {}), dict):  # a backbone of another type: said above
+        _check_backbone(backbone, error, raw.get("max_length", DEFAULTS["max_length"]))
     _check_sampling(raw.get("sampling", DEFAULTS["sampling"]), error)
     if isinstance(raw.get("optimizer"), dict):
         _check_optimizer(raw["optimizer"], error)

@@ -114,7 +114,15 @@ class TaskSpec:
         tried = " or ".join(str(p) for p in places)
         hint = "" if data_root is not None else " (pass the data root if it ships with the data)"
         raise FileNotFoundError(f"{self.spec_path}:{self.line}: label file "
-                                f"{self.label_file!r} of task {self.name!r} not found in {tried}{hint}")
+                                f"{self.label_file!r} of task {self.name!r} not found in {tried}{hint}"
+                                f"{folder_note(places)}")
+
+
+def folder_note(places):
+    """What a label file's "not found" adds when one of its places is a folder: the
+    name exists, so "not found" alone would send the user looking for a missing file."""
+    folder = next((p for p in places if p.is_dir()), None)
+    return f" ({folder} is a folder, not a file of labels one a line)" if folder else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,7 +437,9 @@ class _SpecLoader:
                               "give at least one split under `files:`")
         required_fields = getattr(adapter, "required_fields", ()) if adapter is not None else ()
         missing = [key for key in required_fields if key not in merged["fields"]]
-        if missing:
+        fields_refused = ("fields" in spec.data and "fields" not in data) or \
+            ("fields" in given and "fields" not in entry)  # its own line says why
+        if missing and not fields_refused:
             spec.error(where, f"{label}: format {task_format!r} needs `fields:` for "
                               f"{', '.join(missing)} (the source key or column of each)")
         if any(key not in entry for key, (_, required) in schema.TASK_KEYS.items() if required):
@@ -520,6 +530,11 @@ class _SpecLoader:
             if not needs_labels and has_labels:
                 key = "labels" if "labels" in given else "label_file"
                 spec.error(where + (key,), f"{label}: type {task_type} takes no labels; remove `{key}`")
+            if task_type in ("classification", "matching") and not given.get("multi_label") \
+                    and isinstance(labels, list) and len(labels) == 1:
+                # a softmax over one class: loss 0 from the first update, the same label always
+                spec.error(where + ("labels",), f"{label}: type {task_type} needs at least 2 "
+                           f"labels to choose from, got {labels!r}; list every class")
             if given.get("multi_label") and task_type not in schema.MULTI_LABEL_TYPES:
                 spec.error(where + ("multi_label",), f"{label}: multi_label applies to "
                            f"{', '.join(schema.MULTI_LABEL_TYPES)} only, not {task_type}; remove it")
@@ -534,7 +549,8 @@ class _SpecLoader:
         if found is None:
             if self.data_root is not None:
                 spec.error(where, f"{label}: label file {label_file!r} not found in "
-                                  f"{' or '.join(str(p) for p in places)}; fix the path or add the file")
+                                  f"{' or '.join(str(p) for p in places)}{folder_note(places)}; "
+                                  "fix the path or add the file")
             return
         try:
             read_label_file(found)

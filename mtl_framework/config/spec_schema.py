@@ -172,6 +172,17 @@ def fields(value):
             if isinstance(item, bool) or not isinstance(item, (str, int)):
                 return ("field %r must name a source key, dotted key or column index "
                         "(or a list of them), got %r" % (key, source))
+            if isinstance(item, int) and item < 0:  # Python would count it from the end
+                return ("%r is column %d: columns count from 0 at the left (no index "
+                        "from the end); give an index >= 0" % (key, item))
+    # text, text_b and label read from one source is never meant: the label would be
+    # the text (every row skipped), or a pair of one text twice
+    read = [(key, value[key]) for key in ("text", "text_b", "label")
+            if isinstance(value.get(key), (str, int))]
+    for number, (key, source) in enumerate(read):
+        twin = next((other for other, same in read[:number] if same == source), None)
+        if twin:
+            return "%r and %r both read %r; give each its own source" % (twin, key, source)
 
 
 def label_list(value):

@@ -27,6 +27,7 @@ import yaml
 
 from mtl_framework.errors import UserError
 from mtl_framework.prepare.stats import default_data_root
+from mtl_framework.rundir.outputs import not_inside
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -122,6 +123,8 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
     elif not os.path.isdir(data_root):
         raise UserError(f"--data-root {data_root}: no such folder")
     output = output or os.path.join("runs", f"finetune-{task}")
+    not_inside(output, export_dir, "--output", "the backbone folder being fine-tuned (its "
+               "files would no longer be one export)")
     check_output(output)
     experiment = finetune_experiment(export_dir, task, data_root, task_specs, cache_dir, **settings)
     # The run is checked and built from a copy outside `output`: a refusal writes nothing there.

@@ -593,7 +593,7 @@ def train_streams(plan, tokenizer, log):
                                               max_length=min(task.max_length,
                                                              experiment.max_length), log=notes)
         if len(features[task.name]) == 0:
-            raise UserError(no_rows_message(task, features[task.name]))
+            raise UserError(no_rows_message(task, features[task.name], plan.data_root))
     mlm = None
     if MLM_TASK in plan.entries:  # MLM rows, masked per batch: from the entry's own `corpus`
         entry = plan.entries[MLM_TASK]  # (text_lines), else from every task's train texts
@@ -609,12 +609,17 @@ def train_streams(plan, tokenizer, log):
     return task_streams(features, mlm, experiment.batch_size, experiment.seed, MLM_TASK)
 
 
-def no_rows_message(task, features):
-    """A train split nothing could be learned from, with what the adapter skipped and where."""
+def no_rows_message(task, features, data_root=None):
+    """A train split nothing could be learned from, with what the adapter skipped and where
+    (and the files read: an empty file has no skipped row to name it)."""
+    from data_adapters import split_paths
+
     read = features.meta.get("read", {})
+    files = "" if data_root is None else " (" + ", ".join(
+        str(path) for path in split_paths(task, "train", data_root)[0]) + ")"
     reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
                         for reason, entry in list(read.get("skipped", {}).items())[:2])
     return (f"{task.spec_path}:{task.line}: task {task.name!r} has no usable train rows "
             f"({read.get('examples', 0)} examples read"
             + (f"; skipped {read.get('skipped_total')}: {reasons}" if reasons else "")
-            + "): fix its train file or leave the task out")
+            + f"): fix its train file{files} or leave the task out")

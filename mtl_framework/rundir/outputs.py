@@ -12,9 +12,27 @@ def nearest_existing(path):
     return path
 
 
+def not_stdout(path, flag):
+    """`-` is stdout to most tools: a file or folder named `-` in the current folder is
+    never what was meant (`./-` still names one)."""
+    if str(path) == "-":
+        raise UserError(f"{flag} -: mtl writes no file to stdout through `-`: give a path "
+                        "(`mtl predict --text` prints to stdout without --output; `./-` "
+                        "names a file called -)")
+
+
+def not_inside(path, folder, flag, what):
+    """`path` is not `folder` nor under it: a command never writes into the folder it
+    reads (`what` says which that is, and why it matters)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    if path == folder or path.startswith(folder.rstrip(os.sep) + os.sep):
+        raise UserError(f"{flag} {path}: inside {folder}, {what}: write it outside that folder")
+
+
 def check_folder(path, flag="--output"):
     """`path` will be a folder (created if missing): not a file, and under a folder
     this process can write."""
+    not_stdout(path, flag)
     if os.path.exists(path) and not os.path.isdir(path):
         raise UserError(f"{flag} {path}: exists and is not a folder: give a folder")
     base = nearest_existing(path)
@@ -26,6 +44,7 @@ def check_folder(path, flag="--output"):
 
 def check_file(path, flag="--output"):
     """`path` will be a file: not a folder, in an existing folder this process can write."""
+    not_stdout(path, flag)
     if os.path.isdir(path):
         raise UserError(f"{flag} {path}: is a folder: give the path of a file (in it, or "
                         "elsewhere)")

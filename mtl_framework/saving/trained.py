@@ -108,6 +108,11 @@ def open_trained(path, checkpoint=None, log=print, rope_scaling=None):
     (config.json). `rope_scaling`: `none` or TYPE:FACTOR[:ORIGINAL] instead of the
     backbone's own, stretched from the trained length. A UserError when it is neither,
     when the run has no readable checkpoint, or when its vocab does not fit."""
+    if not str(path):
+        raise UserError("'' (an empty path): give a run directory or a keras export folder")
+    if os.path.isfile(path):  # a file of a run (its vocab.txt, a checkpoint's state.npz)
+        raise UserError(f"{path}: a file, not a run directory or export folder: give the "
+                        "folder that `mtl train` or `mtl export` wrote")
     if RunDir(path).is_run():
         return open_run(path, checkpoint, log, rope_scaling)
     if os.path.isfile(os.path.join(path, preset.CONFIG_FILE)):

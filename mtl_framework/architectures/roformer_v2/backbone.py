@@ -176,6 +176,13 @@ class RoFormerV2Backbone(Backbone):
 
         if str(directory) in PRESETS and not os.path.isdir(directory):
             return cls.from_size(str(directory), **overrides)
+        from mtl_framework import architectures
+
+        held = architectures.architecture_of(preset.read_config(directory))
+        if held != "roformer_v2":  # a BERT or ALBERT preset: its keys are not RoFormerV2's
+            raise ValueError(f"{directory}: holds a {held} backbone, not a RoFormerV2Backbone: "
+                             "load it with mtl_framework.saving.load_backbone(DIR), or that "
+                             "architecture's Backbone.from_preset")
         return cls.from_folder(preset, directory, **overrides)
 
     def save_preset(self, directory: str | os.PathLike[str], vocab_path: str | None = None,

@@ -19,7 +19,8 @@ from mtl_framework.cli import strict_json
 from mtl_framework.families import FAMILIES
 from mtl_framework.mixing import mixture
 from mtl_framework.prepare import stats as data_stats
-from mtl_framework.rundir import run_dir as files
+from mtl_framework.rundir import RunDir
+from mtl_framework.rundir import run_dir as layout
 from mtl_framework.scoring.scorers import SCORERS, cmrc2018
 
 SCORES_SPEC = """dataset: scores
@@ -45,7 +46,7 @@ def strict_loads(text):
 
 
 def metrics(run):
-    return [strict_loads(line) for line in (run / files.METRICS).read_text().splitlines()]
+    return [strict_loads(line) for line in (run / layout.METRICS).read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_non_finite_regression_labels_are_skipped_at_read_and_the_run_ends_with_
     assert cli.main(["train", str(path), "--output", str(run)]) == 0
     err = capsys.readouterr().err
     assert "non-finite" not in err and "no checkpoint" not in err, err
-    assert files.checkpoint_dirs(run) == ["step-00000003"]  # the final checkpoint is there
+    assert RunDir(run).checkpoint_names() == ["step-00000003"]  # the final checkpoint is there
     records = metrics(run)  # strict JSON: no NaN or Infinity anywhere
     assert [r["skipped"] for r in records] == [{"scores": 0}] * 3  # no micro-batch skipped
     assert all(math.isfinite(r["tasks"]["scores"]["loss"]) for r in records)
@@ -148,13 +149,13 @@ def test_a_run_ending_in_non_finite_micro_batches_is_refused_keeping_its_last_go
     lines = [text for text in err.splitlines() if text.strip()]
     errors = [text for text in lines if text.startswith("error: ")]
     assert "Traceback" not in err and errors == [lines[-1]], err
-    records = [json.loads(x) for x in (run / files.METRICS).read_text().splitlines()]
+    records = [json.loads(x) for x in (run / layout.METRICS).read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     first_bad = next(r["step"] for r in records if r["skipped"]["tnews"])
     assert 1 < first_bad <= 4
     in_a_row = records[-1]["skipped"]["tnews"]  # every micro-batch from first_bad on
     assert in_a_row == 2 * (4 - first_bad + 1)
-    kept = files.checkpoint_dirs(run)
+    kept = RunDir(run).checkpoint_names()
     assert kept == [f"step-{step:08d}" for step in range(1, first_bad)]
     assert errors[0] == (
         f"error: {run}: training stopped at update 4: task 'tnews': its last {in_a_row} "

@@ -91,11 +91,15 @@ def test_every_balancing_method_on_jax_equals_tensorflow(tmp_path):
 
 def test_data_parallel_over_two_devices_equals_one_device(tmp_path):
     """keras.distribution.DataParallel over 2 CPU devices (XLA's host device count): each
-    micro-batch's rows split over them, the update equals one device's within 1e-5."""
+    micro-batch's rows split over them, the update equals one device's within 1e-4: the
+    two halves' gradients are summed in another order, and after 10 updates that float32
+    rounding is 3.3e-5 relative on an Intel Xeon with AVX-512 (the same with the code
+    before issue 41's move) and below 1e-5 on the AMD EPYC where 1e-5 was set; a wrong
+    split or reduction is of order 1e-2."""
     init, one, two = tmp_path / "init.npz", tmp_path / "one.npz", tmp_path / "two.npz"
     child(JAX_PYTHON, "jax", init, "--updates", 0)
     child(JAX_PYTHON, "jax", one, "--init", init)
     assert child(JAX_PYTHON, "jax", two, "--init", init, "--devices", 2)["devices"] == 2
     difference = relative_difference(np.load(two), np.load(one), "backbone/")
     print(f"DataParallel (2 devices) vs one device after 10 updates: {difference:.3g} relative")
-    assert difference <= 1e-5
+    assert difference <= 1e-4

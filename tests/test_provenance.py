@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def fresh_provenance():
     """provenance() is computed once per process; the checkout may have moved since."""
-    from mtl_framework.saving import provenance as module
+    from mtl_framework.rundir import provenance as module
 
     module._provenance.cache_clear()
 

@@ -30,10 +30,6 @@ from mtl_framework.rundir.checkpoint import read_trainer
 from mtl_framework.rundir.outputs import check_folder
 from mtl_framework.rundir.trained_on import check_vocab, matched_task
 
-# Experiment keys holding paths relative to the experiment file; the run directory's
-# copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
-PATH_KEYS = ("data_root", "cache_dir", "vocab")
-BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
 # What a resumed run may change: how long it goes on, how it checkpoints and scores,
 # and where things are. Anything else (tasks, batch size, model, optimizer, seed, ...)
 # would continue the checkpoint with another experiment than the one that wrote it.
@@ -109,7 +105,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     # under `auto` resumes, evaluates and predicts in what it trained in, on any CPU
     experiment = dataclasses.replace(experiment, raw={**experiment.raw, "precision": precision[0]})
     plan = Plan(experiment, run, root, registry, tasks, entries, vocab,
-                checkpoints=checkpoints, resolved=resolved_experiment(experiment, root),
+                checkpoints=checkpoints, resolved=experiment.resolved(root),
                 precision=precision, notes=list(dict.fromkeys(notes)))
     if resume is not None:
         check_run_dir(plan, resume)
@@ -195,24 +191,6 @@ def vocab_sources(plan):
     mlm = plan.entries.get(MLM_TASK, {})
     return list(plan.tasks) + ([mlm_corpus_task(plan.experiment, mlm)] if mlm.get("corpus")
                                else [])
-
-
-def resolved_experiment(experiment, data_root):
-    """The experiment as the run directory keeps it: every path absolute."""
-    raw = {**experiment.raw, "data_root": os.path.abspath(data_root)}
-    for key in PATH_KEYS:
-        if raw.get(key):
-            raw[key] = experiment.resolve_path(raw[key])
-    raw["tasks"] = [{**t, "corpus": experiment.resolve_path(t["corpus"])}
-                    if isinstance(t, dict) and t.get("corpus") else t for t in raw["tasks"]]
-    if raw.get("task_specs"):
-        raw["task_specs"] = [experiment.resolve_path(d) for d in raw["task_specs"]]
-    if isinstance(raw.get("backbone"), dict):
-        raw["backbone"] = dict(raw["backbone"])
-        for key in BACKBONE_PATH_KEYS:
-            if raw["backbone"].get(key):
-                raw["backbone"][key] = experiment.resolve_path(raw["backbone"][key])
-    return raw
 
 
 def check_run_dir(plan, resume):
@@ -369,20 +347,8 @@ def _task_entry(entry):
     return {"name": entry} if isinstance(entry, str) else dict(entry)
 
 
-def data_root_path(experiment, data_root=None):
-    """(the data root a run would read, what named it), unchecked."""
-    if data_root:
-        return data_root, "--data-root"
-    if experiment.raw.get("data_root"):
-        return experiment.resolve_path(experiment.raw["data_root"]), \
-            f"{experiment.where('data_root')}: data_root"
-    if "MTL_DATA_ROOT" in os.environ:
-        return os.environ["MTL_DATA_ROOT"], "$MTL_DATA_ROOT"
-    return "data", f"{experiment.path}: no data_root given, and the default"
-
-
 def _data_root(experiment, data_root):
-    data_root, where = data_root_path(experiment, data_root)
+    data_root, where = experiment.data_root_path(data_root)
     if not os.path.isdir(data_root):
         raise ExperimentError(f"{where} {data_root}: no such folder: set data_root in the "
                               "experiment or pass --data-root DIR (the folder holding the datasets)")

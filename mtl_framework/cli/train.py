@@ -2,7 +2,7 @@
 [--distribution none|mirrored|multi_worker] [--set KEY=VALUE ...] [--print-config]`.
 
 The experiment, its tasks and files and the run directory are checked before
-TensorFlow is imported (preflight.plan_run): a mistake costs a second, not a
+TensorFlow is imported (plan.plan_run): a mistake costs a second, not a
 model build, and a refused command writes nothing. `--set optimizer.lr=1e-4`
 overrides a key (dotted path, value read as YAML) before the checks;
 `--print-config` prints the resolved experiment and writes nothing.
@@ -36,15 +36,21 @@ def register(subparsers):
     parser.add_argument("--print-config", action="store_true",
                         help="print the resolved experiment (extends merged, --set applied, "
                              "paths absolute) and exit without writing anything")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=command)
 
 
-def run(args):
-    from mtl_framework.plan import plan_run
-
+def command(args):
+    """`mtl train`: the resolved experiment printed (`--print-config`), or the run trained."""
     if args.print_config:
         print_config(args)
         return 0
+    return run(args)
+
+
+def run(args):
+    """Plan, then train: the plan's checks first, TensorFlow only once they hold."""
+    from mtl_framework.plan import plan_run
+
     plan = plan_run(args.experiment, args.output, args.data_root, resume=args.resume,
                     overrides=args.overrides)
     started = plan.run.newest_step() if args.resume else 0
@@ -66,10 +72,9 @@ def print_config(args, out=None):
     out = out or sys.stdout  # looked up now: a caller may have replaced it since import
     from mtl_framework.config.experiment import DEFAULTS, load_experiment
     from mtl_framework.config.precision import AS_NAMED, run_precision
-    from mtl_framework.plan import data_root_path, resolved_experiment
 
     experiment = load_experiment(args.experiment, args.overrides)
-    resolved = resolved_experiment(experiment, data_root_path(experiment, args.data_root)[0])
+    resolved = experiment.resolved(experiment.data_root_path(args.data_root)[0])
     # as `mtl train` settles it: $MTL_PRECISION for a precision not named (a bad value
     # refused as train refuses it), `auto` by this CPU
     policy, why = run_precision(experiment)

@@ -105,6 +105,12 @@ def default_precision():
     return value
 
 
+# Experiment keys holding paths relative to the experiment file; the run directory's
+# copy stores them absolute so `mtl evaluate RUN_DIR` can rebuild the run from anywhere.
+PATH_KEYS = ("data_root", "cache_dir", "vocab")
+BACKBONE_PATH_KEYS = ("vocab", "checkpoint", "init")
+
+
 class ExperimentError(UserError, ValueError):
     """A problem in an experiment file: each line `file:line: message`."""
 
@@ -170,6 +176,33 @@ class Experiment:
         """`file:line` of a key path, e.g. where("optimizer", "lr"), to start a message
         (or the `--set` that gave it, or `Experiment.from_dict optimizer.lr`)."""
         return self.doc.where(*key) if self.doc else f"{self.path}:1"
+
+    def data_root_path(self, data_root=None):
+        """(the data root a run would read, what named it), unchecked."""
+        if data_root:
+            return data_root, "--data-root"
+        if self.raw.get("data_root"):
+            return self.resolve_path(self.raw["data_root"]), f"{self.where('data_root')}: data_root"
+        if "MTL_DATA_ROOT" in os.environ:
+            return os.environ["MTL_DATA_ROOT"], "$MTL_DATA_ROOT"
+        return "data", f"{self.path}: no data_root given, and the default"
+
+    def resolved(self, data_root):
+        """The experiment as the run directory keeps it: every path absolute."""
+        raw = {**self.raw, "data_root": os.path.abspath(data_root)}
+        for key in PATH_KEYS:
+            if raw.get(key):
+                raw[key] = self.resolve_path(raw[key])
+        raw["tasks"] = [{**t, "corpus": self.resolve_path(t["corpus"])}
+                        if isinstance(t, dict) and t.get("corpus") else t for t in raw["tasks"]]
+        if raw.get("task_specs"):
+            raw["task_specs"] = [self.resolve_path(d) for d in raw["task_specs"]]
+        if isinstance(raw.get("backbone"), dict):
+            raw["backbone"] = dict(raw["backbone"])
+            for key in BACKBONE_PATH_KEYS:
+                if raw["backbone"].get(key):
+                    raw["backbone"][key] = self.resolve_path(raw["backbone"][key])
+        return raw
 
 
 class Sources:

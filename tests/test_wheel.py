@@ -101,7 +101,7 @@ def test_wheel_carries_the_specs_licence_and_dependencies(wheel):
     assert not any(r.startswith(("tensorflow-cpu", "tensorflow_cpu")) for r in requires)
     assert any(r.startswith("tensorboard") for r in requires)
     assert any(r.startswith("huggingface_hub") for r in requires)
-    assert set(values["Provides-Extra"]) == {"plots", "jieba", "wwm", "parquet"}
+    assert set(values["Provides-Extra"]) == {"plots", "jieba", "wwm", "parquet", "embeddings"}
     assert 'pyarrow; extra == "parquet"' in requires and 'matplotlib; extra == "plots"' in requires
 
 

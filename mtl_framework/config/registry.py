@@ -530,11 +530,12 @@ class _SpecLoader:
             if not needs_labels and has_labels:
                 key = "labels" if "labels" in given else "label_file"
                 spec.error(where + (key,), f"{label}: type {task_type} takes no labels; remove `{key}`")
-            if task_type in ("classification", "matching") and not given.get("multi_label") \
+            least = schema.MIN_LABELS.get(task_type)
+            if least and least > 1 and not given.get("multi_label") \
                     and isinstance(labels, list) and len(labels) == 1:
                 # a softmax over one class: loss 0 from the first update, the same label always
-                spec.error(where + ("labels",), f"{label}: type {task_type} needs at least 2 "
-                           f"labels to choose from, got {labels!r}; list every class")
+                spec.error(where + ("labels",), f"{label}: type {task_type} needs at least "
+                           f"{least} labels to choose from, got {labels!r}; list every class")
             if given.get("multi_label") and task_type not in schema.MULTI_LABEL_TYPES:
                 spec.error(where + ("multi_label",), f"{label}: multi_label applies to "
                            f"{', '.join(schema.MULTI_LABEL_TYPES)} only, not {task_type}; remove it")

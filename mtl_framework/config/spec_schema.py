@@ -15,6 +15,8 @@ TASK_TYPES = {name: f.needs_labels for name, f in FAMILIES.items() if f.in_specs
 
 # Only a softmax-over-classes head can be switched to sigmoid-per-class.
 MULTI_LABEL_TYPES = tuple(name for name, f in FAMILIES.items() if f.multi_label)
+# type -> the fewest labels its head can choose among (None: it takes no labels)
+MIN_LABELS = {name: f.min_labels for name, f in FAMILIES.items() if f.in_specs}
 
 # The metric names a spec may give: metrics.py's table (NumPy only, no TensorFlow).
 METRICS = tuple(metric_functions.METRICS)

@@ -28,9 +28,10 @@ from mtl_framework.formats import FORMATS
 
 ROUND_TRIP_TOLERANCE = 1e-6  # our own writer and reader: the same float32 kernels
 PARITY_TOLERANCE = 1e-5      # another library's kernels sum in another order
-# roformer 0.4.3: 9.5e-7 in every run alone, but one whole-suite run measured 9.6e-5
-# (README, known issues; cause not found). A wrong weight mapping is of order 0.1.
-FORMAT_TOLERANCE = {"roformer-pytorch": 2e-4}
+# roformer 0.4.3: 9.5e-7 in every run alone, but whole-suite runs measured 9.6e-5 (AMD
+# EPYC) and 2.66e-4 (Intel Xeon, reading torch's weights) (README, known issues; cause not
+# found). A wrong weight mapping is of order 0.1.
+FORMAT_TOLERANCE = {"roformer-pytorch": 1e-3}
 # bfloat16 keeps 8 bits of mantissa: through two tiny blocks the outputs (norm ~1 a
 # feature) move by 0.028-0.035 from float32's (measured on all three architectures).
 MIXED_TOLERANCE = 0.1

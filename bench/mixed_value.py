@@ -192,7 +192,11 @@ def stages(work, data_root, quick, log):
 
 
 def _sample(items, size):
-    return sorted(random.Random(SUBSET_SEED).sample(range(len(items)), min(size, len(items))))
+    """The first `size` of one fixed shuffle of the indices (SUBSET_SEED), in file order: a
+    larger size keeps every index a smaller one chose."""
+    order = list(range(len(items)))
+    random.Random(SUBSET_SEED).shuffle(order)
+    return sorted(order[:size])
 
 
 def subset_file(source, target, size):

@@ -178,7 +178,7 @@ def predictions(result, gates):
         ("2. B−A larger at 1,000 examples than at full size",
          None if not (ba_full and ba_1k) else ba_1k["mean"] > ba_full["mean"]),
         ("3. B − C > 0 (point estimate)", None if not bc else bc["mean"] > 0),
-        ("4. |A − D| < 0.01", None if not ad else abs(ad["mean"]) < 0.01),
+        ("4. abs(A − D) < 0.01", None if not ad else abs(ad["mean"]) < 0.01),
         ("5. B4 − A ≤ 0 < B − A, B12 − A between",
          None if not (b4 and b12 and ba) else
          b4["mean"] <= 0 < ba["mean"] and min(b4["mean"], ba["mean"]) <= b12["mean"]

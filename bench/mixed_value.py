@@ -173,6 +173,22 @@ def a_batch_size(work, steps):
     return max(1, round(tokens_b / (steps * per_update * row_tokens)))
 
 
+def write_compute(exports, work, path):
+    """The compute of every arm's stage 2 (and stage 1), beside the rows: updates,
+    micro-batches, real tokens (metrics.jsonl), seconds and CPU seconds, A's batch size."""
+    from bench.pretraining_value import metrics
+
+    record = json.loads((work / "stages.json").read_text()) if (work / "stages.json").exists() else {}
+    compute = {}
+    for arm, export in exports.items():
+        name = export.parent.name
+        spec = yaml.safe_load((work / "experiments" / f"{name}.yaml").read_text(encoding="utf-8"))
+        compute[arm] = {"stage": name, **metrics(export.parent), **record.get(name, {}),
+                        "batch_size": spec["batch_size"], "tasks": len(spec["tasks"])}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"compute": compute, **provenance()}, indent=1), encoding="utf-8")
+
+
 def stages(work, data_root, quick, log):
     """{arm: export folder}, every stage trained and exported."""
     overrides = QUICK["stage"] if quick else {}
@@ -360,6 +376,7 @@ def main(argv=None):
         counts = write_corpus(data_root, work / "corpus", limit=limit)
         (work / "corpus.json").write_text(json.dumps(counts, indent=1))
     exports = stages(work, data_root, args.quick, log)
+    write_compute(exports, work, rows_path.parent / "stages.json")
     zero_shot(exports, work, data_root, args.quick, rows_path, log)
 
     suite = yaml.safe_load((STUDY / "suite.yaml").read_text(encoding="utf-8"))

@@ -235,6 +235,14 @@ def markdown(result):
         for name, by_arm in zs["scores"].items():
             cells = [f"{100 * by_arm[a]:.1f}" if a in by_arm else "-" for a in arms]
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {signed(zs['B-A'].get(name))} |")
+    if result.get("compute"):
+        lines += ["", "## Compute of each arm's export (D: stage 1 itself)", "",
+                  "| arm | stage | updates | micro-batches | real tokens | batch size | wall s | CPU s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for arm, c in result["compute"].items():
+            lines.append(f"| {arm} | {c['stage']} | {c['updates']} | {c['micro_batches']} | "
+                         f"{c['tokens']:,} | {c['batch_size']} | {c.get('wall_s', '-')} | "
+                         f"{c.get('cpu_s', '-')} |")
     lines += ["", "## Predictions of the design note", "", "| prediction | held |", "|---|---|"]
     for e in result["predictions"]:
         held = {True: "held", False: "FAILED", None: "not measurable yet"}[e["held"]]
@@ -282,6 +290,9 @@ def report(rows_path, output):
     if not rows:
         raise SystemExit(f"{rows_path}: no rows yet; run `python -m bench.mixed_value` first")
     result = summarise(rows)
+    stages = Path(rows_path).parent / "stages.json"  # the runner's record of each stage
+    if stages.exists():
+        result["compute"] = json.loads(stages.read_text(encoding="utf-8"))["compute"]
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.with_suffix(".json").write_text(json.dumps(result, indent=1, ensure_ascii=False))

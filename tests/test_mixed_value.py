@@ -144,6 +144,9 @@ def synthetic_rows():
 def test_report_from_synthetic_rows(tmp_path):
     rows_path = tmp_path / "rows.jsonl"
     rows_path.write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows()), encoding="utf-8")
+    (tmp_path / "stages.json").write_text(json.dumps({"compute": {"A": {
+        "stage": "stage2_A", "updates": 400, "micro_batches": 1600, "tokens": 2500000,
+        "batch_size": 23, "wall_s": 900, "cpu_s": 1700}}}), encoding="utf-8")
     result = report.report(rows_path, tmp_path / "out" / "report")
     gates = {(g["target"], g["budget"]): g["passed"] for g in result["gate"]}
     assert gates == {("t1", "full"): True, ("t1", "1k"): True, ("t2", "full"): True,
@@ -166,6 +169,7 @@ def test_report_from_synthetic_rows(tmp_path):
     assert held["3."] is None  # no arm C rows
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert "| t2 | 1k | 0.501 ± 0.002 | 0.500 | 4 | NO |" in markdown
+    assert "| A | stage2_A | 400 | 1600 | 2,500,000 | 23 | 900 | 1700 |" in markdown
     assert (tmp_path / "out" / "report.png").stat().st_size > 0
     assert json.loads((tmp_path / "out" / "report.json").read_text())["rows"] == len(synthetic_rows())
 

@@ -19,7 +19,6 @@ there are skipped on restart, and `mtl benchmark` resumes its own half-done call
 bench/mixed_value_report.py turns the rows into the figure and tables.
 """
 import argparse
-import functools
 import json
 import os
 import random
@@ -81,10 +80,10 @@ def missing_arms(group, done):
     return [arm for arm in arms if (arm, seed, target, budget) not in done]
 
 
-@functools.lru_cache(maxsize=None)
 def provenance():
     """The code's commit (and whether bench/, mtl_framework/ or the study's files differ
-    from it), the CPU model: recorded in every row."""
+    from it), the CPU model: recorded in every row, read each time (the fine-tunes are child
+    processes that import the checkout as it is when they start)."""
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "bench", "mtl_framework",

@@ -15,7 +15,8 @@ fixes, run so that it can stop and go on over several sittings.
 
 Every finished (arm, seed, target, budget) is appended to ROWS (bench/results/mixed_value/
 rows.jsonl; with --quick WORK/rows.jsonl) with the code's commit and the CPU model; rows
-there are skipped on restart, and `mtl benchmark` resumes its own half-done calls.
+there are skipped on restart, and `mtl benchmark` resumes its own half-done calls. Beside
+the rows, compute.json: every arm's stage compute (tokens, seconds, CPU seconds).
 bench/mixed_value_report.py turns the rows into the figure and tables.
 """
 import argparse
@@ -375,7 +376,7 @@ def main(argv=None):
         counts = write_corpus(data_root, work / "corpus", limit=limit)
         (work / "corpus.json").write_text(json.dumps(counts, indent=1))
     exports = stages(work, data_root, args.quick, log)
-    write_compute(exports, work, rows_path.parent / "stages.json")
+    write_compute(exports, work, rows_path.parent / "compute.json")
     zero_shot(exports, work, data_root, args.quick, rows_path, log)
 
     suite = yaml.safe_load((STUDY / "suite.yaml").read_text(encoding="utf-8"))

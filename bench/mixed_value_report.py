@@ -8,8 +8,8 @@ Writes OUTPUT.json, OUTPUT.md and OUTPUT.png: the gate (A's cells against their 
 the primary figure P (B − A over the gated cells, 95% t-interval over complete seeds), every
 per-cell paired interval for B−A, B−C, B−D, A−D, B4−A, B12−A, the task-count curve against
 A, zero-shot Spearman per arm with B−A's paired bootstrap interval, and each prediction's
-verdict. Only complete seeds count: a seed enters a comparison when both arms have every
-cell of it.
+verdict; with the runner's compute.json beside the rows, each arm's compute. Only complete
+seeds count: a seed enters a comparison when both arms have every cell of it.
 """
 import argparse
 import json
@@ -290,7 +290,7 @@ def report(rows_path, output):
     if not rows:
         raise SystemExit(f"{rows_path}: no rows yet; run `python -m bench.mixed_value` first")
     result = summarise(rows)
-    stages = Path(rows_path).parent / "stages.json"  # the runner's record of each stage
+    stages = Path(rows_path).parent / "compute.json"  # the runner's record of each stage
     if stages.exists():
         result["compute"] = json.loads(stages.read_text(encoding="utf-8"))["compute"]
     output = Path(output)

@@ -144,7 +144,7 @@ def synthetic_rows():
 def test_report_from_synthetic_rows(tmp_path):
     rows_path = tmp_path / "rows.jsonl"
     rows_path.write_text("".join(json.dumps(r) + "\n" for r in synthetic_rows()), encoding="utf-8")
-    (tmp_path / "stages.json").write_text(json.dumps({"compute": {"A": {
+    (tmp_path / "compute.json").write_text(json.dumps({"compute": {"A": {
         "stage": "stage2_A", "updates": 400, "micro_batches": 1600, "tokens": 2500000,
         "batch_size": 23, "wall_s": 900, "cpu_s": 1700}}}), encoding="utf-8")
     result = report.report(rows_path, tmp_path / "out" / "report")

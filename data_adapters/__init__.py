@@ -33,6 +33,7 @@ from data_adapters.examples import (
     EventExample,
     Example,
     NERExample,
+    PairExample,
     RelationExample,
     Span,
     SpanQAExample,
@@ -54,6 +55,7 @@ from data_adapters import (  # noqa: E402,F401
     mentions,
     ner_spans,
     ner_tags,
+    pairs,
     parquet,
     qa,
     relations,
@@ -64,7 +66,8 @@ __all__ = [
     "Adapter", "ReadReport", "UnknownFormatError", "available_formats", "get_adapter",
     "register_adapter", "read_files", "read_task", "split_paths", "MissingDataFile",
     "ChoiceExample", "CorefExample", "Entity", "Event", "EventExample", "NERExample",
-    "RelationExample", "Span", "SpanQAExample", "TextExample", "Triple", "Example", "TaskSource",
+    "PairExample", "RelationExample", "Span", "SpanQAExample", "TextExample", "Triple", "Example",
+    "TaskSource",
     "TaskType", "TASK_TYPES", "LABELLED_TYPES",
 ]
 

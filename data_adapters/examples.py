@@ -92,6 +92,17 @@ class EventExample:
 
 
 @dataclass(frozen=True)
+class PairExample:
+    """contrastive: a query, its positive text, hard negatives (texts that do not answer
+    it) and an optional similarity score (CoSENT's target; None: a positive pair)."""
+    query: str
+    positive: str
+    negatives: tuple = ()
+    score: float | None = None
+    id: object = None
+
+
+@dataclass(frozen=True)
 class CorefExample:
     text: str
     span1: Entity
@@ -106,11 +117,11 @@ GOLD: dict[type, dict[str, Any]] = {
         TextExample: {"label": None}, SpanQAExample: {"answers": [], "unlocated": ()},
         ChoiceExample: {"label": None}, NERExample: {"entities": []},
         RelationExample: {"triples": []}, EventExample: {"events": []},
-        CorefExample: {"label": None}}
+        CorefExample: {"label": None}, PairExample: {"score": None}}
 EXAMPLE_TYPES = tuple(GOLD)  # every example type (the MLM featurizer reads each one's text)
 # Any of them: what an adapter yields.
 Example = (TextExample | SpanQAExample | ChoiceExample | NERExample | RelationExample | EventExample
-           | CorefExample)
+           | CorefExample | PairExample)
 
 
 def without_gold(example: Example) -> Example:

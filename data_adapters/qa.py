@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from data_adapters.base import Adapter, register_adapter
 from data_adapters.examples import Span, SpanQAExample, TextExample
 from data_adapters.reading import LabelRule, json_data, records, text_lines
-from data_adapters.task_types import CLASSIFICATION, MRC_SPAN, type_names
+from data_adapters.task_types import CLASSIFICATION, CONTRASTIVE, MRC_SPAN, type_names
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -84,7 +84,8 @@ def cjrc_kind(answers):
 
 @register_adapter("squad")
 class SquadAdapter(Adapter):
-    task_types = type_names(MRC_SPAN, CLASSIFICATION)
+    # contrastive reads the same questions: each answered question -> its passage
+    task_types = type_names(MRC_SPAN, CLASSIFICATION, CONTRASTIVE)
     option_keys = {"placeholder_answers": (str, "skip"), "scorer": (str, "squad"),
                    "unlocated_questions": (str, "skip")}
     predict_options = {"placeholder_answers": "no_gold", "unlocated_questions": "score"}
@@ -218,7 +219,7 @@ class SquadAdapter(Adapter):
 
 @register_adapter("multi_passage_qa")
 class MultiPassageQAAdapter(Adapter):
-    task_types = type_names(MRC_SPAN)
+    task_types = type_names(MRC_SPAN, CONTRASTIVE)
 
     def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
              labels: Labels, report: ReadReport) -> Iterator[Example]:

@@ -16,6 +16,7 @@ from data_adapters.examples import (
     CorefExample,
     EventExample,
     NERExample,
+    PairExample,
     RelationExample,
     SpanQAExample,
     TextExample,
@@ -47,13 +48,18 @@ EXTRACTION_NER = TaskType("extraction_ner", (NERExample,))
 EXTRACTION_RELATION = TaskType("extraction_relation", (RelationExample,))
 EXTRACTION_EVENT = TaskType("extraction_event", (EventExample,))
 COREFERENCE = TaskType("coreference", (CorefExample,))
+# Sentence embeddings: (query, positive[, negatives]) pairs or scored pairs, from a pairs
+# file, a text-pair format (text, text_b, label as a score) or a reading-comprehension
+# format (question -> its passage). The score is a number.
+CONTRASTIVE = TaskType("contrastive", (PairExample, TextExample, SpanQAExample), numeric_label=True)
 MLM = TaskType("mlm", (str, *EXAMPLE_TYPES))  # raw corpus lines and every task's text
 
 TASK_TYPES = {t.name: t for t in (
     CLASSIFICATION, MATCHING, REGRESSION, MRC_SPAN, MULTIPLE_CHOICE, CLOZE, EXTRACTION_NER,
-    EXTRACTION_RELATION, EXTRACTION_EVENT, COREFERENCE, MLM)}
-# The types of one text (pair) and a label, which the text formats (jsonl, tsv, ...) feed.
-TEXT_TASKS = tuple(name for name, t in TASK_TYPES.items() if t.examples == (TextExample,))
+    EXTRACTION_RELATION, EXTRACTION_EVENT, COREFERENCE, CONTRASTIVE, MLM)}
+# The types of one text (pair) and a label, which the text formats (jsonl, tsv, ...) feed
+# (contrastive reads a text pair as a query and its positive, the label as their score).
+TEXT_TASKS = tuple(name for name, t in TASK_TYPES.items() if TextExample in t.examples)
 # Types whose examples carry a label to learn (mlm and the span families do not).
 LABELLED_TYPES = tuple(name for name, t in TASK_TYPES.items() if t.labelled)
 

@@ -145,3 +145,61 @@ def choice_crossentropy(y_true, logits, choice_mask):
     valid = ops.greater(ops.cast(choice_mask, logits.dtype), 0)
     logits = ops.where(valid, logits, CHOICE_PAD)
     return sparse_categorical_crossentropy(y_true, logits)
+
+
+def l2_normalize(x, axis=-1):
+    """x / |x| along `axis` (a zero vector stays zero)."""
+    return x / ops.maximum(ops.sqrt(ops.sum(ops.square(x), axis=axis, keepdims=True)), 1e-12)
+
+
+def info_nce(queries, positives, negatives, negative_mask, positive_ids, temperature,
+             in_batch_negatives=True):
+    """InfoNCE over cosines / temperature, per query [B]: its positive against the others.
+
+    queries, positives [B, H]; negatives [B, N, H] (hard negatives; N may be 0) with
+    negative_mask [B, N] (0: padding). With in_batch_negatives every row's positive and
+    negatives are candidates for every query (sentence-transformers'
+    MultipleNegativesRankingLoss, FlagEmbedding's in-batch negatives), except another
+    row's positive equal to the query's own (positive_ids equal: the same passage answers
+    both); without, a query's candidates are its own positive and negatives only
+    (FlagEmbedding's no_in_batch_neg, for data whose batch-mates may be positives).
+    """
+    queries, positives, negatives = (l2_normalize(queries), l2_normalize(positives),
+                                     l2_normalize(negatives))
+    valid_negatives = ops.greater(negative_mask, 0)
+    rows = ops.shape(queries)[0]
+    if in_batch_negatives:
+        hidden = ops.shape(queries)[-1]
+        candidates = ops.concatenate([positives, ops.reshape(negatives, (-1, hidden))], axis=0)
+        logits = ops.matmul(queries, ops.transpose(candidates)) / temperature  # [B, B + B N]
+        own = ops.equal(ops.arange(rows)[:, None], ops.arange(rows)[None, :])
+        twin = ops.logical_and(ops.equal(positive_ids[:, None], positive_ids[None, :]),
+                               ops.logical_not(own))
+        flat_valid = ops.reshape(valid_negatives, (1, -1))
+        valid = ops.concatenate(
+            [ops.logical_not(twin), ops.broadcast_to(flat_valid, (rows, ops.shape(flat_valid)[1]))],
+            axis=1)
+        target = ops.arange(rows)
+    else:
+        positive = ops.sum(queries * positives, axis=-1, keepdims=True)
+        logits = ops.concatenate([positive, ops.einsum("bh,bnh->bn", queries, negatives)],
+                                 axis=1) / temperature  # [B, 1 + N]
+        valid = ops.concatenate([ops.ones_like(positive, dtype="bool"), valid_negatives], axis=1)
+        target = ops.zeros((rows,), "int32")
+    logits = ops.where(valid, logits, CHOICE_PAD)
+    return sparse_categorical_crossentropy(target, logits)
+
+
+def cosent(queries, positives, scores, temperature):
+    """CoSENT (Su, https://kexue.fm/archives/8847; sentence-transformers' CoSENTLoss):
+    log(1 + sum over pairs (i, j) with score_i < score_j of exp((cos_i - cos_j) / t)),
+    one value for the batch. Rows whose score is NaN take no part."""
+    cosines = ops.sum(l2_normalize(queries) * l2_normalize(positives), axis=-1) / temperature
+    scored = ops.logical_not(ops.isnan(scores))
+    scores = ops.where(scored, scores, 0.0)
+    below = ops.logical_and(ops.less(scores[:, None], scores[None, :]),
+                            ops.logical_and(scored[:, None], scored[None, :]))
+    differences = ops.where(below, cosines[:, None] - cosines[None, :], CHOICE_PAD)
+    differences = ops.concatenate([ops.zeros((1,), differences.dtype),
+                                   ops.reshape(differences, (-1,))], axis=0)
+    return ops.logsumexp(differences)

@@ -199,6 +199,9 @@ SYNTHETIC = {
     "coreference": (["false", "true"], {}, [
         ex.CorefExample(TEXT, Entity(0, 3, "毛主席"), Entity(7, 8, "他"), "true"),
         ex.CorefExample(TEXT, Entity(4, 6, "北京"), Entity(7, 8, "他"), "false")]),
+    "contrastive": (None, {"hard_negatives": 2, "loss": "cosent"}, [
+        ex.PairExample("今天天气", "天气很好", ("明天会下雨吗", "看书", "写字"), 0.5),
+        ex.PairExample("谁在北京", "毛主席在北京", (), -0.25)]),
     MLM: (None, {}, [TEXT, "今天天气很好"]),
 }
 
@@ -325,6 +328,17 @@ def harness_case(tokenizer, name):
                           head_kwargs=lambda k: {"head_size": 8,
                                                  "role_groups": (groups + ["新"])[:k]},
                           normalize=sorted, expected=[events(r) for r in rows])
+    if name == "contrastive":
+        def gold_vectors(batch):  # per row: query and positive at the cosine of its score
+            vectors = np.zeros(batch["token_ids"].shape[:2] + (4,), "float32")
+            vectors[:, :, 0] = 1.0
+            for b, score in enumerate(batch["score"]):
+                vectors[b, 1] = [score, np.sqrt(1 - score ** 2), 0, 0]
+            return vectors
+        return FamilyCase(name, batch, None, None, gold_vectors,
+                          project=lambda d: d["cosine"],
+                          normalize=lambda r: round(float(r["score"] if isinstance(r, dict) else r), 5),
+                          expected=[0.5, -0.25])
     if name == MLM:
         vocab = tokenizer.vocab_size
         return FamilyCase(name, batch, vocab, vocab, mlm_scores(vocab),

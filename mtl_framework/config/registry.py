@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mtl_framework.config import spec_schema as schema
 from mtl_framework.config.yaml_io import parse_yaml
+from mtl_framework.families.contrastive import settings_problems as contrastive_settings_problems
 from mtl_framework.errors import UserError
 
 # Installed from a wheel the specs are package data (mtl_framework/task_specs);
@@ -89,6 +90,8 @@ class TaskSpec:
     # it, tried in order when the path is not there (data_adapters.split_paths).
     optional_files: tuple = ()
     file_aliases: dict = dataclasses.field(default_factory=dict)
+    # a contrastive task's `embedding:` settings as written (families.contrastive fills defaults)
+    embedding: dict | None = None
 
     @property
     def family(self):
@@ -141,6 +144,8 @@ class DatasetSpec:
     line: int = 0
     optional_files: tuple = ()
     file_aliases: dict = dataclasses.field(default_factory=dict)
+    # a contrastive task's `embedding:` settings as written (families.contrastive fills defaults)
+    embedding: dict | None = None
     # data | real_formats | documentation (spec_schema.VERIFIED); "" when the spec does not say
     verified: str = ""
 
@@ -410,6 +415,7 @@ class _SpecLoader:
             spec.error(where + ("scorer",), f"{label}: unknown scorer {scorer!r}"
                        f"{did_you_mean(scorer, schema.SCORERS)}; scorers: {', '.join(schema.SCORERS)}")
         self.check_labels(spec, where, given, entry, task_type, label)
+        self.check_embedding(spec, where, entry, task_type, metric, label)
 
         # A task reading another format keeps none of the dataset's options/fields.
         dataset_format = data.get("format")
@@ -452,9 +458,29 @@ class _SpecLoader:
             labels=entry.get("labels"), label_file=entry.get("label_file"),
             multi_label=entry.get("multi_label", False), max_length=entry["max_length"],
             metric=entry["metric"], scorer=entry.get("scorer"), rate=entry.get("rate"),
-            loss_weight=entry.get("loss_weight", 1.0),
+            loss_weight=entry.get("loss_weight", 1.0), embedding=entry.get("embedding"),
             description=entry.get("description", data.get("description", "")),
             spec_path=str(spec.path), line=spec.lines[where])
+
+    def check_embedding(self, spec, where, entry, task_type, metric, label):
+        """`embedding:` settings (contrastive tasks only) and an embedding metric for them."""
+        embedded = task_type == schema.EMBEDDING_TYPE
+        if "embedding" in entry:
+            if task_type is not None and not embedded:
+                spec.error(where + ("embedding",), f"{label}: `embedding:` settings apply to "
+                           f"type {schema.EMBEDDING_TYPE} only, not {task_type}; remove them")
+            for key, message in contrastive_settings_problems(entry["embedding"]):
+                at = where + ("embedding",) + ((str(key),) if key is not None else ())
+                spec.error(at,
+                           f"{label}: embedding.{message}" if key else f"{label}: embedding {message}")
+        if task_type is None or not isinstance(metric, str) or metric not in schema.METRICS:
+            return
+        if embedded and metric not in schema.EMBEDDING_METRICS:
+            spec.error(where + ("metric",), f"{label}: a {task_type} task is scored on its "
+                       f"embeddings: metric {' / '.join(schema.EMBEDDING_METRICS)}, not {metric}")
+        if not embedded and metric in schema.EMBEDDING_METRICS:
+            spec.error(where + ("metric",), f"{label}: metric {metric} scores the embeddings of "
+                       f"{schema.EMBEDDING_TYPE} tasks, not a {task_type} task's outputs")
 
     def check_keys(self, spec, where, data, keys, place):
         """Unknown, missing and mistyped keys; returns the entries that passed."""

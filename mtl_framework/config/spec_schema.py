@@ -7,6 +7,7 @@ import os
 import re
 
 from mtl_framework.families import FAMILIES
+from mtl_framework.families import contrastive
 from mtl_framework.scoring import metrics as metric_functions
 from mtl_framework.scoring import scorers as scorer_modules
 
@@ -20,6 +21,9 @@ MIN_LABELS = {name: f.min_labels for name, f in FAMILIES.items() if f.in_specs}
 
 # The metric names a spec may give: metrics.py's table (NumPy only, no TensorFlow).
 METRICS = tuple(metric_functions.METRICS)
+# The metrics that score sentence embeddings, and the type whose tasks they score.
+EMBEDDING_METRICS = tuple(metric_functions.EMBEDDING_METRICS)
+EMBEDDING_TYPE = contrastive.FAMILY.name
 # The publishers' scorers a spec's `scorer:` may name (no TensorFlow either).
 SCORERS = tuple(scorer_modules.SCORERS)
 
@@ -230,6 +234,9 @@ TASK_KEYS = {
     "scorer": (text, False),
     "rate": (non_negative_number, False),
     "loss_weight": (positive_number, False),
+    # a contrastive task's settings (families/contrastive.py EMBEDDING_SETTINGS), each checked
+    # by the registry with its own line
+    "embedding": (mapping, False),
     # Per-task overrides of the dataset's keys (merged key by key). A task
     # whose data needs another adapter (SanWen: tags for NER, TSV for
     # relations) overrides `format`; it then keeps none of the dataset's

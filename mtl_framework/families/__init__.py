@@ -16,10 +16,10 @@ beside it in `<module>_heads.py` (`@head_for`), imported by mtl_framework/famili
 No TensorFlow or Keras is imported here (the spec checks and the feature workers run
 before TensorFlow loads); the `_heads` modules import Keras and nothing here imports them.
 """
-from mtl_framework.families import choice, coreference, mlm, mrc, spans, text
+from mtl_framework.families import choice, contrastive, coreference, mlm, mrc, spans, text
 from mtl_framework.families.features import read_features
 
-MODULES = (text, mrc, choice, spans, coreference, mlm)
+MODULES = (text, mrc, choice, spans, coreference, contrastive, mlm)
 FAMILIES = {f.name: f for module in MODULES for f in module.FAMILIES}
 MLM = mlm.FAMILY.name  # the masked-LM family (the experiment's reserved `mlm` task uses it)
 
@@ -49,6 +49,8 @@ def featurizer_for_task(task, tokenizer, data_root=None, max_length=None, family
         return make_featurizer(MLM, tokenizer, max_length or task.max_length, task=task.name,
                                **settings)
     labels = task.resolve_labels(data_root) if hasattr(task, "resolve_labels") else task.labels
+    settings = {**FAMILIES[task.type].feature_settings(task), **settings} \
+        if (family or task.type) == task.type and task.type in FAMILIES else settings
     return make_featurizer(family or task.type, tokenizer, max_length or task.max_length, labels,
                            getattr(task, "multi_label", False), task.name, **settings)
 

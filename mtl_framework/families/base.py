@@ -37,6 +37,10 @@ def no_head_settings(task, labels):
     return {}
 
 
+def no_feature_settings(task):
+    return {}
+
+
 def negative_label(reference):
     """Unlabelled class targets are -1 (a multi-label target is a list: never unlabelled)."""
     return isinstance(reference, int) and reference < 0
@@ -63,7 +67,8 @@ class Family:
     pad_to) -> batch.  batch_spec: batch key -> (dtype, rank), docs/batches.md
     (`multi_label_spec` replaces keys when the task is multi-label).  Its head class
     registers itself for it (`head_for`, in the family module's `_heads` sibling);
-    head_settings(task, labels) -> that head's extra kwargs.
+    head_settings(task, labels) -> that head's extra kwargs; feature_settings(task) -> the
+    featurizer's settings the task's spec gives (contrastive's `embedding:`).
     """
 
     name: str
@@ -77,6 +82,7 @@ class Family:
     multi_label_spec: dict = field(default_factory=dict)
     in_specs: bool = True  # a spec may declare it (mlm is the experiment's own task)
     head_settings: Callable = no_head_settings
+    feature_settings: Callable = no_feature_settings  # task -> its featurizer's settings
     tied_embedding: bool = False  # the head is the backbone's token embedding (pass embeddings=)
     choice_axis: bool = False  # batches are [B, C, L]: choices folded into the batch axis
     loss_denominator: Callable = batch_rows  # what the head's loss is a mean over

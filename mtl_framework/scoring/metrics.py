@@ -278,6 +278,69 @@ def mrr(predictions, references):
 # -------------------------------------------------------------- dispatcher
 
 
+# ------------------------------------------------ sentence embeddings (contrastive)
+# predictions: per pair {"query", "positive": vectors, ...}; references: per pair {"score",
+# "positive_id"} (ContrastiveHead.decode / targets). Scored as C-MTEB scores
+# (mtl_framework.scoring.embedding, equal to mteb's evaluators).
+
+
+def _pair_vectors(predictions):
+    return (np.array([p["query"] for p in predictions]),
+            np.array([p["positive"] for p in predictions]))
+
+
+def _scored(predictions, references):
+    _check(predictions, references)
+    keep = [i for i, r in enumerate(references) if np.isfinite(r["score"])]
+    if not keep:
+        raise ValueError("no pair has a score: score a pairs task by `metric: retrieval`")
+    return [predictions[i] for i in keep], np.array([references[i]["score"] for i in keep])
+
+
+def cosine_spearman(predictions, references):
+    """C-MTEB's STS score: Spearman of the pairs' cosines against their scores."""
+    from mtl_framework.scoring.embedding import sts_scores
+
+    predictions, scores = _scored(predictions, references)
+    result = sts_scores(*_pair_vectors(predictions), scores)
+    return {"cosine_spearman": result["cosine_spearman"], "cosine_pearson": result["cosine_pearson"]}
+
+
+def pair_classification(predictions, references):
+    """C-MTEB's pair classification: best-threshold accuracy and AP of the cosines against
+    0 / 1 scores (max_accuracy is its main score)."""
+    from mtl_framework.scoring.embedding import pair_classification_scores
+
+    predictions, scores = _scored(predictions, references)
+    if not np.isin(scores, (0.0, 1.0)).all():
+        raise ValueError("pair_classification scores 0 / 1 labelled pairs; for graded scores "
+                         "use metric: cosine_spearman")
+    result = pair_classification_scores(*_pair_vectors(predictions), scores.astype(int))
+    return {"max_accuracy": result["max_accuracy"], "cosine_accuracy": result["cosine_accuracy"],
+            "cosine_ap": result["cosine_ap"]}
+
+
+def retrieval(predictions, references):
+    """C-MTEB's retrieval scores of the split's queries searched over its positives (each
+    distinct positive once, by positive_id): nDCG@10 (main), MRR@10, recall@10."""
+    from mtl_framework.scoring.embedding import retrieval_scores
+
+    _check(predictions, references)
+    corpus, qrels = {}, []
+    for prediction, reference in zip(predictions, references):
+        row = corpus.setdefault(reference["positive_id"], (len(corpus), prediction["positive"]))[0]
+        qrels.append({row: 1})
+    documents = np.array([vector for _, vector in corpus.values()])
+    queries = np.array([p["query"] for p in predictions])
+    result = retrieval_scores(queries, documents, qrels, k_values=(1, 10, 100))
+    return {"ndcg_at_10": result["ndcg_at_10"], "mrr_at_10": result["mrr_at_10"],
+            "recall_at_10": result["recall_at_10"], "documents": float(len(documents))}
+
+
+EMBEDDING_METRICS = {"cosine_spearman": "cosine_spearman",
+                     "pair_classification": "max_accuracy", "retrieval": "ndcg_at_10"}
+
+
 def _named(keys, fn):
     def metric(predictions, references):
         values = fn(predictions, references)
@@ -299,11 +362,14 @@ METRICS = {
     "spearman": _named(("spearman",), spearman),
     "pearson": _named(("pearson",), pearson),
     "mrr": _named(("mrr",), mrr),
+    "cosine_spearman": cosine_spearman,
+    "pair_classification": pair_classification,
+    "retrieval": retrieval,
 }
 # Set metrics score predicted sets of spans, triples or event arguments by F1.
 SET_METRICS = ("span_f1", "triple_f1", "event_f1")
 # The interval each metric's score lies in: fractions, and correlations in [-1, 1].
-RANGES = {name: (-1.0, 1.0) if name in ("spearman", "pearson") else (0.0, 1.0)
+RANGES = {name: (-1.0, 1.0) if name in ("spearman", "pearson", "cosine_spearman") else (0.0, 1.0)
           for name in METRICS}
 
 
@@ -323,6 +389,8 @@ def primary_score(name, result):
         return (result["em"] + result["f1"]) / 2
     if name in SET_METRICS:
         return result["f1"]
+    if name in EMBEDDING_METRICS:
+        return result[EMBEDDING_METRICS[name]]
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; expected one of: "
                          f"{', '.join(METRICS)}")
@@ -359,6 +427,8 @@ def majority_predictions(name, references, train_labels=None, num_candidates=Non
         return [[] for _ in range(n)]
     if name == "em_f1":
         return [""] * n
+    if name in EMBEDDING_METRICS:
+        raise ValueError(f"{name} scores embeddings: no input-blind baseline")
     if name == "mrr":
         counts = Counter(i for r in source for i in _as_set(r))
         size = num_candidates or 1 + max(i for r in list(source) + list(references)

@@ -1,0 +1,83 @@
+"""`pairs`: sentence-embedding training pairs, one JSON object per line.
+
+FlagEmbedding's fine-tuning files read as they are, with no `fields:` at all:
+
+    {"query": "...", "pos": ["..."], "neg": ["...", "..."]}
+
+`pos` may be one string or a list (each positive gives its own pair, with the same
+negatives); `neg` is optional (hard negatives, `embedding.hard_negatives` of the task
+says how many a pair uses). A `score` field (CoSENT's target) is read when mapped:
+
+    fields: {query: sentence1, positive: sentence2, score: similarity}
+
+A record without a query or a positive is skipped with its line; nothing is dropped silently.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from data_adapters.base import Adapter, register_adapter
+from data_adapters.examples import PairExample
+from data_adapters.reading import MISSING, LabelRule, json_records, lookup
+from data_adapters.task_types import CONTRASTIVE, type_names
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from data_adapters.base import Fields, Labels, Options
+    from data_adapters.examples import Example
+    from data_adapters.report import ReadReport
+
+
+def _texts(value):
+    """A string or a list of strings as a list of the non-empty ones; None when neither."""
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [v for v in value if v.strip()]
+    return None
+
+
+@register_adapter("pairs")
+class PairsAdapter(Adapter):
+    field_keys = ("query", "positive", "negatives", "score", "id")
+    field_defaults = {"query": "query", "positive": "pos", "negatives": "neg", "score": None,
+                      "id": None}
+    task_types = type_names(CONTRASTIVE)
+
+    def read(self, paths: list[str], options: Options, fields: Fields, task_type: str | None,
+             labels: Labels, report: ReadReport) -> Iterator[Example]:
+        rule = LabelRule(CONTRASTIVE.name)
+        for path in paths:
+            for line, record in json_records(path, report):
+                if not isinstance(record, dict):
+                    report.skip(f"not a JSON object (a {type(record).__name__})", path, line)
+                    continue
+                query = lookup(record, fields["query"])
+                if not isinstance(query, str) or not query.strip():
+                    report.skip(f"query ({fields['query']!r}) missing or not a non-empty string",
+                                path, line)
+                    continue
+                positives = _texts(lookup(record, fields["positive"]))
+                if not positives:
+                    report.skip(f"positive ({fields['positive']!r}) missing or not a string or "
+                                "list of strings", path, line)
+                    continue
+                negatives = []
+                if fields.get("negatives") is not None:
+                    raw = lookup(record, fields["negatives"])
+                    negatives = [] if raw is MISSING or raw is None else _texts(raw)
+                    if negatives is None:
+                        report.skip(f"negatives ({fields['negatives']!r}) not a list of strings",
+                                    path, line)
+                        continue
+                score = None
+                if fields.get("score") is not None:
+                    score, reason = rule.check(lookup(record, fields["score"]))
+                    if reason:
+                        report.skip(reason, path, line)
+                        continue
+                id_ = lookup(record, fields["id"]) if fields.get("id") is not None else None
+                for positive in positives:
+                    yield PairExample(query, positive, tuple(negatives), score,
+                                      None if id_ is MISSING else id_)

@@ -1,0 +1,246 @@
+"""Sentence embeddings: a query and its positive (and hard negatives) -> one vector each.
+
+A task of type `contrastive` trains the backbone's pooled output as a sentence embedding,
+beside every other family in the mixture. Its examples come from three kinds of data:
+
+- pairs files (format `pairs`, FlagEmbedding's {"query", "pos", "neg"}): PairExample;
+- text-pair formats (STS, matching): text -> query, text_b -> positive, label -> score;
+- reading-comprehension formats (squad, multi_passage_qa): an answered question -> the
+  passage holding its answer (an unanswered one is no pair: dropped and counted).
+
+Each text is featurized alone, `[CLS] prefix + text [SEP]`: the query with the task's
+`query_prefix`, the positive and negatives with its `passage_prefix`. A batch is
+[B, K, L] with K = 2 + negatives (query, positive, negatives...), folded into the batch
+axis for the backbone as multiple choice folds its choices; ContrastiveHead pools
+and scores (families/contrastive_heads.py). The task's `embedding:` settings are below,
+EMBEDDING_SETTINGS; docs/embeddings.md explains them.
+"""
+import hashlib
+import math
+
+import numpy as np
+
+from data_adapters.examples import PairExample, SpanQAExample, TextExample
+from data_adapters.task_types import CONTRASTIVE
+from mtl_framework.families.base import Family
+from mtl_framework.families.features import CHOICES, Featurizer, batch_length, pad_rows
+
+LOSSES = ("infonce", "cosent")
+POOLINGS = ("cls", "mean")
+
+
+def _choice(options):
+    def check(value):
+        if value not in options:
+            return f"must be one of {', '.join(options)}, got {value!r}"
+    return check
+
+
+def _positive_number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        return f"must be a number > 0, got {value!r}"
+
+
+def _number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"must be a number, got {value!r}"
+
+
+def _whole(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return f"must be a whole number >= 0, got {value!r}"
+
+
+def _flag(value):
+    if not isinstance(value, bool):
+        return f"must be true or false, got {value!r}"
+
+
+def _text(value):
+    if not isinstance(value, str):
+        return f"must be a string (\"\" for none), got {value!r}"
+
+
+def _dims(value):
+    if not isinstance(value, list) or any(isinstance(d, bool) or not isinstance(d, int) or d <= 0
+                                          for d in value):
+        return f"must be a list of whole numbers > 0, e.g. [768, 256, 64], got {value!r}"
+    if len(set(value)) != len(value):
+        return f"lists a dimension twice: {value!r}"
+
+
+# key -> (checker, default, where it acts: "head" (the loss, the pooled output),
+# "features" (what the cache holds) or both (the loss: InfoNCE keeps positive pairs only)). Defaults follow sentence-transformers'
+# MultipleNegativesRankingLoss (cosine / 0.05, its scale 20) with BGE's CLS pooling.
+EMBEDDING_SETTINGS = {
+    "loss": (_choice(LOSSES), "infonce", "head features"),
+    "temperature": (_positive_number, 0.05, "head"),
+    "in_batch_negatives": (_flag, True, "head"),
+    "pooling": (_choice(POOLINGS), "cls", "head"),
+    "normalize": (_flag, True, "head"),
+    "matryoshka_dims": (_dims, [], "head"),
+    "hard_negatives": (_whole, 1, "features"),
+    "positive_score": (_number, 1.0, "features"),
+    "query_prefix": (_text, "", "features"),
+    "passage_prefix": (_text, "", "features"),
+}
+
+
+def settings_problems(value):
+    """[(key or None, message)] of what is wrong with a task's `embedding:` mapping."""
+    if not isinstance(value, dict):
+        return [(None, f"must be a mapping (key: value lines), got {type(value).__name__}")]
+    problems = []
+    for key, setting in value.items():
+        if key not in EMBEDDING_SETTINGS:
+            problems.append((key, f"unknown setting {key!r}; allowed: {', '.join(EMBEDDING_SETTINGS)}"))
+            continue
+        problem = EMBEDDING_SETTINGS[key][0](setting)
+        if problem:
+            problems.append((key, f"{key} {problem}"))
+    return problems
+
+
+def embedding_settings(task):
+    """A task's `embedding:` settings, defaults filled in (a dict, or a TaskSpec)."""
+    given = getattr(task, "embedding", task) or {}
+    return {key: given.get(key, default) for key, (_, default, _) in EMBEDDING_SETTINGS.items()}
+
+
+def _acting(task, where):
+    settings = embedding_settings(task)
+    return {key: settings[key] for key, (_, _, acts) in EMBEDDING_SETTINGS.items()
+            if where in acts.split()}
+
+
+def head_settings(task, labels):
+    settings = _acting(task, "head")
+    settings["matryoshka_dims"] = tuple(settings["matryoshka_dims"])
+    return settings
+
+
+def feature_settings(task):
+    return _acting(task, "features")
+
+
+def text_id(text):
+    """A text's id for telling duplicates apart (31 bits of its SHA-1): the same passage
+    answering two queries of one batch is not a negative of either."""
+    return int.from_bytes(hashlib.sha1(text.encode("utf-8")).digest()[:4], "little") & 0x7FFFFFFF
+
+
+class ContrastiveFeaturizer(Featurizer):
+    """Each example -> its texts' rows, query first, then the positive and the negatives
+    (up to 64 kept; a batch uses `hard_negatives` of them), + its score and positive id."""
+
+    example_types = CONTRASTIVE.examples
+    family = CONTRASTIVE.name
+    defaults = {key: default for key, (_, default, acts) in EMBEDDING_SETTINGS.items()
+                if "features" in acts.split()}
+    MOST_NEGATIVES = 64
+
+    def start(self, writer):
+        super().start(writer)
+        writer.add(CHOICES, np.zeros(1, np.int64))
+        writer.add("score", np.zeros(0, np.float32))
+        writer.add("positive_id", np.zeros(0, np.int32))
+        self.text_rows = 0
+
+    def pair(self, example, report):
+        """(query, positive, negatives, score) of an example, or None after counting why not."""
+        if isinstance(example, PairExample):
+            query, positive, negatives, score = (example.query, example.positive,
+                                                 list(example.negatives), example.score)
+        elif isinstance(example, SpanQAExample):
+            if not example.answers:
+                report.dropped["no answer in the passage (not a positive pair)"] += 1
+                return None
+            query, positive, negatives, score = example.question, example.context, [], None
+        else:
+            if example.text_b is None:
+                report.dropped["no text_b (the positive)"] += 1
+                return None
+            query, positive, negatives, score = example.text, example.text_b, [], example.label
+        if score is not None:
+            score = float(score)
+        elif self.settings["loss"] == "cosent":
+            report.unlabelled += 1  # kept (`mtl predict` reads no gold); CoSENT skips it
+        if (score is not None and self.settings["loss"] == "infonce"
+                and score < self.settings["positive_score"]):
+            report.dropped["score below positive_score (not a positive pair)"] += 1
+            return None
+        if len(negatives) > self.MOST_NEGATIVES:
+            report.truncated[f"over {self.MOST_NEGATIVES} negatives (the first kept)"] += 1
+            negatives = negatives[:self.MOST_NEGATIVES]
+        return query, positive, negatives, score
+
+    def encode_chunk(self, chunk, writer, report):
+        pairs = [p for p in (self.pair(e, report) for e in chunk) if p is not None]
+        query_prefix, passage_prefix = self.settings["query_prefix"], self.settings["passage_prefix"]
+        texts = []
+        for query, positive, negatives, _ in pairs:
+            texts += [query_prefix + query, passage_prefix + positive]
+            texts += [passage_prefix + n for n in negatives]
+        encoded = self.encode(texts) if texts else []
+        splits, scores, ids, at = [], [], [], 0
+        for query, positive, negatives, score in pairs:
+            count = 2 + len(negatives)
+            if any(truncated for _, truncated in encoded[at:at + count]):
+                report.truncated["text over max_length"] += 1
+            at += count
+            self.text_rows += count
+            splits.append(self.text_rows)
+            scores.append(math.nan if score is None else score)
+            ids.append(text_id(positive))
+        self.write_tokens(writer, [encoding for encoding, _ in encoded])
+        writer.add(CHOICES, np.array(splits, np.int64))
+        writer.add("score", np.array(scores, np.float32))
+        writer.add("positive_id", np.array(ids, np.int32))
+
+
+def collate_pairs(features, rows, rng, pad_to):
+    """[B, K, L] token rows (query, positive, up to `hard_negatives` negatives, drawn with
+    `rng` when there are more, the first ones without it), text_mask [B, K]."""
+    text_splits = features[CHOICES]
+    wanted = features.meta["settings"].get("hard_negatives", 0)
+    picked = []
+    for row in rows:
+        first, end = int(text_splits[row]), int(text_splits[row + 1])
+        negatives = np.arange(first + 2, end)
+        if len(negatives) > wanted:
+            negatives = (np.sort(rng.choice(negatives, wanted, replace=False)) if rng is not None
+                         else negatives[:wanted])
+        picked.append(np.concatenate([[first, first + 1], negatives]).astype(np.int64))
+    most = max(len(p) for p in picked)
+    length = batch_length(features, rows, pad_to)
+    batch = {}
+    for name in ("token_ids", "segment_ids"):
+        out = np.zeros((len(rows), most, length), np.int32)
+        for b, texts in enumerate(picked):
+            out[b, :len(texts)] = pad_rows(features, name, texts, length)
+        batch[name] = out
+    counts = np.array([len(p) for p in picked])
+    batch["text_mask"] = (np.arange(most)[None] < counts[:, None]).astype(np.float32)
+    batch["score"] = np.asarray(features["score"][rows], np.float32)
+    batch["positive_id"] = np.asarray(features["positive_id"][rows], np.int32)
+    return batch
+
+
+def similarity_output(prediction, example, labels, features, row):
+    """`mtl predict` on a contrastive task: the cosine of the query and its positive."""
+    return {"cosine": float(prediction["cosine"])}
+
+
+def pair_examples(texts):
+    """Raw (query, passage) pairs as text pairs (the featurizer reads text_b as the positive)."""
+    return [TextExample(*text) if isinstance(text, (tuple, list)) else TextExample(text)
+            for text in texts]
+
+
+PAIR_BATCH = {"token_ids": ("int32", 3), "segment_ids": ("int32", 3),
+              "text_mask": ("float32", 2), "score": ("float32", 1), "positive_id": ("int32", 1)}
+FAMILY = Family(CONTRASTIVE.name, ContrastiveFeaturizer, collate_pairs, PAIR_BATCH,
+                choice_axis=True, head_settings=head_settings, feature_settings=feature_settings,
+                output=similarity_output, from_texts=pair_examples, two_texts=True,
+                hub_task="sentence-similarity")
+FAMILIES = (FAMILY,)

@@ -1,0 +1,83 @@
+"""The head of families/contrastive.py: pooling and the contrastive losses (no weights).
+
+Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
+family records load before Keras)."""
+import numpy as np
+from keras import ops
+
+from data_adapters.task_types import CONTRASTIVE
+from mtl_framework import losses
+from mtl_framework.families.heads import TaskHead, _np, head_for
+
+
+def pool(hidden, token_ids, pooling):
+    """Sentence vectors from the backbone's output [..., L, H]: the [CLS] position (`cls`),
+    or the mean over the real (non-padding) tokens, [CLS] and [SEP] included as
+    sentence-transformers' mean pooling includes them (`mean`)."""
+    if pooling == "cls":
+        return hidden[..., 0, :]
+    mask = ops.cast(ops.not_equal(token_ids, 0), hidden.dtype)[..., None]
+    return ops.sum(hidden * mask, axis=-2) / ops.maximum(ops.sum(mask, axis=-2), 1.0)
+
+
+def numpy_pool(hidden, token_ids, pooling, normalize):
+    """`pool` (and L2 normalisation) in NumPy float64, for encoding outside a traced step."""
+    hidden = np.asarray(hidden, np.float64)
+    if pooling == "cls":
+        vectors = hidden[..., 0, :]
+    else:
+        mask = (np.asarray(token_ids) != 0)[..., None]
+        vectors = (hidden * mask).sum(-2) / np.maximum(mask.sum(-2), 1)
+    if normalize:
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+    return vectors
+
+
+@head_for(CONTRASTIVE.name)
+class ContrastiveHead(TaskHead):
+    """Pooled vectors [B, K, H] of each row's texts (query, positive, negatives); the loss
+    is InfoNCE (over cosine / temperature, with or without in-batch negatives) or CoSENT,
+    averaged over the Matryoshka dimensions when given (each a prefix of the vector,
+    compared by cosine as sentence-transformers' MatryoshkaLoss does, weights 1)."""
+
+    def __init__(self, num_labels=None, loss="infonce", temperature=0.05, in_batch_negatives=True,
+                 pooling="cls", normalize=True, matryoshka_dims=(), **kwargs):
+        super().__init__(num_labels, **kwargs)
+        self.loss, self.temperature = loss, float(temperature)
+        self.in_batch_negatives, self.pooling, self.normalize = in_batch_negatives, pooling, normalize
+        self.matryoshka_dims = tuple(int(d) for d in matryoshka_dims)
+
+    def call(self, hidden, batch, training=False):
+        return pool(hidden, batch["token_ids"], self.pooling)
+
+    def compute_task_loss(self, vectors, batch):
+        values = [self._loss(vectors[..., :dims] if dims else vectors, batch)
+                  for dims in self.matryoshka_dims or (None,)]
+        return ops.mean(ops.stack(values))
+
+    def _loss(self, vectors, batch):
+        queries, positives = vectors[:, 0], vectors[:, 1]
+        if self.loss == "cosent":
+            return losses.cosent(queries, positives, batch["score"], self.temperature)
+        return ops.mean(losses.info_nce(
+            queries, positives, vectors[:, 2:], batch["text_mask"][:, 2:], batch["positive_id"],
+            self.temperature, self.in_batch_negatives))
+
+    def decode(self, vectors, batch=None):
+        """Per row {"query", "positive": unit vectors, "cosine": theirs}."""
+        vectors = np.asarray(_np(vectors), np.float64)
+        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+        return [{"query": v[0], "positive": v[1], "cosine": float(v[0] @ v[1])} for v in vectors]
+
+    def targets(self, batch):
+        """Per row {"score": float (NaN: none), "positive_id": the positive's text id}."""
+        return [{"score": float(s), "positive_id": int(p)}
+                for s, p in zip(np.asarray(batch["score"]), np.asarray(batch["positive_id"]))]
+
+    def get_config(self):
+        return {**super().get_config(), "loss": self.loss, "temperature": self.temperature,
+                "in_batch_negatives": self.in_batch_negatives, "pooling": self.pooling,
+                "normalize": self.normalize, "matryoshka_dims": list(self.matryoshka_dims)}
+
+    # normalize acts on the exported embeddings only: the losses compare by cosine
+    untraced_config = TaskHead.untraced_config + ("normalize",)

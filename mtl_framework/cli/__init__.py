@@ -25,8 +25,8 @@ INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C (and here SIG
 PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`'s yes
 
 # Command groups in the order `mtl --help` lists them.
-COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "export", "finetune",
-            "benchmark", "report"]
+COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "encode", "export",
+            "finetune", "benchmark", "report"]
 
 
 class VersionAction(argparse.Action):

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from mtl_framework.config import spec_schema as schema
 from mtl_framework.config.yaml_io import parse_yaml
-from mtl_framework.families.contrastive import settings_problems as contrastive_settings_problems
 from mtl_framework.errors import UserError
+from mtl_framework.families.contrastive import settings_problems as contrastive_settings_problems
 
 # Installed from a wheel the specs are package data (mtl_framework/task_specs);
 # in a source checkout (and the editable install) they are the repository's task_specs/.

@@ -6,8 +6,7 @@ a value is fine, else a message saying what is wrong and how to fix it.
 import os
 import re
 
-from mtl_framework.families import FAMILIES
-from mtl_framework.families import contrastive
+from mtl_framework.families import FAMILIES, contrastive
 from mtl_framework.scoring import metrics as metric_functions
 from mtl_framework.scoring import scorers as scorer_modules
 

@@ -70,8 +70,9 @@ def _dims(value):
 
 
 # key -> (checker, default, where it acts: "head" (the loss, the pooled output),
-# "features" (what the cache holds) or both (the loss: InfoNCE keeps positive pairs only)). Defaults follow sentence-transformers'
-# MultipleNegativesRankingLoss (cosine / 0.05, its scale 20) with BGE's CLS pooling.
+# "features" (what the cache holds) or both (the loss: InfoNCE keeps positive pairs only)).
+# Defaults follow sentence-transformers' MultipleNegativesRankingLoss (cosine / 0.05, its
+# scale 20) with BGE's CLS pooling.
 EMBEDDING_SETTINGS = {
     "loss": (_choice(LOSSES), "infonce", "head features"),
     "temperature": (_positive_number, 0.05, "head"),
@@ -81,8 +82,10 @@ EMBEDDING_SETTINGS = {
     "matryoshka_dims": (_dims, [], "head"),
     "hard_negatives": (_whole, 1, "features"),
     "positive_score": (_number, 1.0, "features"),
-    "query_prefix": (_text, "", "features"),
-    "passage_prefix": (_text, "", "features"),
+    # the head records the prefixes (it does not use them): encoding a run or an export
+    # reads them from there, as it reads the pooling
+    "query_prefix": (_text, "", "features head"),
+    "passage_prefix": (_text, "", "features head"),
 }
 
 

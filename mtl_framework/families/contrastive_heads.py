@@ -41,8 +41,10 @@ class ContrastiveHead(TaskHead):
     compared by cosine as sentence-transformers' MatryoshkaLoss does, weights 1)."""
 
     def __init__(self, num_labels=None, loss="infonce", temperature=0.05, in_batch_negatives=True,
-                 pooling="cls", normalize=True, matryoshka_dims=(), **kwargs):
+                 pooling="cls", normalize=True, matryoshka_dims=(), query_prefix="",
+                 passage_prefix="", **kwargs):
         super().__init__(num_labels, **kwargs)
+        self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.loss, self.temperature = loss, float(temperature)
         self.in_batch_negatives, self.pooling, self.normalize = in_batch_negatives, pooling, normalize
         self.matryoshka_dims = tuple(int(d) for d in matryoshka_dims)
@@ -77,7 +79,9 @@ class ContrastiveHead(TaskHead):
     def get_config(self):
         return {**super().get_config(), "loss": self.loss, "temperature": self.temperature,
                 "in_batch_negatives": self.in_batch_negatives, "pooling": self.pooling,
-                "normalize": self.normalize, "matryoshka_dims": list(self.matryoshka_dims)}
+                "normalize": self.normalize, "matryoshka_dims": list(self.matryoshka_dims),
+                "query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix}
 
-    # normalize acts on the exported embeddings only: the losses compare by cosine
-    untraced_config = TaskHead.untraced_config + ("normalize",)
+    # normalize acts on the exported embeddings only (the losses compare by cosine); the
+    # prefixes are the featurizer's, recorded here for encoding
+    untraced_config = TaskHead.untraced_config + ("normalize", "query_prefix", "passage_prefix")

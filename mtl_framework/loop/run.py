@@ -397,6 +397,19 @@ class Run:
                               exp.resolve_path(exp.raw.get("cache_dir")), exp.max_length,
                               train, log=self.eval_cache_notes)
 
+    def encode(self, texts, side=None, task=None, batch_size=32):
+        """Sentence embeddings (float32 [n, H]) from the backbone as it is now, pooled and
+        normalised as its contrastive tasks train it (evaluation/encode.py); `side` "query" /
+        "passage" adds that task's prefix."""
+        from mtl_framework.evaluation.encode import Encoder
+
+        if getattr(self, "model", None) is None:
+            self.build()
+        configs = {name: (head.family, head.get_config()) for name, head in self.model.heads.items()}
+        encoder = Encoder.of(self.backbone, self.vocab_path, configs, self.experiment.max_length,
+                             self.experiment.precision, str(self.run_dir), task)
+        return encoder.encode(texts, side, task, batch_size)
+
     def scored_tasks(self, tasks=None):
         """The run's TaskSpecs named by `tasks` (names or specs; None: all), in run order."""
         if tasks is None:

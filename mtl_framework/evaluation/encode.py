@@ -1,0 +1,244 @@
+"""Sentence embeddings from a run, an export of ours, or any backbone folder we read.
+
+    encoder = Encoder("runs/embed")                 # the newest checkpoint; Encoder(path, "best")
+    vectors = encoder.encode(["今天天气很好", ...])  # float32 [n, H], as the run was trained
+    vectors = encoder.encode(queries, side="query")  # with the task's query_prefix
+
+How a text becomes a vector is what the run's contrastive tasks trained (their heads
+record pooling, normalisation and prefixes: ContrastiveHead's config); a folder without
+heads says it in its sentence-transformers files (1_Pooling, Normalize, prompts), else
+mean pooling, not normalised: sentence-transformers' default for a plain encoder.
+Each text is `[CLS] prefix + text [SEP]`, cut to max_length, as the featurizer made it.
+"""
+import json
+import os
+
+import numpy as np
+
+from mtl_framework.errors import UserError
+
+POOLING_DIR = "1_Pooling"
+ST_CONFIG = "config_sentence_transformers.json"
+MODULES = "modules.json"
+DEFAULT = {"pooling": "mean", "normalize": False, "prompts": {}}
+
+
+def trained_settings(head_metadata, source, task=None):
+    """{"pooling", "normalize", "prompts": {task: {"query", "passage"}}} from the heads'
+    metadata of a run (or an export with heads); None when no head is contrastive. Tasks
+    that pooled or normalised differently make a UserError (give --pooling / --task)."""
+    from mtl_framework.families.contrastive import FAMILY
+
+    heads = {name: meta["config"] for name, meta in head_metadata.items()
+             if meta.get("family", meta.get("type")) == FAMILY.name}
+    if task is not None:
+        if task not in heads:
+            raise UserError(f"{source}: --task {task}: not a contrastive task of this run; "
+                            f"its contrastive tasks: {', '.join(heads) or 'none'}")
+        heads = {task: heads[task]}
+    if not heads:
+        return None
+    kinds = {(c.get("pooling", "cls"), c.get("normalize", True)) for c in heads.values()}
+    if len(kinds) > 1:
+        raise UserError(f"{source}: its contrastive tasks {', '.join(heads)} pool or normalise "
+                        "differently: give --task NAME (its settings) or --pooling")
+    pooling, normalize = kinds.pop()
+    prompts = {name: {"query": c.get("query_prefix", ""), "passage": c.get("passage_prefix", "")}
+               for name, c in heads.items()}
+    return {"pooling": pooling, "normalize": normalize, "prompts": prompts}
+
+
+def folder_settings(directory):
+    """The settings a sentence-transformers folder declares (1_Pooling/config.json,
+    a Normalize module, config_sentence_transformers.json's prompts); None without them."""
+    pooling_file = os.path.join(directory, POOLING_DIR, "config.json")
+    if not os.path.isfile(pooling_file):
+        return None
+    with open(pooling_file, encoding="utf-8") as f:
+        config = json.load(f)
+    if config.get("pooling_mode_cls_token"):
+        pooling = "cls"
+    elif config.get("pooling_mode_mean_tokens"):
+        pooling = "mean"
+    else:
+        modes = [k for k, v in config.items() if k.startswith("pooling_mode") and v]
+        raise UserError(f"{pooling_file}: pooling {', '.join(modes) or 'none'}; mtl_framework "
+                        "encodes with cls or mean pooling: give --pooling cls or mean")
+    normalize = False
+    modules_file = os.path.join(directory, MODULES)
+    if os.path.isfile(modules_file):
+        with open(modules_file, encoding="utf-8") as f:
+            normalize = any(m.get("type", "").endswith("Normalize") for m in json.load(f))
+    prompts = {}
+    st_file = os.path.join(directory, ST_CONFIG)
+    if os.path.isfile(st_file):
+        with open(st_file, encoding="utf-8") as f:
+            saved = json.load(f).get("prompts") or {}
+        if saved:  # one set of sides, as a run's single task would give
+            prompts = {"": {"query": saved.get("query", ""), "passage": saved.get("passage", "")}}
+    return {"pooling": pooling, "normalize": normalize, "prompts": prompts}
+
+
+class Encoder:
+    """Texts -> sentence vectors (see the module docstring).
+
+    source: a run directory (checkpoint: None newest, "best", a step) or a folder of any
+    format we read.  pooling / normalize: instead of what was trained.  task: the
+    contrastive task whose settings and prefixes to use, when the run has several.
+    max_length: tokens per text (default: the run's max_length, else the backbone's
+    positions, else 512).  precision: the run's (auto: bfloat16 where the CPU has it) by
+    default, float32 for a folder."""
+
+    def __init__(self, source, checkpoint=None, pooling=None, normalize=None, task=None,
+                 max_length=None, precision=None, log=print):
+        from mtl_framework.rundir import RunDir
+        from mtl_framework.tokenizer import Tokenizer
+
+        self.source, self.log = str(source), log
+        if RunDir(source).is_run():
+            from mtl_framework.saving.trained import open_run
+
+            trained = open_run(source, checkpoint, log, precision=precision)
+            self._build = lambda: trained.backbone
+            settings = trained_settings(trained.head_metadata, source, task)
+            vocab, length = trained.vocab, trained.max_length
+            self.precision = trained.precision
+        else:
+            from mtl_framework import saving
+            from mtl_framework.formats import keras as preset
+            from mtl_framework.formats import vocab_path
+
+            if checkpoint is not None:
+                raise UserError(f"{source}: --checkpoint is for a run directory, not a folder")
+            if not os.path.isdir(source):
+                raise UserError(f"{source}: no such run directory or model folder")
+            vocab = vocab_path(source)
+            if vocab is None:
+                raise UserError(f"{source}: no vocab.txt: give a folder `mtl export` wrote, "
+                                "or copy the model's vocab.txt into it")
+            self._build = lambda: saving.load_backbone(source)
+            heads = preset.load_heads(source)[0] if os.path.isfile(
+                os.path.join(source, preset.HEADS_CONFIG)) else None
+            settings = (trained_settings(heads, source, task) if heads else None) \
+                or folder_settings(source)
+            length = preset.trained_length(source) if os.path.isfile(
+                os.path.join(source, preset.CONFIG_FILE)) else None
+            self.precision = precision or "float32"
+        self.settings = {**DEFAULT, **(settings or {})}
+        if pooling is not None:
+            self.settings["pooling"] = pooling
+        if normalize is not None:
+            self.settings["normalize"] = normalize
+        self.tokenizer = Tokenizer(vocab)
+        self.max_length = max_length or length
+        self._model = None
+
+    @classmethod
+    def of(cls, backbone, vocab, head_configs, max_length, precision, source="the run", task=None):
+        """An Encoder of a backbone in memory (`Run.encode`): `head_configs` {task: (family,
+        head config)} of its heads."""
+        from mtl_framework.tokenizer import Tokenizer
+
+        encoder = cls.__new__(cls)
+        encoder.source, encoder.log, encoder.precision = source, print, precision
+        metadata = {name: {"family": fam, "config": config}
+                    for name, (fam, config) in head_configs.items()}
+        encoder.settings = {**DEFAULT, **(trained_settings(metadata, source, task) or {})}
+        encoder.tokenizer, encoder.max_length, encoder._model = Tokenizer(vocab), max_length, None
+        encoder._build = lambda: backbone
+        return encoder
+
+    @property
+    def pooling(self):
+        return self.settings["pooling"]
+
+    @property
+    def normalize(self):
+        return self.settings["normalize"]
+
+    def prefix(self, side, task=None):
+        """The prefix of `side` ("query" / "passage" / None) of `task` (default: the only set)."""
+        if side is None:
+            return ""
+        if side not in ("query", "passage"):
+            raise UserError(f"side {side!r}: give query, passage or none")
+        prompts = self.settings["prompts"]
+        if task is not None:
+            if task not in prompts:
+                raise UserError(f"{self.source}: no contrastive task {task!r}; its tasks: "
+                                f"{', '.join(prompts) or 'none'}")
+            return prompts[task][side]
+        values = {p[side] for p in prompts.values()}
+        if len(values) > 1:
+            raise UserError(f"{self.source}: its tasks {', '.join(prompts)} prefix the {side} "
+                            "differently: give --task NAME")
+        return values.pop() if values else ""
+
+    @property
+    def model(self):
+        """The backbone with pooling on top, built at the encoder's precision when first used."""
+        if self._model is None:
+            from mtl_framework.step.distributed import precision_policy
+
+            with precision_policy(self.precision):
+                backbone = self._build()
+                self._model = pooled_model(backbone, self.pooling)
+            if self.max_length is None:
+                self.max_length = min(backbone.config.get("max_positions") or 512, 512)
+        return self._model
+
+    def token_rows(self, texts, side=None, task=None):
+        """[CLS] prefix + text [SEP] token ids per text, cut to max_length."""
+        model = self.model  # noqa: F841 (sets max_length from the backbone when unset)
+        prefix = self.prefix(side, task)
+        return [e.token_ids for e in self.tokenizer.encode_batch(
+            [prefix + t for t in texts], max_length=self.max_length)]
+
+    def encode(self, texts, side=None, task=None, batch_size=32, progress=None):
+        """float32 [len(texts), H]: texts sorted by length into batches of `batch_size`
+        (padding only to the batch's longest, rounded up to 8 for fewer traced shapes),
+        pooled, L2-normalised when the model was trained so. `progress(n)` after each batch."""
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise UserError(f"text {i + 1} is a {type(text).__name__}, not a string")
+        if not texts:
+            return np.zeros((0, self.model.backbone.config["hidden_size"]), np.float32)
+        rows = self.token_rows(texts, side, task)
+        order = np.argsort([len(r) for r in rows], kind="stable")
+        out = None
+        for start in range(0, len(rows), batch_size):
+            chosen = order[start:start + batch_size]
+            length = -(-max(len(rows[i]) for i in chosen) // 8) * 8
+            token_ids = np.zeros((len(chosen), length), np.int32)
+            for b, i in enumerate(chosen):
+                token_ids[b, :len(rows[i])] = rows[i]
+            vectors = np.asarray(self.model.predict_on_batch(
+                {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}), np.float32)
+            if out is None:
+                out = np.zeros((len(rows), vectors.shape[-1]), np.float32)
+            out[chosen] = vectors
+            if progress is not None:
+                progress(len(chosen))
+        if self.normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+
+def pooled_model(backbone, pooling):
+    """keras.Model: {token_ids, segment_ids} -> the pooled float32 vector per row."""
+    import keras
+    from keras import ops
+
+    from mtl_framework.families.contrastive_heads import pool
+
+    class PooledEncoder(keras.Model):
+        def __init__(self):
+            super().__init__(name="pooled_encoder")
+            self.backbone = backbone
+
+        def call(self, inputs):
+            hidden = self.backbone(inputs, training=False)
+            return ops.cast(pool(hidden, inputs["token_ids"], pooling), "float32")
+
+    return PooledEncoder()

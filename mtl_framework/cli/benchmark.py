@@ -1,6 +1,8 @@
 """`mtl benchmark EXPORT [EXPORT...] --suite SUITE.yaml --data-root DIR --output DIR`:
 fine-tune each exported backbone on each task of a suite for each seed; scores with 95%
-intervals and paired differences (see mtl_framework.loop.benchmark)."""
+intervals and paired differences (see mtl_framework.loop.benchmark). A suite of `kind:
+embeddings` (suites/embeddings.yaml) scores each run or folder zero-shot as C-MTEB does
+instead (mtl_framework.evaluation.embedding_suite)."""
 import os
 
 from mtl_framework.formats import loadable
@@ -26,8 +28,26 @@ def register(subparsers):
     parser.set_defaults(func=run)
 
 
+def suite_kind(path):
+    from mtl_framework.config.yaml_io import load_yaml
+
+    data = load_yaml(path).data
+    return data.get("kind") if isinstance(data, dict) else None
+
+
 def run(args):
     from mtl_framework.loop.benchmark import benchmark
+
+    if suite_kind(args.suite) == "embeddings":
+        from mtl_framework.evaluation.embedding_suite import embedding_benchmark
+
+        results = embedding_benchmark(args.exports, args.suite, args.data_root, args.output,
+                                      args.specs, log=lambda message: print(message, flush=True))
+        with open(os.path.join(args.output, "results.md"), encoding="utf-8") as f:
+            print("\n" + f.read())
+        print(f"wrote {os.path.join(args.output, 'results.json')}, results.md "
+              f"({len(results['rows'])} rows)")
+        return 0
 
     results = benchmark(args.exports, args.suite, args.data_root, args.output,
                         task_specs=args.specs, cache_dir=args.cache_dir,

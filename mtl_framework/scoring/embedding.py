@@ -303,19 +303,24 @@ def classification_scores(train_embeddings, train_labels, test_embeddings, test_
                          f"{x_train.shape} and {x_test.shape}")
     if y_train.shape != (len(x_train),) or y_test.shape != (len(x_test),):
         raise ValueError("train_labels and test_labels must hold one label per embedding row")
-    per_experiment = []
+    per_experiment, correct = [], []
     for selected in _undersampled_indices(y_train.tolist(), n_experiments, samples_per_label, seed):
         regression = LogisticRegression(max_iter=100, random_state=seed)
         with warnings.catch_warnings():
             # stopping at 100 iterations is the protocol (mteb's figures stop there too), not news
             warnings.simplefilter("ignore", ConvergenceWarning)
             regression.fit(x_train[selected], y_train[selected])
-        per_experiment.append(_classification_metrics(y_test, regression.predict(x_test)))
+        predicted = regression.predict(x_test)
+        correct.append(predicted == y_test)
+        per_experiment.append(_classification_metrics(y_test, predicted))
     scores = {}
     for key in per_experiment[0]:
         values = [experiment[key] for experiment in per_experiment if experiment[key] is not None]
         scores[key] = float(np.mean(values)) if values else float("nan")
     scores["scores_per_experiment"] = per_experiment
+    # per test row, the fraction of experiments that got it right (its mean is `accuracy`):
+    # what a bootstrap over the test rows resamples
+    scores["accuracy_per_example"] = np.mean(correct, axis=0)
     return scores
 
 
@@ -389,7 +394,7 @@ def _check_k_values(k_values):
 
 
 def retrieval_scores(query_embeddings, corpus_embeddings, qrels, *, corpus_ids=None,
-                     k_values=RETRIEVAL_K_VALUES):
+                     k_values=RETRIEVAL_K_VALUES, per_query=False):
     """nDCG, MAP, recall, precision, hit rate and MRR at each k for queries searched over a corpus.
 
     Mirrors mteb 2.26 AbsTaskRetrieval._evaluate_subset -> RetrievalEvaluator.evaluate ->
@@ -403,7 +408,8 @@ def retrieval_scores(query_embeddings, corpus_embeddings, qrels, *, corpus_ids=N
       the ranking is cut at max(k_values), mteb's top_k;
     - ndcg_at_k, map_at_k, recall_at_k, precision_at_k, hit_rate_at_k are pytrec_eval's
       ndcg_cut, map_cut, recall, P, success; mrr_at_k is mteb's; each is the mean over queries.
-    mteb rounds all but MRR to 5 decimals in what it reports; these are unrounded.
+    mteb rounds all but MRR to 5 decimals in what it reports; these are unrounded. `per_query`
+    adds each kept query's figures under "per_query".
     """
     queries = _as_matrix(query_embeddings, "query_embeddings")
     corpus = _as_matrix(corpus_embeddings, "corpus_embeddings")
@@ -412,7 +418,7 @@ def retrieval_scores(query_embeddings, corpus_embeddings, qrels, *, corpus_ids=N
     k_values = _check_k_values(k_values)
     id_order = _id_order(corpus_ids, len(corpus), "corpus_ids")
     kept = [i for i, judged in enumerate(qrels) if len(judged)]
-    per_query = []
+    each = []
     for start in range(0, len(kept), 64):  # 64 queries x 100k documents: 51 MB of similarities
         chunk = kept[start:start + 64]
         similarities = _cosine_matrix(queries[chunk], corpus)
@@ -424,9 +430,12 @@ def retrieval_scores(query_embeddings, corpus_embeddings, qrels, *, corpus_ids=N
                                      f"outside 0..{len(corpus) - 1}")
                 grades[int(document)] = grade
             ranked = _ranked_top(row, id_order, max(k_values))
-            per_query.append(_query_metrics(grades[ranked], int(np.sum(grades >= 1)),
-                                            np.sort(grades[grades > 0])[::-1], k_values))
-    return _mean_over_queries(per_query, k_values)
+            each.append(_query_metrics(grades[ranked], int(np.sum(grades >= 1)),
+                                       np.sort(grades[grades > 0])[::-1], k_values))
+    scores = _mean_over_queries(each, k_values)
+    if per_query:  # each kept query's figures (their means are the scores): for a bootstrap
+        scores["per_query"] = each
+    return scores
 
 
 def reranking_scores(query_embeddings, candidate_embeddings, candidate_grades, *, candidate_ids=None,

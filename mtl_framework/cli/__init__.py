@@ -25,8 +25,8 @@ INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C (and here SIG
 PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`'s yes
 
 # Command groups in the order `mtl --help` lists them.
-COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "encode", "export",
-            "finetune", "benchmark", "report"]
+COMMANDS = ["vocab", "tasks", "data", "train", "evaluate", "predict", "encode", "mine-negatives",
+            "export", "finetune", "benchmark", "report"]
 
 
 class VersionAction(argparse.Action):
@@ -54,7 +54,7 @@ def build_parser():
                              "TensorFlow, Keras, tokenizers and Python, then exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"mtl_framework.cli.{name}").register(subparsers)
+        importlib.import_module(f"mtl_framework.cli.{name.replace('-', '_')}").register(subparsers)
     return parser
 
 

@@ -82,9 +82,9 @@ def kind_of(task):
     return None
 
 
-def task_texts(task, split, data_root, tokenizer, limit):
-    """(queries, passages, scores) of a contrastive task's first `limit` pairs, as its
-    featurizer pairs them (unanswered questions, pairs without text_b left out)."""
+def task_texts(task, split, data_root, tokenizer, limit=None):
+    """(queries, passages, scores) of a contrastive task's first `limit` pairs (None: all), as
+    its featurizer pairs them (unanswered questions, pairs without text_b left out)."""
     from data_adapters import read_task
     from mtl_framework.families import featurizer_for_task
     from mtl_framework.families.features import FeatureReport
@@ -98,7 +98,7 @@ def task_texts(task, split, data_root, tokenizer, limit):
         out[0].append(pair[0])
         out[1].append(pair[1])
         out[2].append(np.nan if pair[3] is None else pair[3])
-        if len(out[0]) >= limit:
+        if limit is not None and len(out[0]) >= limit:
             break
     return out[0], out[1], np.array(out[2], np.float64)
 

@@ -63,6 +63,8 @@ def export_provenance(run_dir, state, fmt):
     trained_by = [line for line in RunDir(run_dir).read_provenance() if line["step"] < state["step"]]
     return {"run": run_name(run_dir), "checkpoint": relative_checkpoint(state["checkpoint"]),
             "step": state["step"], "format": fmt, "trained_by": trained_by,
+            # the tasks it trained on (the embedding suite flags scores on their datasets)
+            "tasks": list(state["mixture"]["streams"]),
             "exported_by": provenance(),
             # what the weights were trained on (rundir/trained_on.py): readers check it
             **({"vocab": state["vocab"]} if state.get("vocab") else {})}

@@ -43,6 +43,16 @@ TASKS = {
 }
 
 FAMILY_COUNTS = {C: 30, M: 20, R: 2, Q: 8, MC: 3, CZ: 2, NER: 16, REL: 5, EV: 5, CO: 1}
+# Beyond the catalog's 92: sentence-embedding tasks (issue 43) read from the same releases,
+# a second task in their dataset's spec.
+EMBEDDING_TASKS = {
+    "afqmc_sts": "afqmc", "atec_sts": "atec", "bq_sts": "bq", "lcqmc_sts": "lcqmc",
+    "pawsx_sts": "pawsx_zh", "qbqtc_sts": "qbqtc", "stsb_zh_sts": "stsb_zh",
+    "ocnli_pairs": "ocnli", "cmnli_pairs": "cmnli", "cmrc2018_retrieval": "cmrc2018",
+    "drcd_retrieval": "drcd", "dureader_robust_retrieval": "dureader_robust",
+    "dureader_checklist_retrieval": "dureader_checklist", "cjrc_span_retrieval": "cail2019_rc",
+    "webqa_retrieval": "webqa", "sogouqa_retrieval": "sogouqa",
+}
 
 
 def test_the_catalog_tables_add_up():
@@ -56,8 +66,11 @@ def test_builtin_specs_hold_the_whole_catalog():
     missing = sorted(set(DATASETS) - set(reg.datasets))
     assert not missing, f"datasets without a spec in task_specs/: {missing}"
     assert sorted(reg.datasets) == sorted(DATASETS)
-    assert {name: task.type for name, task in reg.tasks.items()} == TASKS
-    assert Counter(task.type for task in reg.tasks.values()) == FAMILY_COUNTS
+    catalog = {name: task for name, task in reg.tasks.items() if name not in EMBEDDING_TASKS}
+    assert {name: task.type for name, task in catalog.items()} == TASKS
+    assert Counter(task.type for task in catalog.values()) == FAMILY_COUNTS
+    assert {name: reg.tasks[name].dataset for name in EMBEDDING_TASKS} == EMBEDDING_TASKS
+    assert {reg.tasks[name].type for name in EMBEDDING_TASKS} == {"contrastive"}
     assert (sorted(name for name, task in reg.tasks.items() if task.multi_label)
             == ["cail_article", "cail_charge"])
 

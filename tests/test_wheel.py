@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO_DATA = REPO / "experiments" / "demo" / "data"
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv*", "runs", "build", "dist", "*.egg-info",
                                      "__pycache__", ".pytest_cache", ".cache")
-BUILTIN_TASKS, BUILTIN_DATASETS, HUB_CLUE = 92, 77, 10
+BUILTIN_TASKS, BUILTIN_DATASETS, HUB_CLUE = 108, 77, 10  # 92 catalog + 16 embedding tasks
 NO_PLOTS = "error: plots need matplotlib, which is not installed: pip install mtl_framework[plots]"
 
 

@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from data_adapters.task_types import CLASSIFICATION
 from mtl_framework.errors import UserError
 
 KIND = "embeddings"
@@ -77,8 +78,8 @@ def kind_of(task):
 
     if task.type == EMBEDDING_TYPE:
         return SCORED[task.metric][0]
-    if task.type == "classification" and not task.multi_label:
-        return "classification"
+    if task.type == CLASSIFICATION.name and not task.multi_label:
+        return CLASSIFICATION.name
     return None
 
 
@@ -123,7 +124,7 @@ class TaskScorer:
     def __init__(self, task, settings, data_root, tokenizer):
         self.task, self.kind, self.settings = task, kind_of(task), settings
         limit, split = settings["max_examples"], settings["split"]
-        if self.kind == "classification":
+        if self.kind == CLASSIFICATION.name:
             self.train = labelled_texts(task, "train", data_root, settings["train_examples"])
             self.test = labelled_texts(task, split, data_root, limit)
             self.size = len(self.test[0])
@@ -139,7 +140,7 @@ class TaskScorer:
         from mtl_framework.scoring import embedding as scores
 
         batch = self.settings["batch_size"]
-        if self.kind == "classification":
+        if self.kind == CLASSIFICATION.name:
             train = encoder.encode(self.train[0], batch_size=batch)
             test = encoder.encode(self.test[0], batch_size=batch)
             result = scores.classification_scores(

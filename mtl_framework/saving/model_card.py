@@ -177,7 +177,7 @@ def model_card(run_dir, state, fmt, record, heads=None, use=None):
 
 
 POOLINGS = {"cls": "the [CLS] token's vector",
-            "mean": "the mean over the real tokens ([CLS], [SEP] and the prompt included)"}
+            "mean": "the mean over the real tokens: [CLS], [SEP] and the prompt included"}
 
 
 def sentence_embedding_lines(settings):

@@ -10,9 +10,11 @@ TORCH_VENV := .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed
 JAX_VENV := .venv-jax
 JAX_STAMP := $(JAX_VENV)/.installed
+CURRENT_VENV := .venv-current
+CURRENT_STAMP := $(CURRENT_VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install interop interop-torch interop-jax test test-slow demo bench clean
+.PHONY: install interop interop-torch interop-jax interop-current test test-slow demo bench clean
 
 install: $(STAMP)
 
@@ -42,6 +44,17 @@ $(TORCH_STAMP): requirements-torch.txt
 	  || echo "torch packages not installed: PyTorch parity tests will skip"
 	touch $(TORCH_STAMP)
 
+# Today's torch / transformers 5 / sentence-transformers 6 (CPU) in their own venv: an
+# export loaded as users load it now (tests/test_sentence_transformers.py runs its worker
+# with .venv-current/bin/python); they skip if this fails. docs/export.md.
+interop-current: $(CURRENT_STAMP)
+
+$(CURRENT_STAMP): requirements-current.txt
+	test -d $(CURRENT_VENV) || $(PYTHON) -m venv $(CURRENT_VENV)
+	$(CURRENT_VENV)/bin/pip install -q -r requirements-current.txt \
+	  || echo "current packages not installed: their sentence-transformers tests will skip"
+	touch $(CURRENT_STAMP)
+
 # JAX (CPU) + Keras + our runtime dependencies, WITHOUT TensorFlow, in their own venv: the
 # KERAS_BACKEND=jax tests (tests/test_jax*.py) run their children with .venv-jax/bin/python;
 # they skip if this fails. docs/backends.md.
@@ -58,7 +71,7 @@ $(JAX_STAMP): requirements-jax.txt setup.py
 	touch $(JAX_STAMP)
 
 # ruff (ruff.toml) first: line length, import order, unused names over the whole tree.
-test: install interop interop-torch interop-jax
+test: install interop interop-torch interop-jax interop-current
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q --durations=15 tests
 
@@ -97,4 +110,4 @@ bench: install interop
 	$(BIN)/python -m bench.backbone --output bench/results/backbone.json
 
 clean:
-	rm -rf $(VENV) $(TORCH_VENV) $(JAX_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(TORCH_VENV) $(JAX_VENV) $(CURRENT_VENV) runs .pytest_cache

@@ -70,9 +70,12 @@ def test_mtl_export_of_runs(tmp_path):
                     str(tmp_path / fmt)]) == 0
         card = (tmp_path / fmt / "README.md").read_text()
         assert "ALBERT backbone from mtl_framework" in card and "- albert" in card
+    # no contrastive task: sentence-transformers' default pooling, and the card says so
+    assert "This run trained no contrastive task: the pooling was not trained" in \
+        (tmp_path / "transformers/README.md").read_text()
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
             "special_tokens_map.json", "modules.json", "sentence_bert_config.json",
-            "1_Pooling/config.json"} <= set(json.loads(
+            "1_Pooling/config.json", "config_sentence_transformers.json"} <= set(json.loads(
                 (tmp_path / "transformers/export-manifest.json").read_text())["files"])
     # keras-hub holds only the tanh GELU: refused in one line, nothing written
     assert mtl(["export", str(tmp_path / "run"), "--format", "keras-hub", "--output",

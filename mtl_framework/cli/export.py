@@ -1,5 +1,6 @@
 """`mtl export RUN_DIR --format FORMAT --output DIR [--with-heads] [--force]
-[--checkpoint latest|best|STEP]`: FORMAT one of `mtl_framework.formats.FORMATS`."""
+[--checkpoint latest|best|STEP] [--embedding-task NAME]`: FORMAT one of
+`mtl_framework.formats.FORMATS`."""
 from mtl_framework.formats import NAMES
 
 
@@ -17,6 +18,10 @@ def register(subparsers):
     parser.add_argument("--checkpoint", default="latest", metavar="latest|best|STEP",
                         help="which checkpoint: the newest readable one (default), keep_best's "
                              "best-by-dev one, or step N's")
+    parser.add_argument("--embedding-task", metavar="NAME",
+                        help="transformers format: the contrastive task whose pooling, "
+                             "normalisation and prefixes the sentence-transformers model "
+                             "takes (needed when the run's contrastive tasks differ)")
     parser.set_defaults(func=run)
 
 
@@ -27,7 +32,8 @@ def run(args):
     not_stdout(args.output, "--output")
     # Errors (no run, damaged checkpoints, a non-empty --output) are UserErrors: one line.
     path = export(args.run_dir, args.format, args.output, with_heads=args.with_heads,
-                  force=args.force, checkpoint=args.checkpoint)
+                  force=args.force, checkpoint=args.checkpoint,
+                  embedding_task=args.embedding_task)
     print(f"exported {args.format} backbone{' and task heads' if args.with_heads else ''} "
           f"to {path}")
     return 0

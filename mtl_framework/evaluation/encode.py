@@ -10,73 +10,18 @@ heads says it in its sentence-transformers files (1_Pooling, Normalize, prompts)
 mean pooling, not normalised: sentence-transformers' default for a plain encoder.
 Each text is `[CLS] prefix + text [SEP]`, cut to max_length, as the featurizer made it.
 """
-import json
 import os
 
 import numpy as np
 
 from mtl_framework.errors import UserError
+from mtl_framework.formats.sentence_transformers import (
+    folder_length,
+    folder_settings,
+    trained_settings,
+)
 
-POOLING_DIR = "1_Pooling"
-ST_CONFIG = "config_sentence_transformers.json"
-MODULES = "modules.json"
 DEFAULT = {"pooling": "mean", "normalize": False, "prompts": {}}
-
-
-def trained_settings(head_metadata, source, task=None):
-    """{"pooling", "normalize", "prompts": {task: {"query", "passage"}}} from the heads'
-    metadata of a run (or an export with heads); None when no head is contrastive. Tasks
-    that pooled or normalised differently make a UserError (give --pooling / --task)."""
-    from mtl_framework.families.contrastive import FAMILY
-
-    heads = {name: meta["config"] for name, meta in head_metadata.items()
-             if meta.get("family", meta.get("type")) == FAMILY.name}
-    if task is not None:
-        if task not in heads:
-            raise UserError(f"{source}: --task {task}: not a contrastive task of this run; "
-                            f"its contrastive tasks: {', '.join(heads) or 'none'}")
-        heads = {task: heads[task]}
-    if not heads:
-        return None
-    kinds = {(c.get("pooling", "cls"), c.get("normalize", True)) for c in heads.values()}
-    if len(kinds) > 1:
-        raise UserError(f"{source}: its contrastive tasks {', '.join(heads)} pool or normalise "
-                        "differently: give --task NAME (its settings) or --pooling")
-    pooling, normalize = kinds.pop()
-    prompts = {name: {"query": c.get("query_prefix", ""), "passage": c.get("passage_prefix", "")}
-               for name, c in heads.items()}
-    return {"pooling": pooling, "normalize": normalize, "prompts": prompts}
-
-
-def folder_settings(directory):
-    """The settings a sentence-transformers folder declares (1_Pooling/config.json,
-    a Normalize module, config_sentence_transformers.json's prompts); None without them."""
-    pooling_file = os.path.join(directory, POOLING_DIR, "config.json")
-    if not os.path.isfile(pooling_file):
-        return None
-    with open(pooling_file, encoding="utf-8") as f:
-        config = json.load(f)
-    if config.get("pooling_mode_cls_token"):
-        pooling = "cls"
-    elif config.get("pooling_mode_mean_tokens"):
-        pooling = "mean"
-    else:
-        modes = [k for k, v in config.items() if k.startswith("pooling_mode") and v]
-        raise UserError(f"{pooling_file}: pooling {', '.join(modes) or 'none'}; mtl_framework "
-                        "encodes with cls or mean pooling: give --pooling cls or mean")
-    normalize = False
-    modules_file = os.path.join(directory, MODULES)
-    if os.path.isfile(modules_file):
-        with open(modules_file, encoding="utf-8") as f:
-            normalize = any(m.get("type", "").endswith("Normalize") for m in json.load(f))
-    prompts = {}
-    st_file = os.path.join(directory, ST_CONFIG)
-    if os.path.isfile(st_file):
-        with open(st_file, encoding="utf-8") as f:
-            saved = json.load(f).get("prompts") or {}
-        if saved:  # one set of sides, as a run's single task would give
-            prompts = {"": {"query": saved.get("query", ""), "passage": saved.get("passage", "")}}
-    return {"pooling": pooling, "normalize": normalize, "prompts": prompts}
 
 
 class Encoder:
@@ -85,9 +30,10 @@ class Encoder:
     source: a run directory (checkpoint: None newest, "best", a step) or a folder of any
     format we read.  pooling / normalize: instead of what was trained.  task: the
     contrastive task whose settings and prefixes to use, when the run has several.
-    max_length: tokens per text (default: the run's max_length, else the backbone's
-    positions, else 512).  precision: the run's (auto: bfloat16 where the CPU has it) by
-    default, float32 for a folder."""
+    max_length: tokens per text (default: the run's max_length, a folder's recorded length
+    or sentence_bert_config.json's max_seq_length, else the backbone's positions, else
+    512).  precision: the run's (auto: bfloat16 where the CPU has it) by default, float32
+    for a folder."""
 
     def __init__(self, source, checkpoint=None, pooling=None, normalize=None, task=None,
                  max_length=None, precision=None, log=print):
@@ -121,8 +67,8 @@ class Encoder:
                 os.path.join(source, preset.HEADS_CONFIG)) else None
             settings = (trained_settings(heads, source, task) if heads else None) \
                 or folder_settings(source)
-            length = preset.trained_length(source) if os.path.isfile(
-                os.path.join(source, preset.CONFIG_FILE)) else None
+            length = (preset.trained_length(source) if os.path.isfile(
+                os.path.join(source, preset.CONFIG_FILE)) else None) or folder_length(source)
             self.precision = precision or "float32"
         self.settings = {**DEFAULT, **(settings or {})}
         if pooling is not None:

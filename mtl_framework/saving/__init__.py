@@ -30,13 +30,15 @@ def load(path, checkpoint=None, log=print, rope_scaling=None) -> Trained:
     return open_trained(path, checkpoint, log, rope_scaling)
 
 
-def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None):
+def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None,
+           embedding_task=None):
     """Write the run's backbone (and, `with_heads`, its heads) to `output` in format `fmt`
-    (`mtl export`); returns the folder written."""
+    (`mtl export`; `embedding_task`: whose sentence embedding a transformers folder
+    declares); returns the folder written."""
     from mtl_framework.saving.writer import export as write
 
     return write(run_dir, fmt, output, with_heads=with_heads, force=force, log=log,
-                 checkpoint=checkpoint)
+                 checkpoint=checkpoint, embedding_task=embedding_task)
 
 
 def load_backbone(directory, **overrides):

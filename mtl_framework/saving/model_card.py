@@ -178,6 +178,43 @@ def model_card(run_dir, state, fmt, record, heads=None, use=None):
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines) + "\n")
 
 
+POOLINGS = {"cls": "the [CLS] token's vector",
+            "mean": "the mean over the real tokens: [CLS], [SEP] and the prompt included"}
+
+
+def sentence_embedding_lines(settings):
+    """The card's lines on the sentence embedding a transformers folder declares:
+    `settings` (formats/sentence_transformers.py's export_settings), or None when the run
+    trained none (the folder's mean pooling is then a default, not what was trained)."""
+    lines = ["", "## Sentence embeddings", ""]
+    if settings is None:
+        return lines + [
+            "This run trained no contrastive task: the pooling was not trained. 1_Pooling/ "
+            "holds sentence-transformers' default for a plain encoder (the mean over the real "
+            "tokens), not normalised, no prompts: `SentenceTransformer(DIR).encode(texts)`."]
+    prompts = settings["prompts"]
+    lines += [
+        f"As the contrastive task{'s' if len(settings['tasks']) > 1 else ''} "
+        f"{', '.join(settings['tasks'])} trained it: pooling `{settings['pooling']}` "
+        f"({POOLINGS[settings['pooling']]}), "
+        + ("L2-normalised (2_Normalize)" if settings["normalize"] else "not normalised")
+        + ", compared by cosine. Prompts (config_sentence_transformers.json), put before "
+        "each text: " + (", ".join(f"{side} {json.dumps(text, ensure_ascii=False)}"
+                                   for side, text in prompts.items()) or "none") + ".", "",
+        "```python", "from sentence_transformers import SentenceTransformer",
+        "model = SentenceTransformer(DIR)",
+        "queries = model.encode([\"今天天气怎么样\"]"
+        + (", prompt_name=\"query\")" if "query" in prompts else ")"),
+        "passages = model.encode([\"今天晴，气温二十度\"]"
+        + (", prompt_name=\"passage\")" if "passage" in prompts else ")"),
+        "scores = model.similarity(queries, passages)", "```", "",
+        "With transformers alone: prefix the texts with the prompt, then take "
+        + ("`last_hidden_state[:, 0]`" if settings["pooling"] == "cls" else
+           "the mean of `last_hidden_state` over `attention_mask`")
+        + (" and L2-normalise it." if settings["normalize"] else ".")]
+    return lines
+
+
 def write_card(directory, run_dir, state, fmt, heads=None, use=None):
     """README.md (the model card) and provenance.json into an export folder."""
     record = export_provenance(run_dir, state, fmt)

@@ -31,9 +31,10 @@ from mtl_framework.architectures import rope_scaling as rope
 from mtl_framework.config.experiment import DEFAULTS
 from mtl_framework.errors import UserError
 from mtl_framework.formats.keras import save_heads
+from mtl_framework.formats.sentence_transformers import export_settings
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.records import TEMPORARY
-from mtl_framework.saving.model_card import relative_checkpoint, write_card
+from mtl_framework.saving.model_card import relative_checkpoint, sentence_embedding_lines, write_card
 from mtl_framework.saving.trained import open_run
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ FORMATS = formats.NAMES
 # Every file an export wrote (relative path -> size); --force replaces only a folder
 # holding exactly these (plus the manifest itself).
 MANIFEST = "export-manifest.json"
+# The format whose folder sentence-transformers loads: it declares the run's sentence
+# embedding (formats/sentence_transformers.py), `--embedding-task` picks whose.
+SENTENCE_FORMAT = "transformers"
 
 
 def fold_residual_alpha(backbone):
@@ -61,9 +65,12 @@ def fold_residual_alpha(backbone):
 
 
 def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force: bool = False,
-           log: Callable[[str], Any] = print, checkpoint: str | int | None = None) -> str:
+           log: Callable[[str], Any] = print, checkpoint: str | int | None = None,
+           embedding_task: str | None = None) -> str:
     """Write the run's backbone to `output` in format `fmt`: of its newest readable
-    checkpoint, or `checkpoint` "best" (keep_best's) or a step number.
+    checkpoint, or `checkpoint` "best" (keep_best's) or a step number. A transformers
+    folder declares the sentence embedding the run's contrastive tasks trained (pooling,
+    normalisation, prompts); `embedding_task`: that task's, when they differ.
 
     The export is written into a temporary sibling folder and renamed into place: a
     failed export leaves nothing, and --force leaves nothing of the export it replaces."""
@@ -73,6 +80,9 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
         holding = [name for name, row in formats.FORMATS.items() if row.ours]
         raise UserError(f"--with-heads is for --format {' or '.join(holding)}; a {fmt} export "
                         "holds the backbone only")
+    if embedding_task is not None and fmt != SENTENCE_FORMAT:
+        raise UserError(f"--embedding-task is for --format {SENTENCE_FORMAT} (the folder "
+                        f"sentence-transformers loads); a {fmt} export holds no pooling")
     check_output(run_dir, output, force)
     trained = open_run(run_dir, checkpoint, log, precision="float32")  # vocab checked too
     chosen, backbone = trained.checkpoint, trained.backbone
@@ -84,6 +94,8 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
                         "rope_scaling")
     # refused before writing anything
     architectures.converter(fmt, architecture_of(backbone.config)).check(backbone.config, source)
+    embedding = export_settings(chosen.trainer.get("heads") or {}, source, embedding_task) \
+        if fmt == SENTENCE_FORMAT else None
     heads = trained.saved_heads() if with_heads else None
     output = os.path.normpath(output)
     parent = os.path.dirname(os.path.abspath(output))
@@ -99,7 +111,7 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
         raise UserError(f"{output}: cannot write beside it in {parent} ({error.strerror}): give "
                         "--output a folder you can write") from None
     try:
-        write_export(run_dir, fmt, temporary, backbone, chosen, heads, log)
+        write_export(run_dir, fmt, temporary, backbone, chosen, heads, log, embedding)
         write_manifest(temporary)
         if os.path.isdir(output) and os.listdir(output):  # checked above: --force, an export
             check_output(run_dir, output, force)  # again: it may have changed meanwhile
@@ -184,7 +196,7 @@ def trained_length(run_dir):
     return int(RunDir(run_dir).read_experiment().get("max_length") or DEFAULTS["max_length"])
 
 
-def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
+def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log, embedding=None):
     state = {**checkpoint.trainer, "checkpoint": checkpoint.path}
     vocab = RunDir(run_dir).vocab_path
     writer = architectures.converter(fmt, architecture_of(backbone.config))
@@ -204,5 +216,9 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log):
     if alpha != 1.0 and log:
         log(f"residual scale a = {alpha:.4g} (warm-up not finished): folded into the "
             "attention and FFN output kernels")
-    writer.save(backbone, output, vocab, trained_length(run_dir))
-    write_card(output, run_dir, state, fmt)
+    if fmt != SENTENCE_FORMAT:
+        writer.save(backbone, output, vocab, trained_length(run_dir))
+        write_card(output, run_dir, state, fmt)
+        return
+    writer.save(backbone, output, vocab, trained_length(run_dir), embedding)
+    write_card(output, run_dir, state, fmt, use=writer.CARD_USE + sentence_embedding_lines(embedding))

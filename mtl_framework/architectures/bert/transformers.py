@@ -17,6 +17,7 @@ from mtl_framework.architectures.bert.weights import (
     transformers_names,
 )
 from mtl_framework.errors import UserError
+from mtl_framework.formats import sentence_transformers
 from mtl_framework.formats.json_file import read_json
 from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, has_weights, read_tensors
 from mtl_framework.rundir.outputs import usual_mode
@@ -29,8 +30,7 @@ CARD_USE = [
     "ids = tokenizer([\"今天天气不错\", \"你好\"], padding=True, return_tensors=\"pt\")",
     "hidden = model(**ids).last_hidden_state", "```", "",
     "Mainline `transformers`, no other package. `pooler_output` is zero (this encoder was "
-    "trained without BERT's pooler): pool `last_hidden_state`. Sentence embeddings (mean "
-    "over the real tokens, 1_Pooling/): `SentenceTransformer(DIR).encode(texts)`."]
+    "trained without BERT's pooler): pool `last_hidden_state` (sentence embeddings: below)."]
 
 
 class TransformersFolder:
@@ -120,10 +120,12 @@ def torch_arrays(backbone):
     return weights
 
 
-def save(backbone, directory, vocab_path=None, trained_length=None):
+def save(backbone, directory, vocab_path=None, trained_length=None, embedding=None):
     """config.json + model.safetensors (written with numpy) + the tokenizer files
     (vocab.txt, tokenizer_config.json, special_tokens_map.json: AutoTokenizer gives a
-    BertTokenizerFast with our ids) + a sentence-transformers mean-pooling module."""
+    BertTokenizerFast with our ids) + sentence-transformers' modules: `embedding`'s
+    pooling, normalisation and prompts (formats/sentence_transformers.py's
+    export_settings), mean pooling without it."""
     from safetensors.numpy import save_file
 
     config = backbone.config
@@ -143,23 +145,7 @@ def save(backbone, directory, vocab_path=None, trained_length=None):
             "tokenize_chinese_chars": True, "strip_accents": None, "model_max_length": length,
             **SPECIAL_TOKENS})
         write_json(os.path.join(directory, "special_tokens_map.json"), SPECIAL_TOKENS)
-    save_sentence_transformers(directory, config["hidden_size"], length)
-
-
-def save_sentence_transformers(directory, hidden_size, max_length):
-    """modules.json, sentence_bert_config.json, 1_Pooling/config.json: the folder loads in
-    sentence-transformers as this encoder + mean pooling over the real tokens."""
-    write_json(os.path.join(directory, "modules.json"), [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": POOLING, "type": "sentence_transformers.models.Pooling"}])
-    write_json(os.path.join(directory, "sentence_bert_config.json"),
-               {"max_seq_length": max_length, "do_lower_case": False})
-    os.makedirs(os.path.join(directory, POOLING), exist_ok=True)
-    write_json(os.path.join(directory, POOLING, "config.json"), {
-        "word_embedding_dimension": hidden_size, "pooling_mode_cls_token": False,
-        "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False, "include_prompt": True})
+    sentence_transformers.write(directory, config["hidden_size"], length, embedding)
 
 
 def write_json(path, value):
@@ -170,7 +156,6 @@ def write_json(path, value):
 
 MODELS = {"bert": "BertModel", "albert": "AlbertModel"}
 POOLERS = {"bert": "pooler.dense", "albert": "pooler"}
-POOLING = "1_Pooling"
 SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                   "cls_token": "[CLS]", "mask_token": "[MASK]"}
 

@@ -7,11 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from conftest import DEMO_DATA, REPO, train_tiny, write_tiny_experiment
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
 from mtl_framework.evaluation.encode import Encoder, folder_settings, trained_settings
 from mtl_framework.evaluation.mine_negatives import mine_negatives
+
+from conftest import DEMO_DATA, REPO, train_tiny, write_tiny_experiment
 
 TEXTS = ["今天天气很好", "明天会下雨吗", "花呗怎么还款", "看书"]
 

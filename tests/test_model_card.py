@@ -95,6 +95,7 @@ def test_every_export_records_its_provenance(runs):
         record = json.loads((folder / "provenance.json").read_text())
         assert record == {"run": "B", "checkpoint": "checkpoints/step-00000002", "step": 2,
                           "format": fmt, "trained_by": trained, "exported_by": provenance(),
+                          "tasks": ["tnews", "cluener"],
                           "vocab": vocab_record(root / "B" / "vocab.txt")}
         card = (folder / "README.md").read_text(encoding="utf-8")
         assert f"mtl_framework {provenance()['mtl_framework']} (" in card

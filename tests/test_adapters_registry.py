@@ -21,7 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "adapters"
 DOCUMENTED_FORMATS = [  # docs/task_specs.md
     "jsonl", "json_array", "delimited", "entity_pair_tsv", "doc_folder", "squad",
     "multi_passage_qa", "c3", "chid", "cmrc2019", "choice_jsonl", "tagged_chars",
-    "tagged_json", "span_json", "spo_json", "event_json", "wsc",
+    "tagged_json", "span_json", "spo_json", "event_json", "wsc", "pairs",
 ]
 
 

@@ -15,6 +15,7 @@ axis for the backbone as multiple choice folds its choices; ContrastiveHead pool
 and scores (families/contrastive_heads.py). The task's `embedding:` settings are below,
 EMBEDDING_SETTINGS; docs/embeddings.md explains them.
 """
+import difflib
 import hashlib
 import math
 
@@ -70,8 +71,9 @@ def _dims(value):
 
 
 # key -> (checker, default, where it acts: "head" (the loss, the pooled output),
-# "features" (what the cache holds) or both (the loss: InfoNCE keeps positive pairs only)). Defaults follow sentence-transformers'
-# MultipleNegativesRankingLoss (cosine / 0.05, its scale 20) with BGE's CLS pooling.
+# "features" (what the cache holds) or both (the loss: InfoNCE keeps positive pairs only)).
+# Defaults follow sentence-transformers' MultipleNegativesRankingLoss (cosine / 0.05, its
+# scale 20) with BGE's CLS pooling.
 EMBEDDING_SETTINGS = {
     "loss": (_choice(LOSSES), "infonce", "head features"),
     "temperature": (_positive_number, 0.05, "head"),
@@ -87,17 +89,21 @@ EMBEDDING_SETTINGS = {
 
 
 def settings_problems(value):
-    """[(key or None, message)] of what is wrong with a task's `embedding:` mapping."""
+    """[(key or None, message)] of what is wrong with a task's `embedding:` mapping, each
+    message whole after the task's label ("embedding.loss must be ...")."""
     if not isinstance(value, dict):
-        return [(None, f"must be a mapping (key: value lines), got {type(value).__name__}")]
+        return [(None, f"embedding must be a mapping (key: value lines), got {type(value).__name__}")]
     problems = []
     for key, setting in value.items():
         if key not in EMBEDDING_SETTINGS:
-            problems.append((key, f"unknown setting {key!r}; allowed: {', '.join(EMBEDDING_SETTINGS)}"))
+            close = difflib.get_close_matches(str(key), EMBEDDING_SETTINGS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append((key, f"embedding: unknown setting {key!r}{hint}; allowed: "
+                                  f"{', '.join(EMBEDDING_SETTINGS)}"))
             continue
         problem = EMBEDDING_SETTINGS[key][0](setting)
         if problem:
-            problems.append((key, f"{key} {problem}"))
+            problems.append((key, f"embedding.{key} {problem}"))
     return problems
 
 

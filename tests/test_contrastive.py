@@ -550,3 +550,164 @@ def test_stored_negatives_are_capped_and_counted(tmp_path):
     assert features.meta["report"]["truncated"] == {"over 64 negatives (the first kept)": 1}
     batch = features.batch([0, 1], np.random.default_rng(0))
     assert batch["token_ids"].shape[:2] == (2, 2)  # hard_negatives 0: query and positive only
+
+
+# --- 4. in the mixture -----------------------------------------------------------------------------------
+
+MIXED = ["tnews", "afqmc_sts", "cmrc2018_retrieval"]  # classification, CoSENT, in-batch InfoNCE
+RESUME_STEPS, RESUME_EVERY = 12, 4
+
+
+def killed_and_resumed(tmp_path, python=None):
+    """tests/test_resume.py's check on MIXED: run A uninterrupted, run B SIGKILLed after its
+    first checkpoint and resumed; both end with the same named state (each within 1e-6)."""
+    from run_harness import (
+        RESUMABLE,
+        assert_same_final_state,
+        finished,
+        kill_between_checkpoints,
+        mtl,
+        updates_logged,
+        write_experiment,
+    )
+
+    run = (lambda *a, **k: mtl(*a, python=python, **k)) if python else mtl
+    experiment = write_experiment(tmp_path / "experiment.yaml", **{**RESUMABLE, "tasks": MIXED},
+                                  steps=RESUME_STEPS, checkpoint_every=RESUME_EVERY)
+    a, b = tmp_path / "A", tmp_path / "B"
+    uninterrupted = run("train", experiment, "--output", a, log=tmp_path / "A.log")
+    killed = run("train", experiment, "--output", b, log=tmp_path / "B.log")
+    steps_at_kill = kill_between_checkpoints(killed, b, RESUME_EVERY, 300)
+    assert steps_at_kill and RESUME_STEPS not in steps_at_kill
+    assert updates_logged(b) < RESUME_STEPS
+    finished(uninterrupted, tmp_path / "A.log")
+    finished(run("train", experiment, "--output", b, "--resume", log=tmp_path / "B.log"), tmp_path / "B.log")
+    assert f"resumed from {b / 'checkpoints'}" in (tmp_path / "B.log").read_text(errors="replace")
+    trainer, _, differences = assert_same_final_state(a, b, RESUME_STEPS, steps_at_kill)
+    assert trainer["step"] == RESUME_STEPS
+    logged = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines()]
+    for task in MIXED:  # every task trained, with finite losses
+        losses_of = [log["tasks"][task]["loss"] for log in logged if task in log["tasks"]]
+        assert losses_of and all(math.isfinite(v) for v in losses_of), task
+    return differences
+
+
+@pytest.mark.slow
+def test_mixed_run_with_contrastive_tasks_killed_and_resumed_equals_uninterrupted(tmp_path):
+    killed_and_resumed(tmp_path)
+
+
+@pytest.mark.slow
+def test_mixed_run_on_jax_killed_and_resumed_equals_uninterrupted(tmp_path):
+    from run_harness import JAX_PYTHON
+
+    if not JAX_PYTHON.exists():
+        pytest.skip(".venv-jax is absent (make interop-jax)")
+    killed_and_resumed(tmp_path, python=JAX_PYTHON)
+
+
+# Every method of mixing/balancing.py's table, each in one pair (normalize x weights).
+BALANCINGS = [{"normalize": "none", "weights": "fixed"},
+              {"normalize": "gradient_norm", "weights": "loss_rate"},
+              {"normalize": "loss_norm", "weights": "dwa", "window": 1},
+              {"normalize": "initial_loss", "weights": "uncertainty"},
+              {"normalize": "gradient_norm", "weights": "rlw"},
+              {"normalize": "gradient_norm", "weights": "gradnorm"},
+              {"normalize": "gradient_norm", "weights": "pcgrad"}]
+
+
+def mixed_micro_batches(tmp_path):
+    """Per update: a classification batch, an in-batch InfoNCE batch with one hard negative
+    per row (one row without: padded), a CoSENT batch of graded scores."""
+    from conftest import classification_batch
+
+    texts = ["天地日月", "山水风云", "东西南北", "春夏秋冬", "甲乙丙丁", "花草树木", "上下左右"]
+    tokenizer = tokenizer_for(texts, tmp_path)
+    pairs = [PairExample(texts[i], texts[i + 1][::-1], (texts[(i + 3) % 7],) if i else ()) for i in range(6)]
+    scored = [TextExample(texts[i], texts[(i * 2) % 7], float(i % 4)) for i in range(6)]
+    infonce = make_featurizer("contrastive", tokenizer, 8, task="pairs").featurize(pairs)
+    cosent = make_featurizer("contrastive", tokenizer, 8, task="sts", loss="cosent").featurize(scored)
+    rng = np.random.default_rng(0)
+    return tokenizer.vocab_size, [
+        [("cls", classification_batch(update, 3)), ("pairs", infonce.batch(rng.permutation(6)[:4], rng)),
+         ("sts", cosent.batch(rng.permutation(6)[:4], rng))] for update in range(2)]
+
+
+def test_every_balancing_method_trains_a_mixture_with_contrastive_tasks(tmp_path):
+    import keras
+
+    from mtl_framework import RoFormerV2Backbone
+    from mtl_framework.mixing.balancing import METHODS
+    from mtl_framework.step.model import MultiTaskModel
+
+    covered = {name for config in BALANCINGS for name in (config["normalize"], config["weights"])}
+    assert covered == set(METHODS)
+    vocab, updates = mixed_micro_batches(tmp_path)
+    hidden = 16
+    for config in BALANCINGS:
+        keras.utils.set_random_seed(0)
+        backbone = RoFormerV2Backbone(vocab_size=max(vocab, 64), num_layers=1, hidden_size=hidden,
+                                      num_heads=2, intermediate_size=32, dropout=0.0)
+        backbone.build()
+        heads = {"cls": build_head("classification", 3, hidden, name="cls"),
+                 "pairs": build_head("contrastive", None, hidden, name="pairs"),
+                 "sts": build_head("contrastive", None, hidden, name="sts", loss="cosent")}
+        model = MultiTaskModel(backbone, heads, tasks_per_update=3, balancing=config, seed=7)
+        model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1))
+        model.build_all()
+        before = [np.array(v.numpy()) for v in model.backbone_variables]
+        for micro_batches in updates:
+            logs = model.run_update(micro_batches)
+            assert [log["task"] for log in logs] == ["cls", "pairs", "sts"], config
+            assert all(log["finite"] and math.isfinite(log["loss"]) and log["loss"] > 0
+                       for log in logs), (config, logs)
+        after = [np.array(v.numpy()) for v in model.backbone_variables]
+        assert all(np.isfinite(v).all() for v in after), config
+        assert max(float(np.abs(a - b).max()) for a, b in zip(after, before)) > 0, config
+        assert all(math.isfinite(w) for w in model.balancing.weights().values()), config
+        model.close()
+
+
+# tf.distribute's mirrored strategy over two logical CPU devices (set before TensorFlow starts,
+# so in a child), then tests/distributed_worker.py's training.
+MIRRORED_CHILD = """\
+import sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+sys.path.insert(0, "tests")
+from distributed_worker import main
+main(*sys.argv[1:])
+"""
+
+
+def test_mirrored_on_two_devices_equals_one_process_with_contrastive_tasks(tmp_path):
+    """Two replicas split each micro-batch's rows; a contrastive loss couples the rows (in-batch
+    negatives, CoSENT's pairs), yet the update must be the one-process update."""
+    import os
+    import subprocess
+    import sys
+
+    from run_harness import TWO_WORKERS, checkpoint_state, load_state, write_experiment
+
+    from mtl_framework.loop.run import Run
+
+    steps = 2
+    experiment = write_experiment(
+        tmp_path / "experiment.yaml", **{**TWO_WORKERS, "tasks": MIXED, "batch_size": 7,
+                                         "max_length": 16, "steps": steps, "eval_every": 0})
+    Run(str(experiment), str(tmp_path / "single"), log=lambda *a: None).train()  # caches features
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    child = subprocess.run([sys.executable, "-c", MIRRORED_CHILD, str(experiment), str(tmp_path / "mirrored"),
+                            "mirrored", str(steps), str(tmp_path / "mirrored.npz")],
+                           cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert child.returncode == 0, (child.stdout + child.stderr)[-3000:]
+    logged = [json.loads(line) for line in (tmp_path / "mirrored" / "metrics.jsonl").read_text().splitlines()]
+    assert {task for log in logged for task in log["tasks"]} == set(MIXED)
+    mirrored, single = load_state(tmp_path / "mirrored.npz"), checkpoint_state(tmp_path / "single", steps)
+    assert len(mirrored) == len(single)
+    difference = max(float(np.abs(a.astype("float64") - b).max()) for a, b in zip(mirrored, single))
+    print(f"max |mirrored on 2 CPU devices - one process| after {steps} updates: {difference:.3g}")
+    # each replica on its own rows instead (in-batch negatives per replica) differed by 0.039
+    assert difference <= 1e-4

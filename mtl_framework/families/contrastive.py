@@ -246,7 +246,8 @@ def pair_examples(texts):
 PAIR_BATCH = {"token_ids": ("int32", 3), "segment_ids": ("int32", 3),
               "text_mask": ("float32", 2), "score": ("float32", 1), "positive_id": ("int32", 1)}
 FAMILY = Family(CONTRASTIVE.name, ContrastiveFeaturizer, collate_pairs, PAIR_BATCH,
-                choice_axis=True, head_settings=head_settings, feature_settings=feature_settings,
+                choice_axis=True, rows_coupled=True, head_settings=head_settings,
+                feature_settings=feature_settings,
                 output=similarity_output, from_texts=pair_examples, two_texts=True,
                 hub_task="sentence-similarity")
 FAMILIES = (FAMILY,)

@@ -712,3 +712,40 @@ def test_mirrored_on_two_devices_equals_one_process_with_contrastive_tasks(tmp_p
     print(f"max |mirrored on 2 CPU devices - one process| after {steps} updates: {difference:.3g}")
     # each replica on its own rows instead (in-batch negatives per replica) differed by 0.04
     assert difference <= 1e-4
+
+
+def test_a_users_pairs_task_trains_and_scores_retrieval_through_yaml_alone(tmp_path):
+    """`mtl train` on an experiment naming only a spec folder and its pairs task: it trains
+    (hard negatives drawn), evaluates dev by retrieval over the split's distinct passages."""
+    from mtl_framework.cli import main as mtl
+
+    from conftest import ONE_LAYER
+
+    rng = np.random.default_rng(0)
+    hanzi = [chr(0x4E00 + i) for i in range(0, 400, 7)]
+    passages = ["".join(rng.choice(hanzi, 10)) for _ in range(12)]
+    records = [{"query": p[:4] + "？", "pos": p, "neg": [passages[(i + k) % 12] for k in (1, 2, 3)]}
+               for i, p in enumerate(passages)]
+    records.append({"query": passages[0][2:6], "pos": passages[0]})  # a second query of passage 0
+    for split, rows in (("train", records), ("dev", records)):
+        path = tmp_path / "data" / "my_pairs" / f"{split}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "my_pairs.yaml").write_text(
+        USER_SPEC.replace("  train: my_pairs/train.jsonl\n",
+                          "  train: my_pairs/train.jsonl\n  dev: my_pairs/dev.jsonl\n"), encoding="utf-8")
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(json.dumps({
+        "data_root": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"),
+        "task_specs": [str(tmp_path / "specs")], "backbone": ONE_LAYER, "tasks": ["my_retrieval"],
+        "batch_size": 4, "max_length": 24, "steps": 4, "checkpoint_every": 4, "eval_every": 4,
+        "seed": 0, "optimizer": {"name": "adamw", "lr": 0.003}}), encoding="utf-8")
+    assert mtl(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(logged) == 4 and all(math.isfinite(log["tasks"]["my_retrieval"]["loss"]) for log in logged)
+    evaluation = json.loads((tmp_path / "run" / "evaluations.jsonl").read_text().splitlines()[-1])
+    scored = evaluation["tasks"]["my_retrieval"]
+    assert scored["metric"] == "retrieval" and 0 < scored["score"] <= 1
+    assert scored["result"]["documents"] == 12.0  # passage 0 once, though two queries have it
+    assert scored["score"] == scored["result"]["ndcg_at_10"]

@@ -5,8 +5,9 @@
 2. the featurizer on the real afqmc / ocnli / cmrc2018 files (skipped without ../shared),
    the `pairs` format on a FlagEmbedding-style file and a user's own spec folder;
 3. the registry's one-line errors for `embedding:` and the embedding metrics;
-4. contrastive tasks in the mixture: kill-and-resume exactness (TensorFlow, JAX), every
-   balancing method, tf.distribute mirrored on two logical CPU devices;
+4. contrastive tasks in the mixture: kill-and-resume exactness (TensorFlow, JAX; slow), every
+   balancing method, tf.distribute mirrored on two logical CPU devices (and JAX's
+   DataParallel on two, slow) equal to one device, a user's pairs task trained and scored;
 5. the hard negatives a batch draws.
 """
 import itertools
@@ -24,7 +25,7 @@ from mtl_framework import losses
 from mtl_framework.config import registry
 from mtl_framework.families import featurizer_for_task, make_featurizer
 from mtl_framework.families.contrastive import text_id
-from mtl_framework.families.heads import build_head
+from mtl_framework.families.heads import build_head, task_head
 from mtl_framework.tokenizer import Tokenizer, build_vocab, count_units, write_vocab
 
 FIXTURES = Path(__file__).parent / "fixtures" / "contrastive"
@@ -183,10 +184,7 @@ def test_cosent_equals_sentence_transformers_cosent_loss_with_unscored_rows_betw
 
 
 def contrastive_head(**settings):
-    return build_head("contrastive", None, ST_DIM, **settings)
-
-
-ST_DIM = 8
+    return build_head("contrastive", None, len(ST["anchors"][0]), **settings)
 
 
 def test_head_matryoshka_is_sentence_transformers_sum_over_the_dims_divided_by_their_count():
@@ -225,10 +223,10 @@ def token_rows(features, row):
             for t in range(splits[row], splits[row + 1])]
 
 
-def featurized(task, split, data_root, folder, task_examples=None):
-    """(examples, read report, features) of one split of a registry task."""
+def featurized(task, split, data_root, folder):
+    """(examples, read report, features, tokenizer) of one split of a registry task."""
     report = ReadReport()
-    examples = task_examples if task_examples is not None else list(read_task(task, split, data_root, report))
+    examples = list(read_task(task, split, data_root, report))
     texts = [t for e in examples for t in ((e.question, e.context) if isinstance(e, SpanQAExample)
                                            else (e.text, e.text_b))]
     tokenizer = tokenizer_for(texts, folder)
@@ -410,9 +408,9 @@ def test_a_users_spec_folder_makes_a_pairs_task_through_yaml_alone(tmp_path):
     batch = features.batch([0, 2], np.random.default_rng(0))
     assert batch["token_ids"].shape[:2] == (2, 4)  # query, positive, 2 of the 3 negatives
     assert batch["text_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
-    head = build_head("contrastive", None, 16, **__import__(
-        "mtl_framework.families", fromlist=["FAMILIES"]).FAMILIES["contrastive"].head_settings(task, None))
-    assert (head.temperature, head.pooling, head.in_batch_negatives) == (0.02, "mean", True)
+    head = task_head(task, None, 16)  # the head `mtl train` builds for it
+    assert (head.temperature, head.pooling, head.in_batch_negatives, head.loss) == \
+        (0.02, "mean", True, "infonce")
 
 
 # --- 3. the registry's errors ------------------------------------------------------------------------

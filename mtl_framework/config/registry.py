@@ -471,8 +471,7 @@ class _SpecLoader:
                            f"type {schema.EMBEDDING_TYPE} only, not {task_type}; remove them")
             for key, message in contrastive_settings_problems(entry["embedding"]):
                 at = where + ("embedding",) + ((str(key),) if key is not None else ())
-                spec.error(at,
-                           f"{label}: embedding.{message}" if key else f"{label}: embedding {message}")
+                spec.error(at, f"{label}: {message}")
         if task_type is None or not isinstance(metric, str) or metric not in schema.METRICS:
             return
         if embedded and metric not in schema.EMBEDDING_METRICS:
@@ -480,7 +479,8 @@ class _SpecLoader:
                        f"embeddings: metric {' / '.join(schema.EMBEDDING_METRICS)}, not {metric}")
         if not embedded and metric in schema.EMBEDDING_METRICS:
             spec.error(where + ("metric",), f"{label}: metric {metric} scores the embeddings of "
-                       f"{schema.EMBEDDING_TYPE} tasks, not a {task_type} task's outputs")
+                       f"{schema.EMBEDDING_TYPE} tasks, not a {task_type} task's outputs: give it "
+                       f"another metric, or make it type {schema.EMBEDDING_TYPE}")
 
     def check_keys(self, spec, where, data, keys, place):
         """Unknown, missing and mistyped keys; returns the entries that passed."""

@@ -15,6 +15,7 @@ axis for the backbone as multiple choice folds its choices; ContrastiveHead pool
 and scores (families/contrastive_heads.py). The task's `embedding:` settings are below,
 EMBEDDING_SETTINGS; docs/embeddings.md explains them.
 """
+import difflib
 import hashlib
 import math
 
@@ -90,17 +91,21 @@ EMBEDDING_SETTINGS = {
 
 
 def settings_problems(value):
-    """[(key or None, message)] of what is wrong with a task's `embedding:` mapping."""
+    """[(key or None, message)] of what is wrong with a task's `embedding:` mapping, each
+    message whole after the task's label ("embedding.loss must be ...")."""
     if not isinstance(value, dict):
-        return [(None, f"must be a mapping (key: value lines), got {type(value).__name__}")]
+        return [(None, f"embedding must be a mapping (key: value lines), got {type(value).__name__}")]
     problems = []
     for key, setting in value.items():
         if key not in EMBEDDING_SETTINGS:
-            problems.append((key, f"unknown setting {key!r}; allowed: {', '.join(EMBEDDING_SETTINGS)}"))
+            close = difflib.get_close_matches(str(key), EMBEDDING_SETTINGS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append((key, f"embedding: unknown setting {key!r}{hint}; allowed: "
+                                  f"{', '.join(EMBEDDING_SETTINGS)}"))
             continue
         problem = EMBEDDING_SETTINGS[key][0](setting)
         if problem:
-            problems.append((key, f"{key} {problem}"))
+            problems.append((key, f"embedding.{key} {problem}"))
     return problems
 
 
@@ -243,7 +248,8 @@ def pair_examples(texts):
 PAIR_BATCH = {"token_ids": ("int32", 3), "segment_ids": ("int32", 3),
               "text_mask": ("float32", 2), "score": ("float32", 1), "positive_id": ("int32", 1)}
 FAMILY = Family(CONTRASTIVE.name, ContrastiveFeaturizer, collate_pairs, PAIR_BATCH,
-                choice_axis=True, head_settings=head_settings, feature_settings=feature_settings,
+                choice_axis=True, rows_coupled=True, head_settings=head_settings,
+                feature_settings=feature_settings,
                 output=similarity_output, from_texts=pair_examples, two_texts=True,
                 hub_task="sentence-similarity")
 FAMILIES = (FAMILY,)

@@ -17,7 +17,8 @@ How a micro-batch is split (MultiTaskModel under a strategy): every worker draws
 the same task and the same global batch (same seed, same streams); each replica
 computes on its own contiguous slice of the rows (`shard_batch`), weighting its
 loss by its share of the global loss denominator (rows, or masked tokens for
-mlm), so the per-replica gradients SUM to the gradient of the global-batch loss.
+mlm), so the per-replica gradients SUM to the gradient of the global-batch loss
+(a loss that couples the rows, contrastive's, is computed whole on every replica).
 """
 import contextlib
 import importlib
@@ -166,7 +167,13 @@ def shard_batch(head, batch, replica_id, num_replicas):
     Rows [n*r/R, n*(r+1)/R) of the n rows; padding stays the global batch's (the
     backbone's output does not depend on it). A replica left without rows (n < R)
     computes on row 0 with share 0, so its gradient is exactly zero.
+
+    A loss that couples the rows (contrastive: each row's positive is every other row's
+    negative) is no sum over row slices: each replica computes it on the whole batch,
+    share 1/R, so the replicas' gradients still SUM to the one-process gradient.
     """
+    if family(head.family).rows_coupled:
+        return batch, tf.constant(1.0 / num_replicas)
     n = tf.shape(batch["token_ids"])[0]
     replica_id = tf.cast(replica_id, tf.int32)
     start = n * replica_id // num_replicas

@@ -98,6 +98,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     tasks = _init_head_tasks(experiment, tasks, root, notes)
     if MLM_TASK in entries:
         _check_mlm_tie(experiment)
+    _check_matryoshka(experiment, tasks)
     run = RunDir(run_dir)
     checkpoints = run.checkpoint_names()
     precision = run_precision(experiment, run.stored_experiment() if checkpoints else None)
@@ -145,9 +146,8 @@ def _init_head_tasks(experiment, tasks, data_root, notes):
             if isinstance(heads.get(task.name), dict) else task for task in tasks]
 
 
-def _check_mlm_tie(experiment):
-    """The mlm head scores against the token embedding: it must be hidden_size wide
-    (ALBERT's factorised embedding is not)."""
+def _backbone_config(experiment):
+    """The backbone config the run will build (from its init folder, or its keys)."""
     backbone = experiment.backbone
     folder = backbone.get("init") or backbone.get("checkpoint")
     if folder:
@@ -158,6 +158,28 @@ def _check_mlm_tie(experiment):
                 and k not in ("architecture", "activation", "max_positions")}
         config = architectures.backbone_config(backbone.get("architecture"), backbone.get("size"),
                                                **dims)
+    return config
+
+
+def _check_matryoshka(experiment, tasks):
+    """A contrastive task's Matryoshka dimensions are prefixes of the pooled vector: none may
+    be wider than the backbone's hidden size (it would silently be the whole vector)."""
+    wide = [task for task in tasks if task.embedding and task.embedding.get("matryoshka_dims")]
+    if not wide:
+        return
+    hidden = _backbone_config(experiment)["hidden_size"]
+    for task in wide:
+        too_wide = [d for d in task.embedding["matryoshka_dims"] if d > hidden]
+        if too_wide:
+            raise ExperimentError(f"{task.spec_path}:{task.line}: task {task.name!r}: "
+                                  f"embedding.matryoshka_dims {too_wide} exceed the backbone's "
+                                  f"hidden size {hidden}: give dimensions up to {hidden}")
+
+
+def _check_mlm_tie(experiment):
+    """The mlm head scores against the token embedding: it must be hidden_size wide
+    (ALBERT's factorised embedding is not)."""
+    config = _backbone_config(experiment)
     width = config.get("embedding_size") or config["hidden_size"]
     if width != config["hidden_size"]:
         raise ExperimentError(

@@ -413,6 +413,28 @@ def test_a_users_spec_folder_makes_a_pairs_task_through_yaml_alone(tmp_path):
         (0.02, "mean", True, "infonce")
 
 
+def test_matryoshka_dims_wider_than_the_backbone_are_refused_before_the_run(tmp_path, capsys):
+    from mtl_framework.cli import main as mtl
+
+    from conftest import TINY_BACKBONE
+
+    (tmp_path / "specs").mkdir()
+    spec = USER_SPEC.replace("pooling: mean", "pooling: mean\n      matryoshka_dims: [8, 4096]")
+    (tmp_path / "specs" / "my_pairs.yaml").write_text(spec, encoding="utf-8")
+    write_flag_file(tmp_path / "data" / "my_pairs" / "train.jsonl")
+    experiment = tmp_path / "experiment.json"
+    experiment.write_text(json.dumps({
+        "data_root": str(tmp_path / "data"), "task_specs": [str(tmp_path / "specs")],
+        "backbone": TINY_BACKBONE, "tasks": ["my_retrieval"], "steps": 1}), encoding="utf-8")
+    assert mtl(["train", str(experiment), "--output", str(tmp_path / "run")]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [f"error: {tmp_path / 'specs' / 'my_pairs.yaml'}:7: task 'my_retrieval': "
+                     f"embedding.matryoshka_dims [4096] exceed the backbone's hidden size "
+                     f"{TINY_BACKBONE['hidden_size']}: give dimensions up to "
+                     f"{TINY_BACKBONE['hidden_size']}"]
+    assert not (tmp_path / "run").exists()
+
+
 # --- 3. the registry's errors ------------------------------------------------------------------------
 
 BAD_SPEC = """\

@@ -49,6 +49,12 @@ class ContrastiveHead(TaskHead):
         self.in_batch_negatives, self.pooling, self.normalize = in_batch_negatives, pooling, normalize
         self.matryoshka_dims = tuple(int(d) for d in matryoshka_dims)
 
+    def build(self, hidden_shape):
+        too_wide = [d for d in self.matryoshka_dims if hidden_shape[-1] and d > hidden_shape[-1]]
+        if too_wide:  # a prefix past the vector would silently be the whole vector
+            raise ValueError(f"task {self.name!r}: embedding.matryoshka_dims {too_wide} exceed the "
+                             f"backbone's hidden size {hidden_shape[-1]}: give dims up to it")
+
     def call(self, hidden, batch, training=False):
         return pool(hidden, batch["token_ids"], self.pooling)
 

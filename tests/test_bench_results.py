@@ -21,6 +21,7 @@ RESULT_OF = {
     "backbone_profile.py": "backbone_profile.json",
     "balancing.py": "balancing.json",
     "cache_key.py": "cache_key.json",
+    "embedding_gain.py": "embedding_gain.json",
     "exact_padding.py": "exact_padding.json",
     "gpu.py": "gpu.json",
     "init_vs_bert4keras.py": "init_vs_bert4keras.json",

@@ -179,15 +179,29 @@ def run_try(pairs, args, time_left, workdir, log):
     return entry
 
 
-def search(args, workdir, log):
-    """Doubling from args.start, then bisection; every try in order, the stop reason."""
-    started, tries = time.perf_counter(), []
+def next_pairs(low, high, start):
+    """The next B to try: doubling from `start` until one does not fit, then the middle."""
+    if high is None:
+        return start if low is None else 2 * low
+    return (low + high) // 2
+
+
+def search(args, workdir, log, earlier=()):
+    """Doubling from args.start, then bisection; every try in order, the stop reason.
+    `earlier`: tries of a previous search (--resume) whose decisions it continues from."""
+    started, tries = time.perf_counter(), list(earlier)
+    low = max((t["pairs"] for t in tries if t["fits"]), default=None)
+    high = min((t["pairs"] for t in tries if t["fits"] is False), default=None)
 
     def left():
         return args.time_cap - (time.perf_counter() - started)
 
-    low, high, pairs = None, None, args.start
     while left() > 0:
+        if low is None and high is not None:
+            return tries, low, high, f"the first try (B={high}) does not fit"
+        if high is not None and high - low <= args.resolution:
+            return tries, low, high, f"bisected to {args.resolution} pairs"
+        pairs = next_pairs(low, high, args.start)
         entry = run_try(pairs, args, left(), workdir, log)
         tries.append(entry)
         if entry["fits"] is None:  # the time ran out: the bracket is what was decided before
@@ -196,14 +210,6 @@ def search(args, workdir, log):
             low = pairs
         else:
             high = pairs
-        if high is None:
-            pairs *= 2
-        elif low is None:
-            return tries, low, high, f"the first try (B={args.start}) does not fit"
-        elif high - low <= args.resolution:
-            return tries, low, high, f"bisected to {args.resolution} pairs"
-        else:
-            pairs = (low + high) // 2
     return tries, low, high, "time cap reached"
 
 
@@ -271,6 +277,9 @@ def main(argv=None):
     parser.add_argument("--output-dir")
     parser.add_argument("--keep", action="store_true",
                         help="keep the existing JSON's entries of other precisions")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the search of the existing JSON (same precision and config) "
+                             "from its decided tries (an undecided one is tried again)")
     parser.add_argument("--markdown", action="store_true",
                         help="rewrite contrastive_memory.md from the existing JSON, measure nothing")
     parser.add_argument("--try", dest="try_pairs", type=int, help=argparse.SUPPRESS)
@@ -292,12 +301,22 @@ def main(argv=None):
 
     log(f"budget {args.budget_gib} GiB RSS, floor {args.floor_gib} GiB available, "
         f"{args.time_cap:.0f} s; child logs in {workdir}")
-    tries, low, high, stopped = search(args, workdir, log)
+    earlier, earlier_seconds = [], 0.0
+    previous = Path(args.output_dir or REPO / "bench" / "results") / "contrastive_memory.json"
+    if args.resume and previous.exists():  # continue that search: its decided tries count
+        old = [e for e in json.loads(previous.read_text(encoding="utf-8"))["entries"]
+               if e["precision"] == args.precision and e["config"] == args.config]
+        earlier = old[0]["tries"] if old else []  # an undecided one stays on record, tried again
+        earlier_seconds = old[0]["search_seconds"] if old else 0.0
+        log(f"resuming from the {len(earlier)} tries of {previous}")
+    tries, low, high, stopped = search(args, workdir, log, earlier)
     entry = {"precision": args.precision, "config": args.config,
              "backbone": dict(COMMON, **CONFIGS[args.config]),
              "length": LENGTH, "texts_per_row": TEXTS_PER_ROW, "largest_fitting": low,
              "smallest_not_fitting": high, "stopped": stopped, "budget_gib": args.budget_gib,
-             "floor_gib": args.floor_gib, "search_seconds": round(time.perf_counter() - started, 1),
+             "floor_gib": args.floor_gib,
+             "search_seconds": round(earlier_seconds + time.perf_counter() - started, 1),
+             "resumed_after_tries": len(earlier),
              "tries": tries, "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     fitted = [t for t in tries if t["fits"]]
     if len(fitted) >= 2:

@@ -9,6 +9,7 @@ text per line) or --input (one text per line, or a .jsonl of {"text": ...} objec
 .npy (float32 [n, H]) or .jsonl ({"text", "embedding"} per line); with --text and no
 --output, JSON lines on stdout. A progress bar on a terminal; nothing else on stdout.
 """
+import contextlib
 import json
 import os
 import sys
@@ -107,7 +108,7 @@ def run(args):
         np.save(args.output, vectors)
     else:
         stream = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-        with stream if args.output else _kept(stream):
+        with stream if args.output else contextlib.nullcontext(stream):  # stdout stays open
             for text, vector in zip(texts, vectors):
                 stream.write(json.dumps({"text": text, "embedding": [round(float(x), 7)
                                                                      for x in vector]},
@@ -117,15 +118,3 @@ def run(args):
             f"({encoder.pooling} pooling{', normalised' if encoder.normalize else ''})")
     return 0
 
-
-class _kept:
-    """A context for stdout that leaves it open."""
-
-    def __init__(self, stream):
-        self.stream = stream
-
-    def __enter__(self):
-        return self.stream
-
-    def __exit__(self, *exc):
-        self.stream.flush()

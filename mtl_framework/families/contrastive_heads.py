@@ -20,19 +20,6 @@ def pool(hidden, token_ids, pooling):
     return ops.sum(hidden * mask, axis=-2) / ops.maximum(ops.sum(mask, axis=-2), 1.0)
 
 
-def numpy_pool(hidden, token_ids, pooling, normalize):
-    """`pool` (and L2 normalisation) in NumPy float64, for encoding outside a traced step."""
-    hidden = np.asarray(hidden, np.float64)
-    if pooling == "cls":
-        vectors = hidden[..., 0, :]
-    else:
-        mask = (np.asarray(token_ids) != 0)[..., None]
-        vectors = (hidden * mask).sum(-2) / np.maximum(mask.sum(-2), 1)
-    if normalize:
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-    return vectors
-
-
 @head_for(CONTRASTIVE.name)
 class ContrastiveHead(TaskHead):
     """Pooled vectors [B, K, H] of each row's texts (query, positive, negatives); the loss

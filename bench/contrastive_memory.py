@@ -19,9 +19,10 @@ beside it. Search: B doubles from `--start` until a try does not fit, then bisec
 between the last B that fitted and the first that did not, to `--resolution` pairs,
 all within `--time-cap` seconds.
 
-Only the plain loss is measured. The issue also asks for a cached-gradient loss
-(GradCache; sentence-transformers' CachedMultipleNegativesRankingLoss): mtl_framework has
-none, so there is no "with" row (the JSON says so).
+`--cached-chunk C` measures the cached-gradient step instead (GradCache, the head's
+`embedding.cached_chunk`, as sentence-transformers' CachedMultipleNegativesRankingLoss): the
+2 x B texts go through the backbone C at a time, twice; its entry sits beside the plain one
+(`--keep`), told apart by `cached_chunk` (0: the plain step).
 
 Writes bench/results/contrastive_memory.json and .md (--quick: a temporary folder unless
 --output-dir says where).
@@ -49,24 +50,9 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 LENGTH, TEXTS_PER_ROW = 128, 2
 OPTIMIZER = {"name": "adamw", "lr": 1e-4, "warmup_steps": 100}
 GIB = 2 ** 30
-# What a cached-gradient form would be (a design note, nothing of it is built): issue 43 asks
-# for the "with" row; it needs this in the model's per-task micro-step.
-GRADCACHE_DESIGN = (
-    "Design (not built): a cached-gradient contrastive micro-step (GradCache, as "
-    "sentence-transformers' CachedMultipleNegativesRankingLoss) would fit MultiTaskModel's "
-    "per-task micro-step as three traced pieces: (1) the B x K texts through the backbone in "
-    "chunks of C rows without a tape, keeping only the pooled vectors [B, K, H]; (2) the InfoNCE "
-    "loss on all vectors under a tape over the vectors alone, giving d loss / d vectors; (3) "
-    "each chunk again through the backbone under a tape, with the same dropout seeds as in (1) "
-    "(the step already derives them from micro_batches_seen), its vector gradient pushed back "
-    "with output_gradients and added to the accumulators. The sum of (3) is the micro-batch's "
-    "gradient, so gradient_norm balancing and the mixed update see one micro-step as now. "
-    "Memory: one chunk's activations instead of B x K texts'; compute: a second forward "
-    "pass over every text (an estimate, not measured). A head setting (embedding: "
-    "{cached_chunk: C}) would choose it.")
 FITS = {True: "fits", False: "does not fit", None: "undecided (time)"}
-CACHED_LOSS = ("absent: mtl_framework has no cached-gradient (GradCache) contrastive loss, "
-               "so only the plain step is measured (no 'with' row)")
+CACHED_LOSS = ("embedding.cached_chunk: C (GradCache; step/tensorflow.py _cached_gradients): each "
+               "entry's cached_chunk says which step it measured (0: the plain one)")
 
 
 # --- the child: one try -----------------------------------------------------------
@@ -80,7 +66,7 @@ def status_kib(pid, field):
         return 0
 
 
-def try_pairs(pairs, config_name, precision, updates):
+def try_pairs(pairs, config_name, precision, updates, cached_chunk=0):
     """Build the model, run `updates` updates of `pairs` pairs; one JSON line on stdout."""
     import keras
 
@@ -95,7 +81,8 @@ def try_pairs(pairs, config_name, precision, updates):
     config = dict(COMMON, **CONFIGS[config_name])
     with precision_policy(precision):
         backbone = RoFormerV2Backbone(**config)
-        head = build_head("contrastive", None, config["hidden_size"], name="pairs")
+        head = build_head("contrastive", None, config["hidden_size"], name="pairs",
+                          cached_chunk=cached_chunk)
         model = MultiTaskModel(backbone, {"pairs": head}, tasks_per_update=1)
     model.compile(optimizer=build_optimizer(OPTIMIZER, total_steps=10 ** 6))
     model.build_all()
@@ -129,7 +116,8 @@ def mem_total():
 def run_try(pairs, args, time_left, workdir, log):
     """{pairs, fits, why, peak_rss (ru_maxrss), watched_peak_rss, seconds, ...} of one child."""
     command = [sys.executable, "-m", "bench.contrastive_memory", "--try", str(pairs),
-               "--config", args.config, "--precision", args.precision, "--updates", str(args.updates)]
+               "--config", args.config, "--precision", args.precision, "--updates", str(args.updates),
+               "--cached-chunk", str(args.cached_chunk)]
     out_path = Path(workdir) / f"try_{pairs}.out"
     with open(out_path, "w") as out, open(Path(workdir) / f"try_{pairs}.err", "w") as err:
         child = subprocess.Popen(command, stdout=out, stderr=err,
@@ -236,7 +224,9 @@ def markdown(report):
              "MultiTaskModel.run_update, AdamW; each try a child process running "
              f"{report['settings']['updates_per_try']} update(s) (the first traces).", ""]
     for entry in report["entries"]:
-        lines += [f"## {entry['precision']}: largest B that fits: **{entry['largest_fitting']}** "
+        step = (f"cached-gradient step, {entry['cached_chunk']} texts a chunk"
+                if entry.get("cached_chunk") else "plain step")
+        lines += [f"## {entry['precision']}, {step}: largest B that fits: **{entry['largest_fitting']}** "
                   f"({(entry['largest_fitting'] or 1) - 1} in-batch negatives per query); smallest "
                   f"that did not: {entry['smallest_not_fitting'] or 'none found'}; stopped: "
                   f"{entry['stopped']}", "",
@@ -273,6 +263,8 @@ def main(argv=None):
     parser.add_argument("--time-cap", type=float, default=540, help="seconds for the whole search")
     parser.add_argument("--try-cap", type=float, default=300, help="seconds for one try")
     parser.add_argument("--updates", type=int, default=2)
+    parser.add_argument("--cached-chunk", type=int, default=0,
+                        help="texts per chunk of the cached-gradient step (0: the plain step)")
     parser.add_argument("--quick", action="store_true", help="L4-H256-A4, 2 GiB budget, 120 s")
     parser.add_argument("--output-dir")
     parser.add_argument("--keep", action="store_true",
@@ -285,7 +277,7 @@ def main(argv=None):
     parser.add_argument("--try", dest="try_pairs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.try_pairs:
-        return try_pairs(args.try_pairs, args.config, args.precision, args.updates)
+        return try_pairs(args.try_pairs, args.config, args.precision, args.updates, args.cached_chunk)
     if args.markdown:
         out = Path(args.output_dir or REPO / "bench" / "results")
         report = json.loads((out / "contrastive_memory.json").read_text(encoding="utf-8"))
@@ -305,12 +297,13 @@ def main(argv=None):
     previous = Path(args.output_dir or REPO / "bench" / "results") / "contrastive_memory.json"
     if args.resume and previous.exists():  # continue that search: its decided tries count
         old = [e for e in json.loads(previous.read_text(encoding="utf-8"))["entries"]
-               if e["precision"] == args.precision and e["config"] == args.config]
+               if e["precision"] == args.precision and e["config"] == args.config
+               and e.get("cached_chunk", 0) == args.cached_chunk]
         earlier = old[0]["tries"] if old else []  # an undecided one stays on record, tried again
         earlier_seconds = old[0]["search_seconds"] if old else 0.0
         log(f"resuming from the {len(earlier)} tries of {previous}")
     tries, low, high, stopped = search(args, workdir, log, earlier)
-    entry = {"precision": args.precision, "config": args.config,
+    entry = {"precision": args.precision, "config": args.config, "cached_chunk": args.cached_chunk,
              "backbone": dict(COMMON, **CONFIGS[args.config]),
              "length": LENGTH, "texts_per_row": TEXTS_PER_ROW, "largest_fitting": low,
              "smallest_not_fitting": high, "stopped": stopped, "budget_gib": args.budget_gib,
@@ -329,7 +322,8 @@ def main(argv=None):
     path = out / "contrastive_memory.json"
     entries = [entry]
     if args.keep and path.exists():
-        entries += [e for e in json.loads(path.read_text())["entries"] if e["precision"] != args.precision]
+        entries += [e for e in json.loads(path.read_text())["entries"]
+                    if (e["precision"], e.get("cached_chunk", 0)) != (args.precision, args.cached_chunk)]
     report = {"settings": {"optimizer": OPTIMIZER, "updates_per_try": args.updates,
                            "contrastive_head": "family defaults: infonce, temperature 0.05, "
                                                "in-batch negatives, cls pooling"},
@@ -338,7 +332,7 @@ def main(argv=None):
               "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
               "notes": ["Shared machine: other users' memory counts against MemAvailable; a try "
                         "stopped by the floor did not fit in what the machine had free then "
-                        "(least_mem_available per try).", GRADCACHE_DESIGN]}
+                        "(least_mem_available per try)."]}
     path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (out / "contrastive_memory.md").write_text(markdown(report), encoding="utf-8")
     print(markdown(report))

@@ -806,3 +806,58 @@ def test_jax_data_parallel_on_two_devices_equals_one_process_with_contrastive_ta
     difference = max(float(np.abs(a.astype("float64") - b).max()) for a, b in zip(mirrored, single))
     print(f"JAX: max |DataParallel on 2 CPU devices - one device| after {steps} updates: {difference:.3g}")
     assert len(mirrored) == len(single) and difference <= 1e-5  # measured: 1.9e-6
+
+
+# --- the cached-gradient (GradCache) step: embedding.cached_chunk ------------------------
+
+# chunk/dropout/loss: a chunk size dividing the 15 texts, one that does not, one text a chunk,
+# one chunk of all (dropout on: the plain step's masks), CoSENT; with dropout and several
+# chunks the reference is the same chunked forward differentiated under one tape.
+GRADIENT_CACHE_CASES = ["5/0.0/infonce", "4/0.0/infonce", "1/0.0/infonce", "15/0.1/infonce",
+                        "4/0.1/infonce", "4/0.0/cosent"]
+
+
+def assert_cached_equals_plain(found):
+    for case, (difference, scale, loss_difference) in found.items():
+        print(f"{case}: max |cached - reference update| {difference:.3g} (largest {scale:.3g}), "
+              f"loss {loss_difference:+.3g}")
+        assert scale > 0.1, case  # the update moved the backbone
+        assert difference <= 1e-5 * max(1.0, scale), case
+        assert abs(loss_difference) <= 1e-5, case
+
+
+def test_cached_gradient_step_equals_the_plain_step():
+    """One update by GradCache in chunks equals the plain update (TensorFlow): the
+    vectors' gradient pushed back chunk by chunk is the whole micro-batch's gradient, and
+    each chunk draws the same dropout masks in both of its passes."""
+    import gradient_cache_worker
+
+    assert_cached_equals_plain(gradient_cache_worker.differences(GRADIENT_CACHE_CASES))
+
+
+def test_cached_gradient_step_equals_the_plain_step_on_jax():
+    import os
+    import subprocess
+
+    from run_harness import JAX_PYTHON
+
+    if not JAX_PYTHON.exists():
+        pytest.skip(".venv-jax is absent (make interop-jax)")
+    repo = Path(__file__).resolve().parents[1]
+    child = subprocess.run([str(JAX_PYTHON), str(repo / "tests" / "gradient_cache_worker.py"),
+                            *GRADIENT_CACHE_CASES], cwd=repo, capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": str(repo),
+                                "CUDA_VISIBLE_DEVICES": ""})
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert_cached_equals_plain({k: tuple(v) for k, v in json.loads(child.stdout.splitlines()[-1]).items()})
+
+
+def test_cached_chunk_is_a_traced_setting_and_checked():
+    plain, cached = contrastive_head(), contrastive_head(cached_chunk=32)
+    assert cached.get_config()["cached_chunk"] == 32
+    assert plain.trace_key() != cached.trace_key()  # another micro-step
+    from mtl_framework.families.contrastive import settings_problems
+
+    assert settings_problems({"cached_chunk": 32}) == []
+    assert settings_problems({"cached_chunk": -1}) == [
+        ("cached_chunk", "embedding.cached_chunk must be a whole number >= 0, got -1")]

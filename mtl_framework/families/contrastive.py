@@ -81,6 +81,9 @@ EMBEDDING_SETTINGS = {
     "pooling": (_choice(POOLINGS), "cls", "head"),
     "normalize": (_flag, True, "head"),
     "matryoshka_dims": (_dims, [], "head"),
+    # GradCache (sentence-transformers' CachedMultipleNegativesRankingLoss, its
+    # mini_batch_size): texts per chunk through the backbone; 0 = every text at once
+    "cached_chunk": (_whole, 0, "head"),
     "hard_negatives": (_whole, 1, "features"),
     "positive_score": (_number, 1.0, "features"),
     # the head records the prefixes (it does not use them): encoding a run or an export

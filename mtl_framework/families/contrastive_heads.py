@@ -28,13 +28,16 @@ class ContrastiveHead(TaskHead):
     compared by cosine as sentence-transformers' MatryoshkaLoss does, weights 1)."""
 
     def __init__(self, num_labels=None, loss="infonce", temperature=0.05, in_batch_negatives=True,
-                 pooling="cls", normalize=True, matryoshka_dims=(), query_prefix="",
-                 passage_prefix="", **kwargs):
+                 pooling="cls", normalize=True, matryoshka_dims=(), cached_chunk=0,
+                 query_prefix="", passage_prefix="", **kwargs):
         super().__init__(num_labels, **kwargs)
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.loss, self.temperature = loss, float(temperature)
         self.in_batch_negatives, self.pooling, self.normalize = in_batch_negatives, pooling, normalize
         self.matryoshka_dims = tuple(int(d) for d in matryoshka_dims)
+        # > 0: the step computes this head's gradient by GradCache, `cached_chunk` texts
+        # through the backbone at a time (step/model.py, MultiTaskModel.cached_chunk)
+        self.cached_chunk = int(cached_chunk)
 
     def build(self, hidden_shape):
         too_wide = [d for d in self.matryoshka_dims if hidden_shape[-1] and d > hidden_shape[-1]]
@@ -73,6 +76,7 @@ class ContrastiveHead(TaskHead):
         return {**super().get_config(), "loss": self.loss, "temperature": self.temperature,
                 "in_batch_negatives": self.in_batch_negatives, "pooling": self.pooling,
                 "normalize": self.normalize, "matryoshka_dims": list(self.matryoshka_dims),
+                "cached_chunk": self.cached_chunk,
                 "query_prefix": self.query_prefix, "passage_prefix": self.passage_prefix}
 
     # normalize acts on the exported embeddings only (the losses compare by cosine); the

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import keras
 import numpy as np
 
+from mtl_framework.families.heads import backbone_inputs
 from mtl_framework.step.backend import BackendStep
 
 
@@ -157,8 +158,13 @@ class JaxStep(BackendStep):
                 scaled = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
                 return scaled, (raw_loss, loss)
 
-            (_, (raw_loss, loss)), (backbone_grads, own_grads) = jax.value_and_grad(
-                losses, argnums=(0, 1), has_aux=True)(trainable, own)
+            if getattr(template, "cached_chunk", 0):
+                raw_loss, loss, backbone_grads = self._cached_gradients(
+                    template, batch, trainable, fixed, seeds, state)
+                own_grads = [jnp.zeros_like(v) for v in own]  # a contrastive head has none
+            else:
+                (_, (raw_loss, loss)), (backbone_grads, own_grads) = jax.value_and_grad(
+                    losses, argnums=(0, 1), has_aux=True)(trainable, own)
             gradients = [g.astype(v.dtype) for g, v in zip(backbone_grads + own_grads, trainable + own)]
             if self.dynamic_loss_scale:
                 gradients = [g / state["loss_scale"].astype(g.dtype) for g in gradients]
@@ -178,6 +184,49 @@ class JaxStep(BackendStep):
             return results, targets, head_sums
 
         return jax.jit(step)
+
+    def _cached_gradients(self, template, batch, trainable, fixed, seeds, state):
+        """(raw loss, weighted loss, backbone gradients) by GradCache, as TensorFlow's
+        step/tensorflow.py computes them: the texts in chunks of `template.cached_chunk`
+        rows (the last padded with empty rows, whose vectors' gradient is zero) through
+        the backbone without gradients (lax.map), the loss's gradient on all vectors,
+        then each chunk's vector-Jacobian product summed (lax.scan), chunk c with the
+        dropout seeds of TensorFlow's chunk c."""
+        rows = backbone_inputs(batch)
+        total, length = rows["token_ids"].shape
+        size = template.cached_chunk
+        chunks = -(-total // size)
+        pad = chunks * size - total
+        parts = {k: jnp.pad(v, ((0, pad), (0, 0))).reshape(chunks, size, length) for k, v in rows.items()}
+        backbone, fixed_variables = self.backbone_variables, self._fixed_backbone_variables()
+
+        def vectors_of(trainable, chunk, part):
+            values = list(zip(backbone, trainable)) + list(zip(fixed_variables, fixed))
+            chunk_seeds = [(s, value + jnp.stack([chunk, 0]).astype(value.dtype)) for s, value in seeds]
+            return self._text_vectors(template, part, chunk_seeds, values)
+
+        numbers = jnp.arange(chunks)
+        vectors = jax.lax.map(lambda args: vectors_of(trainable, *args), (numbers, parts))
+        vectors = vectors.reshape(chunks * size, -1)[:total]
+
+        def losses(vectors):
+            shaped = vectors.reshape(*batch["token_ids"].shape[:2], -1)
+            raw_loss = template.compute_task_loss(shaped, batch)
+            loss = raw_loss * state["loss_weight"]
+            scaled = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
+            return scaled, (raw_loss, loss)
+
+        (_, (raw_loss, loss)), vector_gradients = jax.value_and_grad(losses, has_aux=True)(vectors)
+        vector_gradients = jnp.pad(vector_gradients, ((0, pad), (0, 0))).reshape(chunks, size, -1)
+
+        def push_back(sums, args):
+            chunk, part, pushed = args
+            _, pull = jax.vjp(lambda values: vectors_of(values, chunk, part), trainable)
+            return [total + g for total, g in zip(sums, pull(pushed)[0])], None
+
+        sums, _ = jax.lax.scan(push_back, [jnp.zeros_like(v) for v in trainable],
+                               (numbers, parts, vector_gradients))
+        return raw_loss, loss, sums
 
     # --- forward (evaluation) ------------------------------------------------------------
 

@@ -205,6 +205,13 @@ class MultiTaskModel(Step, keras.Model):
             with WeightsScope(list(zip(head.trainable_variables, head_values)) + seeds):
                 return head.call(hidden, batch, training=training)
 
+    def _text_vectors(self, head, rows, seeds, backbone_values=None):
+        """A weightless head's training outputs for texts alone, [N, L] rows -> [N, H] float32
+        (the cached-gradient contrastive step runs a chunk of texts at a time through this)."""
+        with WeightsScope(list(seeds) + list(backbone_values or [])):
+            hidden = self.backbone(rows, training=True)
+        return ops.cast(head.call(hidden, rows, training=True), "float32")
+
     def _loss(self, head, batch, training, head_values=None, seeds=None, backbone_values=None):
         outputs = self._outputs(head, batch, training, head_values, seeds, backbone_values)
         # mixed precision: heads compute in 16 bits, losses always in float32

@@ -6,6 +6,7 @@ import os
 
 import tensorflow as tf
 
+from mtl_framework.families.heads import backbone_inputs
 from mtl_framework.step.backend import BackendStep
 from mtl_framework.step.distributed import shard_batch
 
@@ -168,15 +169,23 @@ class TensorFlowStep(BackendStep):
         are summed), in its variable's dtype, loss scaling undone. `share`: this
         replica's part of the global loss denominator."""
         variables = self.backbone_variables + own_values
-        with tf.GradientTape() as tape:
-            tape.watch(own_values)
-            raw_loss = self._loss(template, batch, True, self._head_values(template, own_values),
-                                  self._dropout_seeds(count))
+
+        def weighted(raw_loss):  # (raw, weighted, scaled) loss of this replica
             if share is not None:
                 raw_loss = raw_loss * share
             loss = raw_loss * state["loss_weight"]
-            scaled_loss = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
-        gradients = tape.gradient(scaled_loss, variables)
+            return raw_loss, loss, loss * state["loss_scale"] if self.dynamic_loss_scale else loss
+
+        if getattr(template, "cached_chunk", 0):
+            raw_loss, loss, gradients = self._cached_gradients(template, batch, count, weighted)
+            gradients += [tf.zeros_like(v) for v in own_values]  # a contrastive head has none
+        else:
+            with tf.GradientTape() as tape:
+                tape.watch(own_values)
+                raw_loss, loss, scaled_loss = weighted(self._loss(
+                    template, batch, True, self._head_values(template, own_values),
+                    self._dropout_seeds(count)))
+            gradients = tape.gradient(scaled_loss, variables)
         gradients = [tf.zeros_like(v) if g is None else g for g, v in zip(gradients, variables)]
         n_backbone = len(self.backbone_variables)
         if share is None:  # a head's gradient goes out of the step: dense
@@ -188,6 +197,48 @@ class TensorFlowStep(BackendStep):
                      for g, v in zip(gradients, variables)]
         if self.dynamic_loss_scale:
             gradients = [_map_values(lambda x: x / state["loss_scale"], g) for g in gradients]
+        return raw_loss, loss, gradients
+
+    def _cached_gradients(self, template, batch, count, weighted):
+        """(raw loss, weighted loss, backbone gradients) by GradCache (Gao et al. 2021, as
+        sentence-transformers' CachedMultipleNegativesRankingLoss): the texts go through
+        the backbone `template.cached_chunk` rows at a time, (1) without a tape, keeping
+        only their vectors; (2) the loss on all vectors gives d loss / d vectors; (3) each
+        chunk again under a tape, its vectors' gradient pushed back into the weights and
+        summed. Memory holds one chunk's activations, not the micro-batch's; the gradient
+        is the plain step's (chunk c draws its dropout masks from seeds of its own, the
+        same in (1) and (3)); the cost is a second forward pass over every text."""
+        rows = backbone_inputs(batch)
+        size = template.cached_chunk
+        chunks = (tf.shape(rows["token_ids"])[0] + size - 1) // size
+
+        def vectors_of(chunk):
+            part = {k: v[chunk * size:(chunk + 1) * size] for k, v in rows.items()}
+            return self._text_vectors(template, part, self._dropout_seeds(count, chunk))
+
+        def embed(chunk, pieces):
+            return chunk + 1, pieces.write(chunk, vectors_of(chunk))
+
+        pieces = tf.TensorArray(tf.float32, size=chunks, infer_shape=False, element_shape=[None, None])
+        _, pieces = tf.while_loop(lambda chunk, _: chunk < chunks, embed, (0, pieces),
+                                  parallel_iterations=1)
+        vectors = pieces.concat()
+        with tf.GradientTape() as tape:
+            tape.watch(vectors)
+            shaped = tf.reshape(vectors, tf.concat([tf.shape(batch["token_ids"])[:2], [-1]], 0))
+            raw_loss, loss, scaled_loss = weighted(template.compute_task_loss(shaped, batch))
+        vector_gradients = tape.gradient(scaled_loss, vectors)
+        variables = self.backbone_variables
+
+        def push_back(chunk, sums):
+            with tf.GradientTape() as tape:
+                pushed = tf.reduce_sum(vectors_of(chunk) * vector_gradients[chunk * size:(chunk + 1) * size])
+            gradients = tape.gradient(pushed, variables)
+            return chunk + 1, [total if g is None else total + tf.convert_to_tensor(g)
+                               for total, g in zip(sums, gradients)]
+
+        _, gradients = tf.while_loop(lambda chunk, _: chunk < chunks, push_back,
+                                     (0, [tf.zeros_like(v) for v in variables]), parallel_iterations=1)
         return raw_loss, loss, gradients
 
     def _balanced(self, raw_loss, loss, gradients, n_backbone, state):
@@ -205,11 +256,14 @@ class TensorFlowStep(BackendStep):
             results.update(_next_loss_scale(state["loss_scale"], state["finite_in_a_row"], finite))
         return results, scale
 
-    def _dropout_seeds(self, count):
-        """Each dropout seed state mapped to its own value + [0, count * 1024]: micro-batch
+    def _dropout_seeds(self, count, chunk=0):
+        """Each dropout seed state mapped to its own value + [chunk, count * 1024]: micro-batch
         `count` draws its masks from its own seeds (1024 draws per layer each), whichever
-        micro-steps ran before it or beside it."""
-        return [(state, tf.convert_to_tensor(state) + tf.stack([tf.zeros_like(count), count * 1024]))
+        micro-steps ran before it or beside it; a cached-gradient step's chunks each from
+        their own (the first word shifted by the chunk's number)."""
+        count = tf.convert_to_tensor(count)
+        offset = tf.stack([tf.cast(chunk, count.dtype), count * 1024])
+        return [(state, tf.convert_to_tensor(state) + tf.cast(offset, state.dtype))
                 for state in self._seed_states]
 
     def _update_task_state(self, task, results):

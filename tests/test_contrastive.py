@@ -488,8 +488,8 @@ def test_embedding_spec_errors_are_one_line_each_with_file_line_and_fix(tmp_path
     (tmp_path / "bad_text.yaml").write_text(BAD_TEXT_SPEC, encoding="utf-8")
     bad, text = tmp_path / "bad.yaml", tmp_path / "bad_text.yaml"
     settings = ", ".join(["loss", "temperature", "in_batch_negatives", "pooling", "normalize",
-                          "matryoshka_dims", "hard_negatives", "positive_score", "query_prefix",
-                          "passage_prefix"])
+                          "matryoshka_dims", "cached_chunk", "hard_negatives", "positive_score",
+                          "query_prefix", "passage_prefix"])
     expected = [
         f"{bad}:11: task 'bad_settings': embedding: unknown setting 'tempreature' (did you mean "
         f"'temperature'?); allowed: {settings}",
@@ -811,8 +811,8 @@ def test_jax_data_parallel_on_two_devices_equals_one_process_with_contrastive_ta
 # --- the cached-gradient (GradCache) step: embedding.cached_chunk ------------------------
 
 # chunk/dropout/loss: a chunk size dividing the 15 texts, one that does not, one text a chunk,
-# one chunk of all (dropout on: the plain step's masks), CoSENT; with dropout and several
-# chunks the reference is the same chunked forward differentiated under one tape.
+# CoSENT; with dropout (one chunk of all, several) the reference is the same chunked forward
+# (its masks) differentiated under one tape.
 GRADIENT_CACHE_CASES = ["5/0.0/infonce", "4/0.0/infonce", "1/0.0/infonce", "15/0.1/infonce",
                         "4/0.1/infonce", "4/0.0/cosent"]
 
@@ -861,3 +861,32 @@ def test_cached_chunk_is_a_traced_setting_and_checked():
     assert settings_problems({"cached_chunk": 32}) == []
     assert settings_problems({"cached_chunk": -1}) == [
         ("cached_chunk", "embedding.cached_chunk must be a whole number >= 0, got -1")]
+
+
+def test_queries_and_passages_run_apart_each_cut_to_its_longest_text():
+    """The step runs a contrastive batch's queries and passages through the backbone apart,
+    each padded only to its own longest text (TensorFlow): the vectors are those of every
+    text padded to the batch's length, folded into one call."""
+    import gradient_cache_worker
+    import keras
+
+    from mtl_framework import RoFormerV2Backbone
+    from mtl_framework.families.contrastive_heads import pool
+    from mtl_framework.step.model import MultiTaskModel
+
+    keras.utils.set_random_seed(0)
+    backbone = RoFormerV2Backbone(vocab_size=64, num_layers=2, hidden_size=16, num_heads=2,
+                                  intermediate_size=32, dropout=0.0)
+    backbone.build()
+    for pooling in ("cls", "mean"):
+        head = build_head("contrastive", None, 16, name="pairs", pooling=pooling)
+        model = MultiTaskModel(backbone, {"pairs": head}, tasks_per_update=1)
+        batch = gradient_cache_worker.contrastive_batch()
+        batch["token_ids"][:, 0, 5:] = 0  # queries of at most 5 tokens, passages up to 9
+        batch["token_ids"][2, 2] = 0
+        apart = ops.convert_to_numpy(model.task_outputs("pairs", batch))
+        folded = batch["token_ids"].reshape(-1, batch["token_ids"].shape[-1])
+        hidden = backbone({"token_ids": folded, "segment_ids": np.zeros_like(folded)})
+        together = ops.convert_to_numpy(pool(hidden, folded, pooling)).reshape(apart.shape)
+        real = batch["text_mask"] > 0
+        assert np.abs(apart[real] - together[real]).max() <= 1e-5, pooling

@@ -133,6 +133,27 @@ class Encoder:
                 self.max_length = min(backbone.config.get("max_positions") or 512, 512)
         return self._model
 
+    @property
+    def forward(self):
+        """(token ids [n, L] -> vectors, the step lengths are rounded up to): on TensorFlow
+        one function traced for every shape, so batches pad to their longest text exactly;
+        on JAX Keras's predict_on_batch, compiled per shape, so lengths round up to 8."""
+        if getattr(self, "_forward", None) is None:
+            import keras
+
+            model = self.model
+            if keras.backend.backend() == "tensorflow":
+                import tensorflow as tf
+
+                @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+                def vectors(token_ids):
+                    return model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids)})
+                self._forward = (vectors, 1)
+            else:
+                self._forward = (lambda token_ids: model.predict_on_batch(
+                    {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}), 8)
+        return self._forward
+
     def token_rows(self, texts, side=None, task=None):
         """[CLS] prefix + text [SEP] token ids per text, cut to max_length."""
         model = self.model  # noqa: F841 (sets max_length from the backbone when unset)
@@ -142,8 +163,9 @@ class Encoder:
 
     def encode(self, texts, side=None, task=None, batch_size=32, progress=None):
         """float32 [len(texts), H]: texts sorted by length into batches of `batch_size`
-        (padding only to the batch's longest, rounded up to 8 for fewer traced shapes),
-        pooled, L2-normalised when the model was trained so. `progress(n)` after each batch."""
+        (padding only to the batch's longest; on JAX rounded up to 8, each shape being a
+        compilation), pooled, L2-normalised when the model was trained so. `progress(n)`
+        after each batch."""
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
@@ -152,15 +174,15 @@ class Encoder:
             return np.zeros((0, self.model.backbone.config["hidden_size"]), np.float32)
         rows = self.token_rows(texts, side, task)
         order = np.argsort([len(r) for r in rows], kind="stable")
+        forward, step = self.forward
         out = None
         for start in range(0, len(rows), batch_size):
             chosen = order[start:start + batch_size]
-            length = -(-max(len(rows[i]) for i in chosen) // 8) * 8
+            length = -(-max(len(rows[i]) for i in chosen) // step) * step
             token_ids = np.zeros((len(chosen), length), np.int32)
             for b, i in enumerate(chosen):
                 token_ids[b, :len(rows[i])] = rows[i]
-            vectors = np.asarray(self.model.predict_on_batch(
-                {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}), np.float32)
+            vectors = np.asarray(forward(token_ids), np.float32)
             if out is None:
                 out = np.zeros((len(rows), vectors.shape[-1]), np.float32)
             out[chosen] = vectors

@@ -27,6 +27,11 @@ class ContrastiveHead(TaskHead):
     averaged over the Matryoshka dimensions when given (each a prefix of the vector,
     compared by cosine as sentence-transformers' MatryoshkaLoss does, weights 1)."""
 
+    # each text is encoded alone and pooled without weights: the step runs the queries and
+    # the passages through the backbone apart (MultiTaskModel._side_vectors), or chunk by
+    # chunk (cached_chunk)
+    texts_alone = True
+
     def __init__(self, num_labels=None, loss="infonce", temperature=0.05, in_batch_negatives=True,
                  pooling="cls", normalize=True, matryoshka_dims=(), cached_chunk=0,
                  query_prefix="", passage_prefix="", **kwargs):

@@ -195,6 +195,8 @@ class MultiTaskModel(Step, keras.Model):
         value)]: JAX's step differentiates them), the backbone reads those."""
         seeds = list(seeds or [])
         seeds = seeds + list(backbone_values or [])
+        if getattr(head, "texts_alone", False):
+            return self._side_vectors(head, batch, training, seeds)
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
             hidden = self.backbone(backbone_inputs(batch), training=training)
             if family(head.family).choice_axis:  # choices folded into the batch axis
@@ -205,12 +207,33 @@ class MultiTaskModel(Step, keras.Model):
             with WeightsScope(list(zip(head.trainable_variables, head_values)) + seeds):
                 return head.call(hidden, batch, training=training)
 
-    def _text_vectors(self, head, rows, seeds, backbone_values=None):
-        """A weightless head's training outputs for texts alone, [N, L] rows -> [N, H] float32
-        (the cached-gradient contrastive step runs a chunk of texts at a time through this)."""
-        with WeightsScope(list(seeds) + list(backbone_values or [])):
-            hidden = self.backbone(rows, training=True)
-        return ops.cast(head.call(hidden, rows, training=True), "float32")
+    def _text_vectors(self, head, rows, seeds, backbone_values=None, training=True):
+        """A `texts_alone` head's outputs for texts, [N, L] rows -> [N, H] float32, the rows
+        cut to their longest text where the backend allows (_trimmed); the cached-gradient
+        contrastive step runs a chunk of texts at a time through this."""
+        rows = self._trimmed(rows)
+        seeds = list(seeds) + list(backbone_values or [])
+        with WeightsScope(seeds) if seeds else contextlib.nullcontext():
+            hidden = self.backbone(rows, training=training)
+        return ops.cast(head.call(hidden, rows, training=training), "float32")
+
+    def _side_vectors(self, head, batch, training, seeds):
+        """[B, K, H] of a `texts_alone` head's [B, K, L] batch: the queries (text 0 of each
+        row) and the passages (the others) through the backbone apart, each side padded
+        only to its own longest text where the backend allows: a query of 15 tokens is
+        not run at its passage's 300 (sentence-transformers tokenizes each column apart)."""
+        ids = batch["token_ids"]
+        rows, texts, length = ops.shape(ids)
+
+        def side(part):
+            return {k: ops.reshape(batch[k][:, part], (-1, length)) for k in ("token_ids", "segment_ids")}
+
+        # the seeds' scope around both: the second pass draws the masks after the first's
+        with WeightsScope(seeds) if seeds else contextlib.nullcontext():
+            queries = self._text_vectors(head, side(slice(0, 1)), [], training=training)
+            passages = self._text_vectors(head, side(slice(1, None)), [], training=training)
+        return ops.concatenate([ops.reshape(queries, (rows, 1, -1)),
+                                ops.reshape(passages, (rows, texts - 1, -1))], axis=1)
 
     def _loss(self, head, batch, training, head_values=None, seeds=None, backbone_values=None):
         outputs = self._outputs(head, batch, training, head_values, seeds, backbone_values)

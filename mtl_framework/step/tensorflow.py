@@ -43,6 +43,11 @@ class TensorFlowStep(BackendStep):
     def _to_tensors(batch):
         return {k: tf.convert_to_tensor(v) for k, v in batch.items()}
 
+    def _trimmed(self, rows):
+        longest = tf.reduce_max(tf.reduce_sum(tf.cast(tf.not_equal(rows["token_ids"], 0), tf.int32), -1))
+        longest = tf.maximum(longest, 1)  # rows of padding alone (a missing hard negative) keep one
+        return {k: v[:, :longest] for k, v in rows.items()}
+
     def _drop_update(self):
         """Zero the accumulators without applying them (nothing finite in the update)."""
         if self._reset_fn is None:

@@ -50,6 +50,20 @@ def test_vectors_are_the_backbone_pooled_as_trained(run):
     assert encoder.encode([]).shape == (0, 64)
 
 
+def test_a_mixed_bfloat16_run_encodes_with_bfloat16_weights_close_to_float32(run):
+    """Encoding holds a mixed policy's weights in bfloat16 too (nothing is trained); the
+    vectors stay within bfloat16's rounding of the float32 ones."""
+    float32 = Encoder(run, log=None)
+    bf16 = Encoder(run, precision="mixed_bfloat16", log=None)
+    texts = TEXTS * 3
+    reference, vectors = float32.encode(texts, batch_size=5), bf16.encode(texts, batch_size=5)
+    assert bf16.precision == "bfloat16" and float32.precision == "float32"
+    assert {str(v.dtype) for v in bf16.model.backbone.weights} == {"bfloat16"}
+    assert vectors.dtype == np.float32
+    cosines = np.sum(reference * vectors, axis=1)  # both unit vectors (trained normalised)
+    assert cosines.min() >= 0.999 and np.abs(reference - vectors).max() > 0  # really bfloat16
+
+
 def test_run_encode_equals_the_encoder_of_its_checkpoint(run):
     from mtl_framework import Run
 

@@ -10,6 +10,7 @@ heads says it in its sentence-transformers files (1_Pooling, Normalize, prompts)
 mean pooling, not normalised: sentence-transformers' default for a plain encoder.
 Each text is `[CLS] prefix + text [SEP]`, cut to max_length, as the featurizer made it.
 """
+import concurrent.futures
 import os
 
 import numpy as np
@@ -33,7 +34,7 @@ class Encoder:
     max_length: tokens per text (default: the run's max_length, a folder's recorded length
     or sentence_bert_config.json's max_seq_length, else the backbone's positions, else
     512).  precision: the run's (auto: bfloat16 where the CPU has it) by default, float32
-    for a folder."""
+    for a folder; a mixed policy encodes with its 16-bit weights (encoding_precision)."""
 
     def __init__(self, source, checkpoint=None, pooling=None, normalize=None, task=None,
                  max_length=None, precision=None, log=print):
@@ -45,10 +46,10 @@ class Encoder:
             from mtl_framework.saving.trained import open_run
 
             trained = open_run(source, checkpoint, log, precision=precision)
+            trained.precision = self.precision = encoding_precision(trained.precision)
             self._build = lambda: trained.backbone
             settings = trained_settings(trained.head_metadata, source, task)
             vocab, length = trained.vocab, trained.max_length
-            self.precision = trained.precision
         else:
             from mtl_framework import saving
             from mtl_framework.formats import keras as preset
@@ -69,7 +70,7 @@ class Encoder:
                 or folder_settings(source)
             length = (preset.trained_length(source) if os.path.isfile(
                 os.path.join(source, preset.CONFIG_FILE)) else None) or folder_length(source)
-            self.precision = precision or "float32"
+            self.precision = encoding_precision(precision or "float32")
         self.settings = {**DEFAULT, **(settings or {})}
         if pooling is not None:
             self.settings["pooling"] = pooling
@@ -135,9 +136,11 @@ class Encoder:
 
     @property
     def forward(self):
-        """(token ids [n, L] -> vectors, the step lengths are rounded up to): on TensorFlow
-        one function traced for every shape, so batches pad to their longest text exactly;
-        on JAX Keras's predict_on_batch, compiled per shape, so lengths round up to 8."""
+        """(token ids [n, L] -> vectors, the step lengths are rounded up to, batches at once):
+        on TensorFlow one function traced for every shape, so batches pad to their longest
+        text exactly, two batches computing at once on a CPU of 2+ cores (one small batch
+        leaves a core idle between its ops, as training's lanes, step/model.py); on JAX
+        Keras's predict_on_batch, compiled per shape, lengths rounded up to 8, one at a time."""
         if getattr(self, "_forward", None) is None:
             import keras
 
@@ -148,10 +151,11 @@ class Encoder:
                 @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
                 def vectors(token_ids):
                     return model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids)})
-                self._forward = (vectors, 1)
+                on_cpu = not tf.config.list_logical_devices("GPU")
+                self._forward = (vectors, 1, min(2, os.cpu_count() or 1) if on_cpu else 1)
             else:
                 self._forward = (lambda token_ids: model.predict_on_batch(
-                    {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}), 8)
+                    {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}), 8, 1)
         return self._forward
 
     def token_rows(self, texts, side=None, task=None):
@@ -174,23 +178,38 @@ class Encoder:
             return np.zeros((0, self.model.backbone.config["hidden_size"]), np.float32)
         rows = self.token_rows(texts, side, task)
         order = np.argsort([len(r) for r in rows], kind="stable")
-        forward, step = self.forward
-        out = None
-        for start in range(0, len(rows), batch_size):
-            chosen = order[start:start + batch_size]
+        forward, step, lanes = self.forward
+        batches = [order[start:start + batch_size] for start in range(0, len(rows), batch_size)]
+
+        def vectors_of(chosen):
             length = -(-max(len(rows[i]) for i in chosen) // step) * step
             token_ids = np.zeros((len(chosen), length), np.int32)
             for b, i in enumerate(chosen):
                 token_ids[b, :len(rows[i])] = rows[i]
-            vectors = np.asarray(forward(token_ids), np.float32)
-            if out is None:
-                out = np.zeros((len(rows), vectors.shape[-1]), np.float32)
-            out[chosen] = vectors
-            if progress is not None:
-                progress(len(chosen))
+            return np.asarray(forward(token_ids), np.float32)
+
+        out = None
+        with concurrent.futures.ThreadPoolExecutor(lanes) as pool:
+            for chosen, vectors in zip(batches, pool.map(vectors_of, batches)):
+                if out is None:
+                    out = np.zeros((len(rows), vectors.shape[-1]), np.float32)
+                out[chosen] = vectors
+                if progress is not None:
+                    progress(len(chosen))
         if self.normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
+
+
+def encoding_precision(precision):
+    """The Keras policy an Encoder computes in for `precision` (a run's, or asked for): auto
+    settled on this CPU; mixed_bfloat16 as bfloat16 weights and all (nothing is trained:
+    float32 master weights would only be cast on every call, 1.2x slower here; the vectors
+    agree with float32 as closely, tests/test_encode.py)."""
+    from mtl_framework.config.precision import resolve_precision
+    from mtl_framework.step.distributed import inference_precision
+
+    return inference_precision(resolve_precision(precision)[0])
 
 
 def pooled_model(backbone, pooling):

@@ -213,12 +213,23 @@ def _disagree(what, value, mean):
         "filesystem or copy its checkpoints/ to each host before --resume")
 
 
+# A model that only infers (mtl encode) keeps a mixed policy's 16-bit type for its weights
+# too: nothing is trained, so float32 master weights only cost a cast of every weight per
+# call (sentence-transformers' bfloat16 encoding casts the model alike).
+INFERENCE_POLICIES = {"mixed_bfloat16": "bfloat16"}
+
+
+def inference_precision(precision):
+    """The policy to infer in for a model trained in `precision`."""
+    return INFERENCE_POLICIES.get(precision, precision)
+
+
 @contextlib.contextmanager
 def precision_policy(precision="float32"):
     """Layers made inside take the Keras dtype policy `precision` (mixed_*: float32
-    variables, 16-bit compute; `auto`: `resolve_precision`); the global policy is
-    restored on exit."""
-    policy, _ = resolve_precision(precision)
+    variables, 16-bit compute; `auto`: `resolve_precision`; an inference policy, e.g.
+    bfloat16: 16-bit variables too); the global policy is restored on exit."""
+    policy = precision if precision in INFERENCE_POLICIES.values() else resolve_precision(precision)[0]
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(policy)
     try:

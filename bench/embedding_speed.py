@@ -11,9 +11,9 @@ with saving.load_backbone / Encoder, sentence-transformers with SentenceTransfor
 
 - Training, pairs per second. Batches of `--batch` pairs, tokenized once by our
   tokenizer (the folder's vocab.txt) and given to both sides as the same token ids, each
-  side padding as it does (ours: one [B, 2, L] batch, L the longest text; ST: the query
-  and positive columns each to their own longest); collation is outside the timing on
-  both sides. Ours: MultiTaskModel.run_update with one contrastive task (InfoNCE with
+  side padding as it does (ours: one [B, 2, L] batch, L the longest text, which the step
+  cuts per side to each side's longest; ST: the query and positive columns each tokenized
+  to their own longest); collation is outside the timing on both sides. Ours: MultiTaskModel.run_update with one contrastive task (InfoNCE with
   in-batch negatives, temperature 0.05 = ST's scale 20, mean pooling as the folder's),
   AdamW (lr 1e-4, weight decay 0.01), gradient_norm balancing: the step a run with only
   that task takes. sentence-transformers: a plain PyTorch loop over the model, its
@@ -28,7 +28,7 @@ Precision: float32 on both sides, and our `auto` (mixed_bfloat16 on a CPU with A
 AVX512-BF16: bfloat16 compute, float32 weights) against sentence-transformers with
 torch.autocast(cpu, bfloat16) for training (what a Trainer's bf16=True does) and the
 model cast to bfloat16 for encoding (model_kwargs torch_dtype / .bfloat16(), as its docs
-advise).
+advise); our Encoder at auto likewise holds the weights in bfloat16 (encoding_precision).
 
 sentence-transformers runs three ways (`--sides`): `st`, torch as installed (its default
 threads: 2 here); `st_1thread`, torch.set_num_threads(1); `st_passive`, 2 threads with
@@ -172,6 +172,7 @@ class OursWorker:
 
         self.info = {"side": "ours", "policy": resolve_precision(precision)[0],
                      "tensorflow": tf.__version__, "keras": keras.__version__,
+                     "encoder_policy": self.encoder.precision,
                      "encoder_pooling": self.encoder.pooling,
                      "encoder_normalize": self.encoder.normalize,
                      "tf_threads": {"intra_op": tf.config.threading.get_intra_op_parallelism_threads(),

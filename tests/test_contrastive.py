@@ -497,7 +497,7 @@ def test_embedding_spec_errors_are_one_line_each_with_file_line_and_fix(tmp_path
         f"{bad}:13: task 'bad_settings': embedding.pooling must be one of cls, mean, got 'max'",
         f"{bad}:14: task 'bad_settings': embedding.hard_negatives must be a whole number >= 0, got -1",
         f"{bad}:18: task 'bad_metric': a contrastive task is scored on its embeddings: metric "
-        "cosine_spearman / pair_classification / retrieval, not accuracy",
+        "cosine_spearman / pair_classification / retrieval / reranking, not accuracy",
         f"{text}:15: task 'matching_with_settings': `embedding:` settings apply to type contrastive "
         "only, not matching; remove them",
         f"{text}:20: task 'classification_on_embeddings': metric cosine_spearman scores the "
@@ -738,9 +738,10 @@ def test_mirrored_on_two_devices_equals_one_process_with_contrastive_tasks(tmp_p
     assert difference <= 1e-5
 
 
-def test_a_users_pairs_task_trains_and_scores_retrieval_through_yaml_alone(tmp_path):
-    """`mtl train` on an experiment naming only a spec folder and its pairs task: it trains
-    (hard negatives drawn), evaluates dev by retrieval over the split's distinct passages."""
+def train_users_pairs_task(tmp_path, metric):
+    """`mtl train` on an experiment naming only a spec folder and its pairs task (12 passages,
+    each with 3 negatives, + a second query of passage 0 without), dev = train; its records
+    and its last evaluation of the task."""
     from mtl_framework.cli import main as mtl
 
     from conftest import ONE_LAYER
@@ -758,21 +759,63 @@ def test_a_users_pairs_task_trains_and_scores_retrieval_through_yaml_alone(tmp_p
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "my_pairs.yaml").write_text(
         USER_SPEC.replace("  train: my_pairs/train.jsonl\n",
-                          "  train: my_pairs/train.jsonl\n  dev: my_pairs/dev.jsonl\n"), encoding="utf-8")
+                          "  train: my_pairs/train.jsonl\n  dev: my_pairs/dev.jsonl\n")
+        .replace("metric: retrieval", f"metric: {metric}"), encoding="utf-8")
+    tokenizer_for(passages + [r["query"] for r in records], tmp_path)  # every hanzi its own token
     experiment = tmp_path / "experiment.yaml"
     experiment.write_text(json.dumps({
         "data_root": str(tmp_path / "data"), "cache_dir": str(tmp_path / "cache"),
         "task_specs": [str(tmp_path / "specs")], "backbone": ONE_LAYER, "tasks": ["my_retrieval"],
-        "batch_size": 4, "max_length": 24, "steps": 4, "checkpoint_every": 4, "eval_every": 4,
-        "seed": 0, "optimizer": {"name": "adamw", "lr": 0.003}}), encoding="utf-8")
+        "vocab": str(tmp_path / "vocab.txt"), "batch_size": 4, "max_length": 24, "steps": 4,
+        "checkpoint_every": 4, "eval_every": 4, "seed": 0, "precision": "float32",
+        "optimizer": {"name": "adamw", "lr": 0.003}}), encoding="utf-8")
     assert mtl(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(logged) == 4 and all(math.isfinite(log["tasks"]["my_retrieval"]["loss"]) for log in logged)
     evaluation = json.loads((tmp_path / "run" / "evaluations.jsonl").read_text().splitlines()[-1])
-    scored = evaluation["tasks"]["my_retrieval"]
+    return records, evaluation["tasks"]["my_retrieval"]
+
+
+def test_a_users_pairs_task_trains_and_scores_retrieval_through_yaml_alone(tmp_path):
+    """It trains (hard negatives drawn), evaluates dev by retrieval over the split's
+    distinct passages."""
+    _, scored = train_users_pairs_task(tmp_path, "retrieval")
     assert scored["metric"] == "retrieval" and 0 < scored["score"] <= 1
     assert scored["result"]["documents"] == 12.0  # passage 0 once, though two queries have it
     assert scored["score"] == scored["result"]["ndcg_at_10"]
+
+
+def test_a_users_pairs_task_scored_by_reranking_ranks_each_positive_among_its_negatives(tmp_path):
+    """metric: reranking: dev batches hold every stored negative (training draws
+    hard_negatives: 2 of the 3); MAP with one positive a query is the mean of 1 / its rank
+    (a negative tied with it ranked above it, as mteb breaks ties), MRR@10 the same here (4
+    candidates at most), recomputed from the run's encoder."""
+    from mtl_framework.evaluation.encode import Encoder
+
+    records, scored = train_users_pairs_task(tmp_path, "reranking")
+    assert scored["metric"] == "reranking" and scored["score"] == scored["result"]["map"]
+    assert scored["result"]["candidates"] == pytest.approx((12 * 4 + 1) / 13)
+    encoder = Encoder(tmp_path / "run", log=None)
+    reciprocal = []
+    for record in records:
+        query = encoder.encode([record["query"]], side="query")[0]
+        candidates = encoder.encode([record["pos"]] + record.get("neg", []), side="passage")
+        cosines = candidates @ query / np.linalg.norm(candidates, axis=1) / np.linalg.norm(query)
+        reciprocal.append(1.0 / (1 + int(np.sum(cosines[1:] >= cosines[0]))))
+    print(f"MAP {scored['score']:.4f}, by hand {np.mean(reciprocal):.4f}")
+    assert scored["score"] == pytest.approx(np.mean(reciprocal), abs=1e-6)
+    assert scored["result"]["mrr_at_10"] == pytest.approx(np.mean(reciprocal), abs=1e-6)
+
+    # the local suite's reranking kind scores the same dev split the same way
+    from mtl_framework.evaluation.embedding_suite import embedding_benchmark
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("kind: embeddings\ntasks:\n  - my_retrieval\nbootstrap: 50\n", encoding="utf-8")
+    results = embedding_benchmark([str(tmp_path / "run")], suite, tmp_path / "data", tmp_path / "suite_out",
+                                  task_specs=[tmp_path / "specs"], log=lambda *a: None)
+    (row,) = results["rows"]
+    assert row["kind"] == "reranking" and row["examples"] == 13 and row["trained_on_dataset"]
+    assert row["score"] == pytest.approx(np.mean(reciprocal), abs=1e-6)
 
 
 @pytest.mark.slow
@@ -890,3 +933,16 @@ def test_queries_and_passages_run_apart_each_cut_to_its_longest_text():
         together = ops.convert_to_numpy(pool(hidden, folded, pooling)).reshape(apart.shape)
         real = batch["text_mask"] > 0
         assert np.abs(apart[real] - together[real]).max() <= 1e-5, pooling
+
+
+def test_reranking_metric_refuses_a_split_without_negatives():
+    from mtl_framework.scoring.metrics import METRICS
+
+    unit = np.eye(3)
+    predictions = [{"query": unit[0], "positive": unit[1], "negatives": np.zeros((0, 3))}]
+    with pytest.raises(ValueError, match="no pair has hard negatives"):
+        METRICS["reranking"](predictions, [{"score": math.nan, "positive_id": 1}])
+    predictions[0]["positive"] = (unit[0] + unit[1]) / np.sqrt(2)  # cosine 0.71 with the query
+    predictions[0]["negatives"] = unit[[0, 2]]  # cosines 1 (above the positive) and 0
+    result = METRICS["reranking"](predictions, [{"score": math.nan, "positive_id": 1}])
+    assert (result["map"], result["mrr_at_10"], result["candidates"]) == (0.5, 0.5, 3.0)

@@ -77,7 +77,7 @@ def run(args):
 
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     encoder = Encoder(args.model, log=log)
-    queries, positives, _ = task_texts(task, args.split, args.data_root, encoder.tokenizer)
+    queries, positives, _, _ = task_texts(task, args.split, args.data_root, encoder.tokenizer)
     if not queries:
         raise UserError(f"task {task.name}: no pairs in its {args.split} split")
     texts = len(dict.fromkeys(queries)) + len(dict.fromkeys(corpus or positives))

@@ -9,6 +9,8 @@ A suite of `kind: embeddings` lists registry tasks; each is scored by what it is
 - a contrastive task with metric cosine_spearman: STS, Spearman of cosine (C-MTEB's main);
 - pair_classification: best-threshold accuracy of cosine (max_accuracy, C-MTEB's main);
 - retrieval: its split's queries searched over its distinct passages, nDCG@10;
+- reranking (a pairs task with `neg` lists): each query ranks its positive among its own
+  negatives, MAP (C-MTEB's T2Reranking main score; MRR@10 beside it in `mtl evaluate`);
 - a classification task: logistic regression on the embeddings of its train split, accuracy
   on dev (mteb's protocol: n_experiments undersampled training sets of samples_per_label).
 
@@ -31,7 +33,8 @@ KIND = "embeddings"
 # contrastive task metric -> (what it is, the figure ranked)
 SCORED = {"cosine_spearman": ("sts", "cosine_spearman"),
           "pair_classification": ("pair_classification", "max_accuracy"),
-          "retrieval": ("retrieval", "ndcg_at_10")}
+          "retrieval": ("retrieval", "ndcg_at_10"),
+          "reranking": ("reranking", "map")}
 SUITE_KEYS = {"kind", "description", "tasks", "max_examples", "train_examples",
               "n_experiments", "samples_per_label", "bootstrap", "batch_size", "split"}
 
@@ -73,7 +76,8 @@ def read_suite(path, registry):
 
 
 def kind_of(task):
-    """sts / pair_classification / retrieval / classification, or None (not scorable zero-shot)."""
+    """sts / pair_classification / retrieval / reranking / classification, or None (not
+    scorable zero-shot)."""
     from mtl_framework.config.spec_schema import EMBEDDING_TYPE
 
     if task.type == EMBEDDING_TYPE:
@@ -84,14 +88,15 @@ def kind_of(task):
 
 
 def task_texts(task, split, data_root, tokenizer, limit=None):
-    """(queries, passages, scores) of a contrastive task's first `limit` pairs (None: all), as
-    its featurizer pairs them (unanswered questions, pairs without text_b left out)."""
+    """(queries, passages, scores, negatives) of a contrastive task's first `limit` pairs
+    (None: all), as its featurizer pairs them (unanswered questions, pairs without text_b
+    left out; each pair's stored negatives, up to 64)."""
     from data_adapters import read_task
     from mtl_framework.families import featurizer_for_task
     from mtl_framework.families.features import FeatureReport
 
     featurizer = featurizer_for_task(task, tokenizer, data_root)
-    report, out = FeatureReport(), ([], [], [])
+    report, out = FeatureReport(), ([], [], [], [])
     for example in read_task(task, split, data_root):
         pair = featurizer.pair(example, report)
         if pair is None:
@@ -99,9 +104,10 @@ def task_texts(task, split, data_root, tokenizer, limit=None):
         out[0].append(pair[0])
         out[1].append(pair[1])
         out[2].append(np.nan if pair[3] is None else pair[3])
+        out[3].append(list(pair[2]))
         if limit is not None and len(out[0]) >= limit:
             break
-    return out[0], out[1], np.array(out[2], np.float64)
+    return out[0], out[1], np.array(out[2], np.float64), out[3]
 
 
 def labelled_texts(task, split, data_root, limit):
@@ -129,8 +135,8 @@ class TaskScorer:
             self.test = labelled_texts(task, split, data_root, limit)
             self.size = len(self.test[0])
         else:
-            self.queries, self.passages, self.scores = task_texts(task, split, data_root, tokenizer,
-                                                                  limit)
+            self.queries, self.passages, self.scores, self.negatives = task_texts(
+                task, split, data_root, tokenizer, limit)
             self.size = len(self.queries)
         if not self.size:
             raise UserError(f"task {task.name}: no scorable {split} examples under the data root")
@@ -157,6 +163,17 @@ class TaskScorer:
             result = scores.retrieval_scores(queries, documents, qrels, k_values=(1, 10, 100),
                                              per_query=True)
             return result["ndcg_at_10"], np.array([q["ndcg_at_10"] for q in result["per_query"]])
+        if self.kind == "reranking":  # each query's positive among its own negatives
+            texts = [[p] + n for p, n in zip(self.passages, self.negatives)]
+            flat = encoder.encode([t for row in texts for t in row], side="passage", batch_size=batch)
+            ends = np.cumsum([len(row) for row in texts])
+            candidates = np.split(flat, ends[:-1])
+            grades = [np.r_[1.0, np.zeros(len(row) - 1)] for row in texts]
+            result = scores.reranking_scores(queries, candidates, grades, k_values=(10, 1000))
+            per_query = [scores.reranking_scores(queries[i:i + 1], candidates[i:i + 1], grades[i:i + 1],
+                                                 k_values=(10, 1000))["map_at_1000"]
+                         for i in range(len(texts))]
+            return result["map_at_1000"], np.array(per_query)
         passages = encoder.encode(self.passages, side="passage", batch_size=batch)
         if self.kind == "sts":
             keep = np.isfinite(self.scores)

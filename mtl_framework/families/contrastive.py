@@ -131,7 +131,10 @@ def head_settings(task, labels):
 
 
 def feature_settings(task):
-    return _acting(task, "features")
+    settings = _acting(task, "features")
+    if getattr(task, "metric", None) == "reranking":  # a dev / test batch holds them all
+        settings["scored_negatives"] = "all"
+    return settings
 
 
 def text_id(text):
@@ -149,6 +152,11 @@ class ContrastiveFeaturizer(Featurizer):
     defaults = {key: default for key, (_, default, acts) in EMBEDDING_SETTINGS.items()
                 if "features" in acts.split()}
     MOST_NEGATIVES = 64
+
+    def __init__(self, *args, scored_negatives=None, **settings):
+        super().__init__(*args, **settings)
+        if scored_negatives is not None:  # a reranking task's (feature_settings); only then
+            self.settings["scored_negatives"] = scored_negatives  # in the cache key
 
     def start(self, writer):
         super().start(writer)
@@ -211,9 +219,13 @@ class ContrastiveFeaturizer(Featurizer):
 
 def collate_pairs(features, rows, rng, pad_to):
     """[B, K, L] token rows (query, positive, up to `hard_negatives` negatives, drawn with
-    `rng` when there are more, the first ones without it), text_mask [B, K]."""
+    `rng` when there are more, the first ones without it; every stored one in a scored
+    split of a task scored by reranking), text_mask [B, K]."""
     text_splits = features[CHOICES]
-    wanted = features.meta["settings"].get("hard_negatives", 0)
+    settings = features.meta["settings"]
+    wanted = settings.get("hard_negatives", 0)
+    if settings.get("scored_negatives") == "all" and features.meta.get("split") != "train":
+        wanted = ContrastiveFeaturizer.MOST_NEGATIVES
     picked = []
     for row in rows:
         first, end = int(text_splits[row]), int(text_splits[row + 1])

@@ -67,10 +67,14 @@ class ContrastiveHead(TaskHead):
             self.temperature, self.in_batch_negatives))
 
     def decode(self, vectors, batch=None):
-        """Per row {"query", "positive": unit vectors, "cosine": theirs}."""
+        """Per row {"query", "positive": unit vectors, "cosine": theirs, "negatives": the
+        row's hard negatives' unit vectors [n, H] (those the batch holds)}."""
         vectors = np.asarray(_np(vectors), np.float64)
         vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-        return [{"query": v[0], "positive": v[1], "cosine": float(v[0] @ v[1])} for v in vectors]
+        real = (np.asarray(_np(batch["text_mask"])) > 0 if batch is not None and "text_mask" in batch
+                else np.ones(vectors.shape[:2], bool))
+        return [{"query": v[0], "positive": v[1], "cosine": float(v[0] @ v[1]),
+                 "negatives": v[2:][mask[2:]]} for v, mask in zip(vectors, real)]
 
     def targets(self, batch):
         """Per row {"score": float (NaN: none), "positive_id": the positive's text id}."""

@@ -337,8 +337,28 @@ def retrieval(predictions, references):
             "recall_at_10": result["recall_at_10"], "documents": float(len(documents))}
 
 
+def reranking(predictions, references):
+    """C-MTEB's reranking scores (T2Reranking's protocol, mteb's reranking evaluator): each
+    query ranks its own positive among its own hard negatives: MAP (main; mteb's
+    map_at_1000), MRR@10, and the mean number of candidates."""
+    from mtl_framework.scoring.embedding import reranking_scores
+
+    _check(predictions, references)
+    candidates = [np.vstack([p["positive"][None]] + ([p["negatives"]] if len(p.get("negatives", ())) else []))
+                  for p in predictions]
+    if not any(len(c) > 1 for c in candidates):
+        raise ValueError("no pair has hard negatives: reranking ranks each positive among its "
+                         "`neg` passages; give the split negatives, or score it by `metric: retrieval`")
+    grades = [np.r_[1.0, np.zeros(len(c) - 1)] for c in candidates]
+    result = reranking_scores(np.array([p["query"] for p in predictions]), candidates, grades,
+                              k_values=(10, 1000))
+    return {"map": result["map_at_1000"], "mrr_at_10": result["mrr_at_10"],
+            "candidates": float(np.mean([len(c) for c in candidates]))}
+
+
 EMBEDDING_METRICS = {"cosine_spearman": "cosine_spearman",
-                     "pair_classification": "max_accuracy", "retrieval": "ndcg_at_10"}
+                     "pair_classification": "max_accuracy", "retrieval": "ndcg_at_10",
+                     "reranking": "map"}
 
 
 def _named(keys, fn):
@@ -365,6 +385,7 @@ METRICS = {
     "cosine_spearman": cosine_spearman,
     "pair_classification": pair_classification,
     "retrieval": retrieval,
+    "reranking": reranking,
 }
 # Set metrics score predicted sets of spans, triples or event arguments by F1.
 SET_METRICS = ("span_f1", "triple_f1", "event_f1")

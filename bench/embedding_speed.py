@@ -14,7 +14,8 @@ with saving.load_backbone / Encoder, sentence-transformers with SentenceTransfor
   side padding as it does (ours: one [B, 2, L] batch, L the longest text, which the step
   cuts per side to each side's longest; ST: the query and positive columns each tokenized
   to their own longest); collation is outside the timing on both sides.
-  Ours: MultiTaskModel.run_update with one contrastive task (InfoNCE with in-batch negatives, temperature 0.05 = ST's scale 20, mean pooling as the folder's),
+  Ours: MultiTaskModel.run_update with one contrastive task (InfoNCE with in-batch
+  negatives, temperature 0.05 = ST's scale 20, mean pooling as the folder's),
   AdamW (lr 1e-4, weight decay 0.01), gradient_norm balancing: the step a run with only
   that task takes. sentence-transformers: a plain PyTorch loop over the model, its
   MultipleNegativesRankingLoss (scale 20, cosine) and torch.optim.AdamW (same lr and

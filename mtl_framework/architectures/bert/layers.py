@@ -15,9 +15,21 @@ from mtl_framework.layers import attend
 # Our `activation` names -> the function. "gelu" is the exact erf form (transformers'
 # "gelu", bert4keras's default); "gelu_approximate" the tanh form (transformers'
 # "gelu_new" / "gelu_pytorch_tanh", keras-hub's BERT and ALBERT).
+def in_float32(activation):
+    """`activation` computed in float32 on 16-bit inputs, the result cast back: TensorFlow's
+    CPU kernels for erfc, tanh and their multiplies are ~10x slower in bfloat16 than in
+    float32 (GELU took as long as all the bfloat16 matmuls: bench/results/embedding_speed.md),
+    and float32 is the more exact of the two."""
+    def computed(x):
+        if keras.backend.standardize_dtype(x.dtype) in ("bfloat16", "float16"):
+            return ops.cast(activation(ops.cast(x, "float32")), x.dtype)
+        return activation(x)
+    return computed
+
+
 ACTIVATIONS = {
-    "gelu": lambda x: keras.activations.gelu(x, approximate=False),
-    "gelu_approximate": lambda x: keras.activations.gelu(x, approximate=True),
+    "gelu": in_float32(lambda x: keras.activations.gelu(x, approximate=False)),
+    "gelu_approximate": in_float32(lambda x: keras.activations.gelu(x, approximate=True)),
     "relu": keras.activations.relu,
 }
 

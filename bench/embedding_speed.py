@@ -39,8 +39,10 @@ a quiet machine; the other two show torch without that (1 thread beat 2 in a pro
 load: 0.8 against 3.8 CPU seconds for the same 128 sentences).
 
 Each side and precision is a worker process (ours in this Python, sentence-transformers
-in `--st-python`), built and warmed up once (ours traces its step); the parent then runs
-rounds, and in each round every measurement runs on both sides in turn, A B then B A
+in `--st-python`; ours twice: training with `mtl train`'s TensorFlow threads, encoding in
+a process set up as `mtl encode` sets itself, evaluation/encode.py ENCODING_THREADS),
+built and warmed up once (ours traces its step); the parent then runs rounds, and in each
+round every measurement runs on both sides in turn, A B then B A
 (the shared machine's load hits both alike). Medians per side; ratios of the medians and
 the median of each round's paired ratio; the load average beside every timing. torch
 keeps its default threads (2 here); TensorFlow its default (both cores).
@@ -64,6 +66,7 @@ import numpy as np
 
 from bench import REPO, child_env
 from bench.load import cpu_model, load_average
+from mtl_framework.evaluation.encode import ENCODING_THREADS
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -89,6 +92,9 @@ SIDES = ("ours", "st", "st_1thread", "st_passive")
 # OMP_WAIT_POLICY=PASSIVE: torch's 2 OpenMP threads sleep instead of spinning while they wait
 ST_SIDES = {"st": (None, {}), "st_1thread": (1, {}), "st_passive": (None, {"OMP_WAIT_POLICY": "PASSIVE"})}
 PRECISIONS = ("float32", "auto")
+# Our encoding runs in a worker of its own, with the TensorFlow threads `mtl encode` sets
+# (evaluation/encode.py ENCODING_THREADS); training in the "ours" worker, with `mtl train`'s.
+ENCODING_SIDE = "ours_encode"
 
 
 # --- data ---------------------------------------------------------------------------
@@ -282,7 +288,7 @@ class STWorker:
 def worker_main(side, model_dir, precision, data_path, batch_size):
     data = json.loads(Path(data_path).read_text(encoding="utf-8"))
     start = time.perf_counter()
-    if side == "ours":
+    if side in ("ours", ENCODING_SIDE):
         worker = OursWorker(model_dir, precision, data)
     else:
         worker = STWorker(model_dir, precision, data, ST_SIDES[side][0])
@@ -311,7 +317,8 @@ class Worker:
         self.log = open(log_path, "w")
         command = [python, "-m", "bench.embedding_speed", "--worker", side, "--model", str(model_dir),
                    "--precision", precision, "--data", str(data_path), "--batch", str(batch_size)]
-        environment = child_env(CUDA_VISIBLE_DEVICES="", **ST_SIDES.get(side, (None, {}))[1])
+        extra = ENCODING_THREADS if side == ENCODING_SIDE else ST_SIDES.get(side, (None, {}))[1]
+        environment = child_env(CUDA_VISIBLE_DEVICES="", **extra)
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.log, text=True, bufsize=1, env=environment,
                                         cwd=REPO)
@@ -361,7 +368,7 @@ def main(argv=None):
                         help="ours first, then the sentence-transformers variants")
     parser.add_argument("--quick", action="store_true", help="2 rounds, 1 batch, 128 sentences")
     parser.add_argument("--output-dir")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=SIDES + (ENCODING_SIDE,), help=argparse.SUPPRESS)
     parser.add_argument("--precision", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -384,9 +391,9 @@ def main(argv=None):
     data_path.write_text(json.dumps(data), encoding="utf-8")
     workers = {}
     for precision in args.precisions:
-        for side in args.sides:
+        for side in [ENCODING_SIDE] + args.sides:
             log(f"starting {side} {precision}")
-            python = sys.executable if side == "ours" else args.st_python
+            python = sys.executable if side in ("ours", ENCODING_SIDE) else args.st_python
             workers[side, precision] = Worker(side, precision, python, model_dir, data_path,
                                               args.batch, workdir / f"{side}_{precision}.log")
     # warm-up, the same work on every side: ours traces its step and its encoder's shapes
@@ -398,7 +405,7 @@ def main(argv=None):
         log(f"warmed up {key}")
     agreement = {}
     for precision in args.precisions:
-        ours = np.load(workdir / f"ours_{precision}.npy")
+        ours = np.load(workdir / f"{ENCODING_SIDE}_{precision}.npy")
         theirs = np.load(workdir / f"{args.sides[1]}_{precision}.npy")
         agreement[precision] = {"sentences": check, "max_abs_difference": float(np.abs(ours - theirs).max()),
                                 "min_cosine": float(np.min(np.sum(ours * theirs, 1) / (
@@ -414,8 +421,9 @@ def main(argv=None):
                     before = load_average()
                     if measure == "train":
                         out = workers[side, precision].ask(op="train", batches=indices)
-                    else:
-                        out = workers[side, precision].ask(op="encode", count=args.sentences)
+                    else:  # ours: the process `mtl encode` is (its TensorFlow threads)
+                        encoder = ENCODING_SIDE if side == "ours" else side
+                        out = workers[encoder, precision].ask(op="encode", count=args.sentences)
                     samples[measure, precision, side].append(
                         {"round": r, "wall_s": round(out["wall_s"], 4), "cpu_s": round(out["cpu_s"], 4),
                          "load_average": before})
@@ -494,8 +502,13 @@ def markdown(report):
             if side in names:
                 lines.append(f"| | | {names[side]} | {v['per_second']:.1f} | {v['median_cpu_s']:.2f} | "
                              f"{v['ours_over_it']:.2f}x | {v['ours_over_it_paired']:.2f}x |")
-    lines += ["", "auto: ours mixed_bfloat16 (bfloat16 compute, float32 weights); ST autocast "
-              "bfloat16 for training, the model cast to bfloat16 for encoding.", "",
+    threads = ", ".join(f"{k}={v}" for k, v in ENCODING_THREADS.items())
+    lines += ["", "auto: ours mixed_bfloat16 for training (bfloat16 compute, float32 weights), "
+              "bfloat16 weights for encoding (nothing is trained); ST autocast bfloat16 for "
+              "training, the model cast to bfloat16 for encoding.", "",
+              f"Ours trains in a process with TensorFlow's default threads (`mtl train`'s) and "
+              f"encodes in one with `mtl encode`'s ({threads}: one thread an op, one batch a "
+              "core).", "",
               "Same model check (the warm-up's encodings of the same sentences, ours against ST): "
               + "; ".join(
                   f"{p}: max |ours - ST| {a['max_abs_difference']:.2e}, least cosine {a['min_cosine']:.6f}"

@@ -206,3 +206,27 @@ def test_the_shipped_suite_names_scorable_tasks():
     assert {kind_of(t) for t in tasks} == {"sts", "pair_classification", "classification",
                                            "retrieval"}
     assert settings["samples_per_label"] == 32
+
+
+def test_the_mtl_program_encodes_with_one_tensorflow_thread_an_op_and_a_batch_a_core():
+    """`mtl encode` (the program, a process of its own) sets TF_NUM_INTRAOP_THREADS=1 before
+    TensorFlow starts and runs one batch per core; a value set by the user is kept; once
+    TensorFlow has started nothing is changed (in-process `mtl encode` leaves a caller's
+    threads alone)."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import os; from mtl_framework.evaluation.encode import use_encoding_threads, "
+             "encoding_lanes; set_ = use_encoding_threads(); import tensorflow as tf; tf.constant(1); "
+             "print(set_, os.environ['TF_NUM_INTRAOP_THREADS'], encoding_lanes(), os.cpu_count(), "
+             "use_encoding_threads())")
+    for given, threads in ((None, "1"), ("2", "2")):
+        env = {k: v for k, v in os.environ.items() if k != "TF_NUM_INTRAOP_THREADS"}
+        if given:
+            env["TF_NUM_INTRAOP_THREADS"] = given
+        out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=REPO, capture_output=True,
+                             text=True, timeout=300).stdout.split()
+        cores = int(out[3])
+        assert out[:3] == ["True", threads, str(cores if threads == "1" else min(2, cores))]
+        assert out[4] == "False"  # TensorFlow started: too late to change

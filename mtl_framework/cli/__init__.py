@@ -64,12 +64,19 @@ def verbose_requested(argv):
     return "--verbose" in options or os.environ.get("MTL_VERBOSE", "") not in ("", "0")
 
 
+# True in the `mtl` program (main with argv None); False for `mtl *argv` run in a caller's
+# process, whose settings (TensorFlow's threads) a command must leave as they are.
+PROGRAM = False
+
+
 def main(argv=None):
     """The `mtl` program with argv None (sys.argv; fd 2 filtered; SIGTERM handled as
     Ctrl-C), else `mtl *argv` in this process (a test's or notebook's stderr and signal
     handlers left as they are)."""
     if argv is not None:
         return run_command(argv)
+    global PROGRAM
+    PROGRAM = True
     signal.signal(signal.SIGTERM, terminated)
     try:
         if verbose_requested(sys.argv[1:]):

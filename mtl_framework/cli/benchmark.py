@@ -5,6 +5,7 @@ embeddings` (suites/embeddings.yaml) scores each run or folder zero-shot as C-MT
 instead (mtl_framework.evaluation.embedding_suite)."""
 import os
 
+from mtl_framework import cli
 from mtl_framework.formats import loadable
 
 
@@ -40,6 +41,10 @@ def run(args):
 
     if suite_kind(args.suite) == "embeddings":
         from mtl_framework.evaluation.embedding_suite import embedding_benchmark
+        from mtl_framework.evaluation.encode import use_encoding_threads
+
+        if cli.PROGRAM:  # the `mtl` program: its own process, started for this
+            use_encoding_threads()
 
         results = embedding_benchmark(args.exports, args.suite, args.data_root, args.output,
                                       args.specs, log=lambda message: print(message, flush=True))

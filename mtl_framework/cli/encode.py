@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from mtl_framework import cli
 from mtl_framework.cli.arguments import at_least
 from mtl_framework.cli.predict import read_texts
 from mtl_framework.errors import UserError
@@ -95,7 +96,10 @@ def run(args):
         check_output(args.output, args.force, [args.input])
     texts = read_texts(args.text) if args.text else input_texts(args.input)
     from mtl_framework.console import progress_bar
-    from mtl_framework.evaluation.encode import Encoder
+    from mtl_framework.evaluation.encode import Encoder, use_encoding_threads
+
+    if cli.PROGRAM:  # the `mtl` program: its own process, started for this
+        use_encoding_threads()
 
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731 (stdout holds the vectors)
     encoder = Encoder(args.model, args.checkpoint, args.pooling, task=args.task,

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from mtl_framework import cli
 from mtl_framework.cli.arguments import at_least
 from mtl_framework.errors import UserError
 
@@ -72,8 +73,11 @@ def run(args):
             corpus = [line.rstrip("\r\n") for line in f if line.strip()]
     from mtl_framework.console import progress_bar
     from mtl_framework.evaluation.embedding_suite import task_texts
-    from mtl_framework.evaluation.encode import Encoder
+    from mtl_framework.evaluation.encode import Encoder, use_encoding_threads
     from mtl_framework.evaluation.mine_negatives import mine_negatives
+
+    if cli.PROGRAM:  # the `mtl` program: its own process, started for this
+        use_encoding_threads()
 
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731
     encoder = Encoder(args.model, log=log)

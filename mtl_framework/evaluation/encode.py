@@ -23,6 +23,37 @@ from mtl_framework.formats.sentence_transformers import (
 )
 
 DEFAULT = {"pooling": "mean", "normalize": False, "prompts": {}}
+# TensorFlow's intra-op threads while encoding: one, so each lane (one per core) computes its
+# batch on a core of its own; TF's default (every core on each op, 2 lanes) left a core idle
+# between the small ops of short texts: 0.77x these sentences/s at bfloat16, 0.86x at float32
+# (BERT small, AFQMC sentences, batch 32, this 2-core CPU; bench/results/embedding_speed.md).
+ENCODING_THREADS = {"TF_NUM_INTRAOP_THREADS": "1"}
+
+
+def use_encoding_threads():
+    """Before TensorFlow starts (`mtl encode`, `mtl mine-negatives`, the embedding suite):
+    ENCODING_THREADS, unless the environment sets them already; False when TensorFlow has
+    started (its thread pools are fixed then)."""
+    import sys
+
+    if "tensorflow" in sys.modules:
+        return False
+    for name, value in ENCODING_THREADS.items():
+        os.environ.setdefault(name, value)
+    return True
+
+
+def encoding_lanes(on_cpu=True):
+    """Batches computed at once: one per core when each op has one thread (ENCODING_THREADS),
+    else 2 on a CPU of 2+ cores (as training's lanes), 1 on a GPU."""
+    if not on_cpu:
+        return 1
+    import tensorflow as tf
+
+    cores = os.cpu_count() or 1
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or int(
+        os.environ.get("TF_NUM_INTRAOP_THREADS") or 0)
+    return cores if threads == 1 else min(2, cores)
 
 
 class Encoder:
@@ -138,9 +169,9 @@ class Encoder:
     def forward(self):
         """(token ids [n, L] -> vectors, the step lengths are rounded up to, batches at once):
         on TensorFlow one function traced for every shape, so batches pad to their longest
-        text exactly, two batches computing at once on a CPU of 2+ cores (one small batch
-        leaves a core idle between its ops, as training's lanes, step/model.py); on JAX
-        Keras's predict_on_batch, compiled per shape, lengths rounded up to 8, one at a time."""
+        text exactly, several batches computing at once on a CPU (encoding_lanes: one small
+        batch leaves a core idle between its ops); on JAX Keras's predict_on_batch,
+        compiled per shape, lengths rounded up to 8, one at a time."""
         if getattr(self, "_forward", None) is None:
             import keras
 
@@ -151,8 +182,7 @@ class Encoder:
                 @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
                 def vectors(token_ids):
                     return model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids)})
-                on_cpu = not tf.config.list_logical_devices("GPU")
-                self._forward = (vectors, 1, min(2, os.cpu_count() or 1) if on_cpu else 1)
+                self._forward = (vectors, 1, encoding_lanes(not tf.config.list_logical_devices("GPU")))
             else:
                 self._forward = (lambda token_ids: model.predict_on_batch(
                     {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}), 8, 1)

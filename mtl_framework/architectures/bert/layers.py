@@ -12,6 +12,7 @@ from keras import ops
 
 from mtl_framework.layers import attend
 
+
 # Our `activation` names -> the function. "gelu" is the exact erf form (transformers'
 # "gelu", bert4keras's default); "gelu_approximate" the tanh form (transformers'
 # "gelu_new" / "gelu_pytorch_tanh", keras-hub's BERT and ALBERT).

@@ -705,9 +705,27 @@ main(*sys.argv[1:])
 """
 
 
-def test_mirrored_on_two_devices_equals_one_process_with_contrastive_tasks(tmp_path):
+# cmrc2018_retrieval trained by the cached-gradient step, 4 texts a chunk
+CACHED_SPEC = """\
+dataset: cmrc2018_cached
+format: squad
+files:
+  train: cmrc2018/train.json
+tasks:
+  - name: cmrc2018_retrieval_cached
+    type: contrastive
+    max_length: 256
+    metric: retrieval
+    embedding:
+      cached_chunk: 4
+"""
+
+
+@pytest.mark.parametrize("step", ["plain", "cached"])
+def test_mirrored_on_two_devices_equals_one_process_with_contrastive_tasks(tmp_path, step):
     """Two replicas split each micro-batch's rows; a contrastive loss couples the rows (in-batch
-    negatives, CoSENT's pairs), yet the update must be the one-process update."""
+    negatives, CoSENT's pairs), yet the update must be the one-process update; also with the
+    cached-gradient step (its chunks' while loops inside each replica)."""
     import os
     import subprocess
     import sys
@@ -717,10 +735,16 @@ def test_mirrored_on_two_devices_equals_one_process_with_contrastive_tasks(tmp_p
     from mtl_framework.loop.run import Run
 
     steps, tasks = 2, MIXED[1:]  # the two contrastive tasks (tnews: tests/test_distributed.py)
+    specs = []
+    if step == "cached":
+        (tmp_path / "specs").mkdir()
+        (tmp_path / "specs" / "cmrc2018_cached.yaml").write_text(CACHED_SPEC, encoding="utf-8")
+        tasks, specs = ["afqmc_sts", "cmrc2018_retrieval_cached"], [str(tmp_path / "specs")]
     experiment = write_experiment(
         tmp_path / "experiment.yaml", **{**TWO_WORKERS, "tasks": tasks, "tasks_per_update": 2,
                                          "batch_size": 7, "max_length": 16, "steps": steps,
-                                         "eval_every": 0, "optimizer": PLAIN_SGD})
+                                         "eval_every": 0, "optimizer": PLAIN_SGD,
+                                         "task_specs": specs})
     Run(str(experiment), str(tmp_path / "single"), log=lambda *a: None).train()  # caches features
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
     child = subprocess.run([sys.executable, "-c", MIRRORED_CHILD, str(experiment), str(tmp_path / "mirrored"),

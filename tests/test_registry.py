@@ -87,7 +87,7 @@ BROKEN_ERRORS = {
             + ", ".join(name for name, f in FAMILIES.items() if f.in_specs)),
         (10, "task 'unknown_names_task': unknown metric 'accuray' (did you mean 'accuracy'?); "
              "metrics: accuracy, macro_f1, micro_f1, em_f1, span_f1, triple_f1, event_f1, "
-             "spearman, pearson, mrr, cosine_spearman, pair_classification, retrieval")],
+             "spearman, pearson, mrr, cosine_spearman, pair_classification, retrieval, reranking")],
     "unknown_option_field.yaml": [  # options and fields: checked against the format
         (6, "unknown option 'delimeter' for format 'delimited' (did you mean 'delimiter'?); "
             "allowed: delimiter, header"),

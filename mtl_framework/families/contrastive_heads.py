@@ -41,7 +41,7 @@ class ContrastiveHead(TaskHead):
         self.in_batch_negatives, self.pooling, self.normalize = in_batch_negatives, pooling, normalize
         self.matryoshka_dims = tuple(int(d) for d in matryoshka_dims)
         # > 0: the step computes this head's gradient by GradCache, `cached_chunk` texts
-        # through the backbone at a time (step/model.py, MultiTaskModel.cached_chunk)
+        # through the backbone at a time (_cached_gradients in step/tensorflow.py, step/jax.py)
         self.cached_chunk = int(cached_chunk)
 
     def build(self, hidden_shape):

@@ -28,11 +28,11 @@ class BackendStep(ABC):
     def _to_tensors(batch):
         """A NumPy batch as this backend's tensors."""
 
+    @abstractmethod
     def _trimmed(self, rows):
         """{token_ids, segment_ids} [N, L] cut to the longest text's tokens where the backend
         traces for any length (TensorFlow); JAX compiles per shape, so its rows stay as
         collated."""
-        return rows
 
     # --- devices ----------------------------------------------------------------------------
 

@@ -163,18 +163,13 @@ class TaskScorer:
             result = scores.retrieval_scores(queries, documents, qrels, k_values=(1, 10, 100),
                                              per_query=True)
             return result["ndcg_at_10"], np.array([q["ndcg_at_10"] for q in result["per_query"]])
-        if self.kind == "reranking":  # each query's positive among its own negatives
-            texts = [[p] + n for p, n in zip(self.passages, self.negatives)]
-            flat = encoder.encode([t for row in texts for t in row], side="passage", batch_size=batch)
-            ends = np.cumsum([len(row) for row in texts])
-            candidates = np.split(flat, ends[:-1])
-            grades = [np.r_[1.0, np.zeros(len(row) - 1)] for row in texts]
-            result = scores.reranking_scores(queries, candidates, grades, k_values=(10, 1000))
-            per_query = [scores.reranking_scores(queries[i:i + 1], candidates[i:i + 1], grades[i:i + 1],
-                                                 k_values=(10, 1000))["map_at_1000"]
-                         for i in range(len(texts))]
-            return result["map_at_1000"], np.array(per_query)
         passages = encoder.encode(self.passages, side="passage", batch_size=batch)
+        if self.kind == "reranking":  # each query's positive among its own negatives
+            flat = encoder.encode([t for row in self.negatives for t in row], side="passage",
+                                  batch_size=batch)
+            negatives = np.split(flat, np.cumsum([len(row) for row in self.negatives])[:-1])
+            result = scores.positive_among_negatives(queries, passages, negatives, per_query=True)
+            return result["map_at_1000"], np.array([q["map_at_1000"] for q in result["per_query"]])
         if self.kind == "sts":
             keep = np.isfinite(self.scores)
             a, b, gold = queries[keep], passages[keep], self.scores[keep]

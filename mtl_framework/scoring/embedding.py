@@ -439,7 +439,7 @@ def retrieval_scores(query_embeddings, corpus_embeddings, qrels, *, corpus_ids=N
 
 
 def reranking_scores(query_embeddings, candidate_embeddings, candidate_grades, *, candidate_ids=None,
-                     k_values=RETRIEVAL_K_VALUES):
+                     k_values=RETRIEVAL_K_VALUES, per_query=False):
     """MAP, MRR, nDCG ... at each k for queries that each rank their own candidate documents.
 
     Mirrors mteb 2.26 AbsTaskReranking, which is AbsTaskRetrieval with `top_ranked` candidates
@@ -450,13 +450,14 @@ def reranking_scores(query_embeddings, candidate_embeddings, candidate_grades, *
     broken by candidate id descending; by default the ids are those mteb gives an old-format
     reranking set (`apositive_<query>_<00000>` for grade >= 1, `negative_<query>_<00000>` for the
     rest, numbered in input order), which ranks a tied negative above a tied positive.
+    `per_query` adds each kept query's figures under "per_query" (as retrieval_scores).
     """
     queries = _as_matrix(query_embeddings, "query_embeddings")
     if not len(candidate_embeddings) == len(candidate_grades) == len(queries):
         raise ValueError("candidate_embeddings and candidate_grades must hold one entry per query "
                          f"({len(queries)})")
     k_values = _check_k_values(k_values)
-    per_query = []
+    each = []
     for query, (candidates, grades) in enumerate(zip(candidate_embeddings, candidate_grades)):
         candidates = _as_matrix(candidates, f"candidate_embeddings[{query}]")
         grades = np.asarray(grades, dtype=np.float64)
@@ -474,6 +475,18 @@ def reranking_scores(query_embeddings, candidate_embeddings, candidate_grades, *
         id_order = _id_order(ids, len(candidates), f"candidate_ids[{query}]")
         similarities = _cosine_matrix(queries[query:query + 1], candidates)[0]
         ranked = _ranked_top(similarities, id_order, max(k_values))
-        per_query.append(_query_metrics(grades[ranked], int(np.sum(grades >= 1)),
-                                        np.sort(grades[grades > 0])[::-1], k_values))
-    return _mean_over_queries(per_query, k_values)
+        each.append(_query_metrics(grades[ranked], int(np.sum(grades >= 1)),
+                                   np.sort(grades[grades > 0])[::-1], k_values))
+    scores = _mean_over_queries(each, k_values)
+    if per_query:
+        scores["per_query"] = each
+    return scores
+
+
+def positive_among_negatives(queries, positives, negatives, per_query=False):
+    """reranking_scores (k 10 and 1000: MAP, MRR@10) of each query ranking its one positive
+    among its own negatives: queries, positives [n, dim]; negatives[i] query i's [m_i, dim]."""
+    candidates = [np.vstack([positive[None]] + ([rows] if len(rows) else []))
+                  for positive, rows in zip(np.asarray(positives), negatives)]
+    grades = [np.r_[1.0, np.zeros(len(c) - 1)] for c in candidates]
+    return reranking_scores(queries, candidates, grades, k_values=(10, 1000), per_query=per_query)

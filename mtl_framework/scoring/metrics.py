@@ -341,19 +341,17 @@ def reranking(predictions, references):
     """C-MTEB's reranking scores (T2Reranking's protocol, mteb's reranking evaluator): each
     query ranks its own positive among its own hard negatives: MAP (main; mteb's
     map_at_1000), MRR@10, and the mean number of candidates."""
-    from mtl_framework.scoring.embedding import reranking_scores
+    from mtl_framework.scoring.embedding import positive_among_negatives
 
     _check(predictions, references)
-    candidates = [np.vstack([p["positive"][None]] + ([p["negatives"]] if len(p.get("negatives", ())) else []))
-                  for p in predictions]
-    if not any(len(c) > 1 for c in candidates):
+    negatives = [p.get("negatives", ()) for p in predictions]
+    if not any(len(n) for n in negatives):
         raise ValueError("no pair has hard negatives: reranking ranks each positive among its "
                          "`neg` passages; give the split negatives, or score it by `metric: retrieval`")
-    grades = [np.r_[1.0, np.zeros(len(c) - 1)] for c in candidates]
-    result = reranking_scores(np.array([p["query"] for p in predictions]), candidates, grades,
-                              k_values=(10, 1000))
+    result = positive_among_negatives(np.array([p["query"] for p in predictions]),
+                                      np.array([p["positive"] for p in predictions]), negatives)
     return {"map": result["map_at_1000"], "mrr_at_10": result["mrr_at_10"],
-            "candidates": float(np.mean([len(c) for c in candidates]))}
+            "candidates": float(np.mean([1 + len(n) for n in negatives]))}
 
 
 EMBEDDING_METRICS = {"cosine_spearman": "cosine_spearman",

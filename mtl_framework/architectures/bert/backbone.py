@@ -11,7 +11,7 @@ from keras import ops
 from mtl_framework.architectures.backbone import Backbone
 from mtl_framework.architectures.bert.layers import BertLayer, initializer
 from mtl_framework.architectures.bert.presets import backbone_config
-from mtl_framework.layers import resolve_exact_padding
+from mtl_framework.layers import Dropout, resolve_exact_padding
 
 
 @keras.saving.register_keras_serializable(package="mtl_framework")
@@ -49,7 +49,7 @@ class BertBackbone(Backbone):
         self.position_embedding = embedding(config["max_positions"], "position_embedding")
         self.embedding_norm = keras.layers.LayerNormalization(
             epsilon=config["layer_norm_epsilon"], name="embedding_norm")
-        self.embedding_dropout = keras.layers.Dropout(config["dropout"])
+        self.embedding_dropout = Dropout(config["dropout"])
         self.transformer_layers = [self.block(f"transformer_layer_{i}")
                                    for i in range(self.distinct_layers())]
 

@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-from mtl_framework.layers import attend
+from mtl_framework.layers import Dropout, attend
 
 
 # Our `activation` names -> the function. "gelu" is the exact erf form (transformers'
@@ -61,8 +61,8 @@ class BertLayer(keras.layers.Layer):
         self.intermediate = dense(intermediate_size, "intermediate")
         self.output_dense = dense(hidden_size, "output")
         self.attention_norm, self.output_norm = norm("attention_norm"), norm("output_norm")
-        self.attention_dropout = keras.layers.Dropout(attention_dropout)
-        self.dropout = keras.layers.Dropout(dropout)
+        self.attention_dropout = Dropout(attention_dropout)
+        self.dropout = Dropout(dropout)
         self.config = dict(hidden_size=hidden_size, num_heads=num_heads, head_size=head_size,
                            intermediate_size=intermediate_size, activation=activation,
                            layer_norm_epsilon=layer_norm_epsilon, dropout=dropout,

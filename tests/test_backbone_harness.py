@@ -1,6 +1,6 @@
 """tests/backbone_harness.py on every architecture and every (architecture, format) pair
 a converter exists for (architectures.converter, formats.FORMATS): build and call,
-padding exactness, mixed precision, the converter's save/load round trip, and parity
+padding exactness, the packed call, mixed precision, the converter's save/load round trip, and parity
 with the format's own library both ways."""
 import backbone_harness as harness
 import pytest
@@ -24,6 +24,11 @@ def test_backbone(architecture):
 @pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)
 def test_padding(architecture):
     harness.run_padding_test(architecture)
+
+
+@pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)
+def test_packed(architecture):
+    harness.run_packed_test(architecture)
 
 
 @pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)

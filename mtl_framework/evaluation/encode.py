@@ -169,8 +169,10 @@ class Encoder:
     def forward(self):
         """(token ids [n, L] -> vectors, the step lengths are rounded up to, batches at once):
         on TensorFlow one function traced for every shape, so batches pad to their longest
-        text exactly, several batches computing at once on a CPU (encoding_lanes: one small
-        batch leaves a core idle between its ops); on JAX Keras's predict_on_batch,
+        text exactly, the backbone packed (its token-wise work on the real tokens alone,
+        layers.Packing: 0.9x the CPU time at float32 on AFQMC's sorted batches), several
+        batches computing at once on a CPU (encoding_lanes: one small batch leaves a core
+        idle between its ops); on JAX Keras's predict_on_batch,
         compiled per shape, lengths rounded up to 8, one at a time."""
         if getattr(self, "_forward", None) is None:
             import keras
@@ -181,7 +183,8 @@ class Encoder:
 
                 @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
                 def vectors(token_ids):
-                    return model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids)})
+                    return model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids)},
+                                 packed=True)
                 self._forward = (vectors, 1, encoding_lanes(not tf.config.list_logical_devices("GPU")))
             else:
                 self._forward = (lambda token_ids: model.predict_on_batch(
@@ -254,8 +257,8 @@ def pooled_model(backbone, pooling):
             super().__init__(name="pooled_encoder")
             self.backbone = backbone
 
-        def call(self, inputs):
-            hidden = self.backbone(inputs, training=False)
+        def call(self, inputs, packed=False):
+            hidden = self.backbone(inputs, training=False, packed=packed)
             return ops.cast(pool(hidden, inputs["token_ids"], pooling), "float32")
 
     return PooledEncoder()

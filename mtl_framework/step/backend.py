@@ -34,6 +34,12 @@ class BackendStep(ABC):
         traces for any length (TensorFlow); JAX compiles per shape, so its rows stay as
         collated."""
 
+    @abstractmethod
+    def _packs_texts(self):
+        """Whether the backbone runs texts alone (the contrastive passes) packed, its
+        token-wise work on the real tokens only (layers.Packing: a data-dependent shape,
+        which TensorFlow traces and JAX would compile once per batch)."""
+
     # --- devices ----------------------------------------------------------------------------
 
     @abstractmethod

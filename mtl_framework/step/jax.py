@@ -72,6 +72,9 @@ class JaxStep(BackendStep):
     def _trimmed(self, rows):
         return rows  # a trimmed length would be one more compiled shape per batch
 
+    def _packs_texts(self):
+        return False  # T real tokens would be one more compiled shape per batch
+
     def _check_lanes(self, lanes):
         if lanes > 1:
             raise ValueError("parallel_micro_batches > 1 runs TensorFlow micro-steps in threads; "

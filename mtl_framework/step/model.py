@@ -209,12 +209,13 @@ class MultiTaskModel(Step, keras.Model):
 
     def _text_vectors(self, head, rows, seeds, backbone_values=None, training=True):
         """A `texts_alone` head's outputs for texts, [N, L] rows -> [N, H] float32, the rows
-        cut to their longest text where the backend allows (_trimmed); the cached-gradient
+        cut to their longest text and the backbone's token-wise work on their real tokens
+        alone where the backend allows (_trimmed, _packs_texts); the cached-gradient
         contrastive step runs a chunk of texts at a time through this."""
         rows = self._trimmed(rows)
         seeds = list(seeds) + list(backbone_values or [])
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
-            hidden = self.backbone(rows, training=training)
+            hidden = self.backbone(rows, training=training, packed=self._packs_texts())
         return ops.cast(head.call(hidden, rows, training=training), "float32")
 
     def _side_vectors(self, head, batch, training, seeds):

@@ -48,6 +48,9 @@ class TensorFlowStep(BackendStep):
         longest = tf.maximum(longest, 1)  # rows of padding alone (a missing hard negative) keep one
         return {k: v[:, :longest] for k, v in rows.items()}
 
+    def _packs_texts(self):
+        return True
+
     def _drop_update(self):
         """Zero the accumulators without applying them (nothing finite in the update)."""
         if self._reset_fn is None:

@@ -11,7 +11,7 @@ from keras import ops
 from mtl_framework.architectures.backbone import Backbone
 from mtl_framework.architectures.bert.layers import BertLayer, initializer
 from mtl_framework.architectures.bert.presets import backbone_config
-from mtl_framework.layers import Dropout, resolve_exact_padding
+from mtl_framework.layers import Dropout, Packing, resolve_exact_padding
 
 
 @keras.saving.register_keras_serializable(package="mtl_framework")
@@ -122,15 +122,23 @@ class BertBackbone(Backbone):
     def update_residual_alpha(self, step):
         """RoFormerV2's residual-scale warm-up; BERT has no residual scale."""
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, packed=False):
+        """[B, L, H]. packed (TensorFlow): everything but attention runs on the real tokens
+        alone (layers.Packing); the same outputs at real tokens, zeros at padding."""
         token_ids = inputs["token_ids"]
-        x = self.embed_tokens(inputs)
-        positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")
-        x = x + ops.cast(self.position_embedding(positions), x.dtype)[None]
+        packing = Packing(token_ids) if packed else None
+        if packing is None:
+            x = self.embed_tokens(inputs)
+            positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")
+            x = x + ops.cast(self.position_embedding(positions), x.dtype)[None]
+        else:
+            x = self.embed_tokens({k: packing.pack(v) for k, v in inputs.items()
+                                   if k in ("token_ids", "segment_ids")})
+            x = x + ops.cast(self.position_embedding(packing.positions), x.dtype)
         x = self.embedding_dropout(self.embedding_norm(x), training=training)
         x = self.project(x)
         # Padded keys (token id 0) get -1e9 (see RoFormerV2Backbone.call): exp gives 0.
         attention_bias = ops.where(ops.equal(token_ids, 0)[:, None, None, :], -1e9, 0.0)
         for layer in self.layer_sequence():
-            x = layer(x, attention_bias, training=training)
-        return x
+            x = layer(x, attention_bias, training=training, packing=packing)
+        return x if packing is None else packing.pad(x)

@@ -88,13 +88,18 @@ class BertLayer(keras.layers.Layer):
         return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, self.head_size)),
                              (0, 2, 1, 3))
 
-    def call(self, x, attention_bias, training=False):
-        """x [batch, length, hidden]; attention_bias [batch, 1, 1, length] (0, or -1e9
-        at padded keys)."""
-        q = self.heads(self.query(x)) * (1.0 / math.sqrt(self.head_size))
-        k, v = self.heads(self.key(x)), self.heads(self.value(x))
-        context = attend(q, k, v, attention_bias, self.exact_padding, self.attention_dropout,
-                         training)
+    def call(self, x, attention_bias, training=False, packing=None):
+        """x [batch, length, hidden], or with `packing` (layers.Packing) the real tokens
+        [T, hidden], padded for attention alone; attention_bias [batch, 1, 1, length] (0,
+        or -1e9 at padded keys)."""
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        if packing is not None:
+            q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)
+        q = self.heads(q) * (1.0 / math.sqrt(self.head_size))
+        context = attend(q, self.heads(k), self.heads(v), attention_bias, self.exact_padding,
+                         self.attention_dropout, training)
+        if packing is not None:
+            context = packing.pack(context)
         attended = self.dropout(self.attention_output(context), training=training)
         x = self.attention_norm(x + attended)
         hidden = self.activation(self.intermediate(x))

@@ -19,6 +19,7 @@ from mtl_framework.architectures.roformer_v2.presets import backbone_config
 from mtl_framework.formats import keras as preset
 from mtl_framework.layers import (
     Dropout,
+    Packing,
     RoFormerV2Initializer,
     resolve_exact_padding,
     rotary_lengths,
@@ -115,9 +116,14 @@ class RoFormerV2Backbone(Backbone):
             step = ops.cast(step, "float32")
             self.residual_alpha.assign(ops.minimum(1.0, step / float(warmup)))
 
-    def call(self, inputs, training=False):
+    def call(self, inputs, training=False, packed=False):
+        """[B, L, H]. packed (TensorFlow): everything but attention runs on the real tokens
+        alone (layers.Packing); the same outputs at real tokens, zeros at padding."""
         token_ids = inputs["token_ids"]
-        x = self.embed_tokens(inputs)
+        packing = Packing(token_ids) if packed else None
+        x = self.embed_tokens(inputs if packing is None else
+                              {k: packing.pack(v) for k, v in inputs.items()
+                               if k in ("token_ids", "segment_ids")})
         x = self.embedding_norm(self.embedding_dropout(x, training=training))
         if self.embedding_mapping is not None:
             x = self.embedding_mapping(x)
@@ -132,8 +138,8 @@ class RoFormerV2Backbone(Backbone):
                                  scaling=scaling, lengths=lengths)
         alpha = ops.cast(self.residual_alpha, x.dtype)
         for layer in self.transformer_layers:
-            x = layer(x, attention_bias, cos, sin, alpha, training=training)
-        return x
+            x = layer(x, attention_bias, cos, sin, alpha, training=training, packing=packing)
+        return x if packing is None else packing.pad(x)
 
     # --- weights in and out -------------------------------------------------
 

@@ -84,14 +84,17 @@ class SelfAttention(keras.layers.Layer):
         part = (shape[0], shape[1] // 3)
         return ops.concatenate([self.kernel_initializer(part, dtype) for _ in range(3)], axis=1)
 
-    def call(self, x, attention_bias, cos, sin, output_scale=None, training=False):
-        """x [batch, length, hidden]; attention_bias [batch, 1, 1, length] (0 or -inf);
-        cos, sin [length, head_size] or [batch, length, head_size] from `rotary_tables`;
-        output_scale multiplies the output (applied to the [inner, hidden] output kernel,
-        not to the activations)."""
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        qkv = ops.reshape(dense(x, self.qkv_kernel),
-                          (batch, length, 3, self.num_heads, self.head_size))
+    def call(self, x, attention_bias, cos, sin, output_scale=None, training=False, packing=None):
+        """x [batch, length, hidden], or with `packing` (layers.Packing) the real tokens
+        [T, hidden], padded for attention alone; attention_bias [batch, 1, 1, length] (0
+        or -inf); cos, sin [length, head_size] or [batch, length, head_size] from
+        `rotary_tables`; output_scale multiplies the output (applied to the [inner,
+        hidden] output kernel, not to the activations)."""
+        qkv = dense(x, self.qkv_kernel)
+        if packing is not None:
+            qkv = packing.pad(qkv)
+        batch, length = ops.shape(qkv)[0], ops.shape(qkv)[1]
+        qkv = ops.reshape(qkv, (batch, length, 3, self.num_heads, self.head_size))
         qk, v = ops.split(ops.transpose(qkv, (2, 0, 3, 1, 4)), [2], axis=0)
         # q and k rotated in one pass over [2, batch, heads, length, d] (half the ops of
         # two passes: 3-6% of a CPU step at small/128); q's tables carry 1/sqrt(d), so
@@ -105,6 +108,8 @@ class SelfAttention(keras.layers.Layer):
         q, k = (ops.squeeze(t, 0) for t in ops.split(qk, 2))
         v = ops.squeeze(v, 0)
         context = attend(q, k, v, attention_bias, self.exact_padding, self.dropout, training)
+        if packing is not None:
+            context = packing.pack(context)
         return dense(context, scaled(self.output_kernel, output_scale))
 
     def get_config(self):
@@ -181,9 +186,9 @@ class TransformerLayer(keras.layers.Layer):
         self.attention.build(input_shape)
         self.feed_forward.build(input_shape)
 
-    def call(self, x, attention_bias, cos, sin, alpha, training=False):
+    def call(self, x, attention_bias, cos, sin, alpha, training=False, packing=None):
         residual = self.attention(x, attention_bias, cos, sin, output_scale=alpha,
-                                  training=training)
+                                  training=training, packing=packing)
         x = self.attention_norm(x + self.dropout(residual, training=training))
         residual = self.feed_forward(x, output_scale=alpha)
         return self.feed_forward_norm(x + self.dropout(residual, training=training))

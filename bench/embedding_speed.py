@@ -12,8 +12,10 @@ with saving.load_backbone / Encoder, sentence-transformers with SentenceTransfor
 - Training, pairs per second. Batches of `--batch` pairs, tokenized once by our
   tokenizer (the folder's vocab.txt) and given to both sides as the same token ids, each
   side padding as it does (ours: one [B, 2, L] batch, L the longest text, which the step
-  cuts per side to each side's longest; ST: the query and positive columns each tokenized
-  to their own longest); collation is outside the timing on both sides.
+  cuts per side to each side's longest and runs packed, its token-wise work on the real
+  tokens alone, layers.Packing: 45% of these padded positions; ST: the query and positive
+  columns each tokenized to their own longest, every position computed); collation is
+  outside the timing on both sides.
   Ours: MultiTaskModel.run_update with one contrastive task (InfoNCE with in-batch
   negatives, temperature 0.05 = ST's scale 20, mean pooling as the folder's),
   AdamW (lr 1e-4, weight decay 0.01), gradient_norm balancing: the step a run with only

@@ -320,6 +320,10 @@ class Packing:
         self.slots = ops.where(real, ops.cumsum(ops.cast(real, "int32")) - 1, count)
         self.positions = self.indices % self.length  # each real token's position in its text
 
+    def inputs(self, inputs):
+        """A backbone's {token_ids, segment_ids} [B, L] -> the real tokens' ids [T]."""
+        return {k: self.pack(v) for k, v in inputs.items() if k in ("token_ids", "segment_ids")}
+
     def pack(self, x):
         """[B, L, ...] -> [T, ...]: the real tokens' rows."""
         return ops.take(ops.reshape(x, (-1, *x.shape[2:])), self.indices, axis=0)

@@ -132,8 +132,7 @@ class BertBackbone(Backbone):
             positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")
             x = x + ops.cast(self.position_embedding(positions), x.dtype)[None]
         else:
-            x = self.embed_tokens({k: packing.pack(v) for k, v in inputs.items()
-                                   if k in ("token_ids", "segment_ids")})
+            x = self.embed_tokens(packing.inputs(inputs))
             x = x + ops.cast(self.position_embedding(packing.positions), x.dtype)
         x = self.embedding_dropout(self.embedding_norm(x), training=training)
         x = self.project(x)

@@ -121,9 +121,7 @@ class RoFormerV2Backbone(Backbone):
         alone (layers.Packing); the same outputs at real tokens, zeros at padding."""
         token_ids = inputs["token_ids"]
         packing = Packing(token_ids) if packed else None
-        x = self.embed_tokens(inputs if packing is None else
-                              {k: packing.pack(v) for k, v in inputs.items()
-                               if k in ("token_ids", "segment_ids")})
+        x = self.embed_tokens(inputs if packing is None else packing.inputs(inputs))
         x = self.embedding_norm(self.embedding_dropout(x, training=training))
         if self.embedding_mapping is not None:
             x = self.embedding_mapping(x)

@@ -216,6 +216,30 @@ def environment(args):
     return env
 
 
+def rss_fit(entry):
+    """Peak RSS against B over the tries that fitted, least squares, and the B at which it
+    reaches the budget. The plain step: a line (its activations, linear in B, dwarf the
+    [B, B] logits). The cached-gradient step: fixed + a B + c B^2, since what grows there
+    is the float32 [B, B] logits and the loss's copies of them (needs 3 tries)."""
+    fitted = [t for t in entry["tries"] if t["fits"]]
+    pairs = np.array([t["pairs"] for t in fitted], float)
+    peaks = np.array([t["peak_rss"] for t in fitted], float)
+    budget = entry["budget_gib"] * GIB
+    if not entry.get("cached_chunk"):
+        if len(fitted) < 2:
+            return None
+        slope, fixed = np.polyfit(pairs, peaks, 1)
+        return {"fixed_gib": round(fixed / GIB, 3), "mib_per_pair": round(slope / 2 ** 20, 2),
+                "budget_pairs": int((budget - fixed) / slope)}
+    if len(fitted) < 3:
+        return None
+    square, slope, fixed = np.polyfit(pairs, peaks, 2)
+    roots = [r.real for r in np.roots([square, slope, fixed - budget]) if abs(r.imag) < 1e-9 and r.real > 0]
+    return {"fixed_gib": round(fixed / GIB, 3), "mib_per_pair": round(slope / 2 ** 20, 4),
+            "bytes_per_pair_squared": round(square, 2),
+            "budget_pairs": int(min(roots)) if roots else None}
+
+
 def markdown(report):
     lines = ["# In-batch negatives that fit: a contrastive training step at small / 128", "",
              f"{report['environment']['cpu_model']}, {report['environment']['memory_gib']} GiB, "
@@ -238,8 +262,13 @@ def markdown(report):
             lines.append(f"| {t['pairs']} | {t['texts_per_update']} | {FITS[t['fits']]} | "
                          f"{t['peak_rss'] / GIB:.2f} | {', '.join(str(s) for s in t['update_s'])} | "
                          f"{t['why_not'] or ''} |")
-        fit = entry.get("rss_per_pair")
-        if fit:
+        fit = rss_fit(entry)
+        if fit and "bytes_per_pair_squared" in fit:
+            lines += ["", f"Peak RSS over the tries that fitted: {fit['fixed_gib']:.2f} GiB + "
+                      f"{fit['mib_per_pair']:.3f} MiB x B + {fit['bytes_per_pair_squared']:.1f} "
+                      f"bytes x B^2 (least squares; the [B, B] logits grow as B^2); that curve "
+                      f"reaches the budget at B ~ {fit['budget_pairs']} (an extrapolation)."]
+        elif fit:
             lines += ["", f"Peak RSS over the tries that fitted: {fit['fixed_gib']:.2f} GiB + "
                       f"{fit['mib_per_pair']:.1f} MiB per pair (least squares); at that slope the "
                       f"budget holds B ~ {fit['budget_pairs']}."]
@@ -281,6 +310,12 @@ def main(argv=None):
     if args.markdown:
         out = Path(args.output_dir or REPO / "bench" / "results")
         report = json.loads((out / "contrastive_memory.json").read_text(encoding="utf-8"))
+        for entry in report["entries"]:  # the fit as rss_fit computes it now
+            entry.pop("rss_per_pair", None)
+            if rss_fit(entry):
+                entry["rss_per_pair"] = rss_fit(entry)
+        (out / "contrastive_memory.json").write_text(json.dumps(report, indent=1) + "\n",
+                                                      encoding="utf-8")
         (out / "contrastive_memory.md").write_text(markdown(report), encoding="utf-8")
         return print(markdown(report))
     if args.quick:
@@ -311,12 +346,9 @@ def main(argv=None):
              "search_seconds": round(earlier_seconds + time.perf_counter() - started, 1),
              "resumed_after_tries": len(earlier),
              "tries": tries, "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-    fitted = [t for t in tries if t["fits"]]
-    if len(fitted) >= 2:
-        slope, fixed = np.polyfit([t["pairs"] for t in fitted], [t["peak_rss"] for t in fitted], 1)
-        entry["rss_per_pair"] = {"fixed_gib": round(fixed / GIB, 3),
-                                 "mib_per_pair": round(slope / 2 ** 20, 2),
-                                 "budget_pairs": int((args.budget_gib * GIB - fixed) / slope)}
+    fit = rss_fit(entry)
+    if fit:
+        entry["rss_per_pair"] = fit
     out = Path(args.output_dir or (workdir if args.quick else REPO / "bench" / "results"))
     out.mkdir(parents=True, exist_ok=True)
     path = out / "contrastive_memory.json"

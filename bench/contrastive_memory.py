@@ -312,8 +312,9 @@ def main(argv=None):
         report = json.loads((out / "contrastive_memory.json").read_text(encoding="utf-8"))
         for entry in report["entries"]:  # the fit as rss_fit computes it now
             entry.pop("rss_per_pair", None)
-            if rss_fit(entry):
-                entry["rss_per_pair"] = rss_fit(entry)
+            fit = rss_fit(entry)
+            if fit:
+                entry["rss_per_pair"] = fit
         (out / "contrastive_memory.json").write_text(json.dumps(report, indent=1) + "\n",
                                                       encoding="utf-8")
         (out / "contrastive_memory.md").write_text(markdown(report), encoding="utf-8")

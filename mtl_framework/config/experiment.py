@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from mtl_framework import architectures
 from mtl_framework.architectures import rope_scaling
-from mtl_framework.config.yaml_io import load_yaml, parse_yaml
+from mtl_framework.config.yaml_io import load_yaml, parse_yaml, yaml_number
 from mtl_framework.errors import UserError
 from mtl_framework.mixing import balancing, mixture
 
@@ -472,7 +472,7 @@ def _check_backbone(backbone, error, max_length):
                 error(where, f"backbone.{key} must be an integer >= {BACKBONE_MINIMUM[key]}, "
                              f"got {value!r}")
         elif key in ("dropout", "attention_dropout"):
-            number = _number(value)
+            number = yaml_number(value)
             if number is None or not 0 <= number < 1:
                 error(where, f"backbone.{key} must be a number in [0, 1), got {value!r}")
             else:
@@ -534,7 +534,7 @@ def _check_sampling(sampling, error):
                 error(("sampling", key), f"unknown sampling key {key!r}; known: "
                                          f"{', '.join(SAMPLING_KEYS)}")
             elif key in mixture.OPTIONS:
-                number = _number(value)
+                number = yaml_number(value)
                 if number is None or number <= 0:
                     error(("sampling", key), f"sampling.{key} must be a number > 0, got {value!r}")
                 else:
@@ -596,7 +596,7 @@ def _check_optimizer(optimizer, error):
                 error(where, f"optimizer.{key} must be true or false, got {value!r}")
         elif key in rules:
             test, wanted = rules[key]
-            number = _number(value)
+            number = yaml_number(value)
             if number is None or not test(number):
                 error(where, f"optimizer.{key} must be {wanted}, got {value!r}")
             else:
@@ -640,7 +640,7 @@ def _check_tasks(entries, error):
         for key, test, wanted in (("rate", lambda x: 0 < x <= 1, "a number in (0, 1]"),
                                   ("loss_weight", lambda x: x > 0, "a number > 0")):
             if key in entry:
-                number = _number(entry[key])
+                number = yaml_number(entry[key])
                 if number is None or not test(number):
                     error(where + (key,), f"task {name!r}: {key} must be {wanted}, "
                                           f"got {entry[key]!r}")
@@ -652,21 +652,6 @@ def _check_tasks(entries, error):
 
 def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value):
-    """A finite float from an int, a float or a numeric string (YAML 1.1 reads `1e-3`
-    as a string), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if isinstance(value, (int, float)) and value == value and abs(value) != float("inf"):
-        return float(value) if isinstance(value, float) else value
-    return None
 
 
 def _type_name(kind):

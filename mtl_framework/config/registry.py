@@ -22,9 +22,9 @@ import json
 from pathlib import Path
 
 from mtl_framework.config import spec_schema as schema
-from mtl_framework.config.yaml_io import parse_yaml
+from mtl_framework.config.yaml_io import parse_yaml, yaml_number
 from mtl_framework.errors import UserError
-from mtl_framework.families.contrastive import settings_problems as contrastive_settings_problems
+from mtl_framework.families import contrastive
 
 # Installed from a wheel the specs are package data (mtl_framework/task_specs);
 # in a source checkout (and the editable install) they are the repository's task_specs/.
@@ -448,6 +448,8 @@ class _SpecLoader:
         if missing and not fields_refused:
             spec.error(where, f"{label}: format {task_format!r} needs `fields:` for "
                               f"{', '.join(missing)} (the source key or column of each)")
+        if task_type == schema.EMBEDDING_TYPE and adapter is not None:
+            self.check_embedding_data(spec, where, entry, adapter, merged["fields"], label)
         if any(key not in entry for key, (_, required) in schema.TASK_KEYS.items() if required):
             return None
         files, optional, aliases = _plain_files(merged["files"])
@@ -458,7 +460,8 @@ class _SpecLoader:
             labels=entry.get("labels"), label_file=entry.get("label_file"),
             multi_label=entry.get("multi_label", False), max_length=entry["max_length"],
             metric=entry["metric"], scorer=entry.get("scorer"), rate=entry.get("rate"),
-            loss_weight=entry.get("loss_weight", 1.0), embedding=entry.get("embedding"),
+            loss_weight=entry.get("loss_weight", 1.0),
+            embedding=contrastive.written_settings(entry.get("embedding")),
             description=entry.get("description", data.get("description", "")),
             spec_path=str(spec.path), line=spec.lines[where])
 
@@ -469,7 +472,7 @@ class _SpecLoader:
             if task_type is not None and not embedded:
                 spec.error(where + ("embedding",), f"{label}: `embedding:` settings apply to "
                            f"type {schema.EMBEDDING_TYPE} only, not {task_type}; remove them")
-            for key, message in contrastive_settings_problems(entry["embedding"]):
+            for key, message in contrastive.settings_problems(entry["embedding"]):
                 at = where + ("embedding",) + ((str(key),) if key is not None else ())
                 spec.error(at, f"{label}: {message}")
         if task_type is None or not isinstance(metric, str) or metric not in schema.METRICS:
@@ -481,6 +484,14 @@ class _SpecLoader:
             spec.error(where + ("metric",), f"{label}: metric {metric} scores the embeddings of "
                        f"{schema.EMBEDDING_TYPE} tasks, not a {task_type} task's outputs: give it "
                        f"another metric, or make it type {schema.EMBEDDING_TYPE}")
+
+    def check_embedding_data(self, spec, where, entry, adapter, fields, label):
+        """Valid `embedding:` settings the task's format cannot feed (contrastive.data_problems)."""
+        settings = entry.get("embedding") or {}
+        if contrastive.settings_problems(settings):
+            return  # each reported at its own line already
+        for key, message in contrastive.data_problems(settings, adapter, fields):
+            spec.error(where + ("embedding", key), f"{label}: {message}")
 
     def check_keys(self, spec, where, data, keys, place):
         """Unknown, missing and mistyped keys; returns the entries that passed."""
@@ -495,7 +506,7 @@ class _SpecLoader:
             if problem:
                 spec.error(where + (str(key),), f"{place}: {key} {problem}")
                 continue
-            good[key] = value
+            good[key] = yaml_number(value) if checker in schema.NUMBER_CHECKERS else value
         for key, (_, required) in keys.items():
             if required and key not in data:
                 spec.error(where, f"{place}: missing required key {key!r}")

@@ -6,6 +6,7 @@ a value is fine, else a message saying what is wrong and how to fix it.
 import os
 import re
 
+from mtl_framework.config.yaml_io import yaml_number
 from mtl_framework.families import FAMILIES, contrastive
 from mtl_framework.scoring import metrics as metric_functions
 from mtl_framework.scoring import scorers as scorer_modules
@@ -78,13 +79,20 @@ def length_int(value):
 
 
 def non_negative_number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    number = yaml_number(value)
+    if number is None or number < 0:
         return "must be a number >= 0, got %r" % (value,)
 
 
 def positive_number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    number = yaml_number(value)
+    if number is None or number <= 0:
         return "must be a number > 0, got %r" % (value,)
+
+
+# Checkers of numbers: a spec's numbers follow the experiment's rule (yaml_io.yaml_number,
+# `1e-3` is a number), and the registry keeps the number, not the string YAML read.
+NUMBER_CHECKERS = (non_negative_number, positive_number)
 
 
 def boolean(value):

@@ -23,6 +23,7 @@ import numpy as np
 
 from data_adapters.examples import PairExample, SpanQAExample, TextExample
 from data_adapters.task_types import CONTRASTIVE
+from mtl_framework.config.yaml_io import yaml_number
 from mtl_framework.families.base import Family
 from mtl_framework.families.features import CHOICES, Featurizer, batch_length, pad_rows
 
@@ -37,14 +38,21 @@ def _choice(options):
     return check
 
 
+# Numbers follow the one YAML number rule (yaml_io.yaml_number): `1e-2` is a number, as in an
+# experiment; `.inf` and `.nan` are not (a temperature of inf makes every logit 0: the loss
+# stays ln K and nothing is learned).
 def _positive_number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        return f"must be a number > 0, got {value!r}"
+    number = yaml_number(value)
+    if number is None or not number > 0:
+        return f"must be a finite number > 0, got {value!r}"
 
 
 def _number(value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return f"must be a number, got {value!r}"
+    if yaml_number(value) is None:
+        return f"must be a finite number, got {value!r}"
+
+
+NUMBER_CHECKS = (_positive_number, _number)
 
 
 def _whole(value):
@@ -109,7 +117,61 @@ def settings_problems(value):
         problem = EMBEDDING_SETTINGS[key][0](setting)
         if problem:
             problems.append((key, f"embedding.{key} {problem}"))
+    if not problems and _without_candidates(embedding_settings(value)):
+        problems.append(("in_batch_negatives", "embedding.in_batch_negatives: false with "
+                         "hard_negatives: 0 leaves a query no candidate besides its positive "
+                         "(the loss is 0, nothing is learned): keep in_batch_negatives, or give "
+                         "hard_negatives >= 1"))
     return problems
+
+
+def _without_candidates(settings):
+    """InfoNCE picks the positive among candidates: with neither the batch's other positives
+    nor a hard negative there is only the positive to pick."""
+    return (settings["loss"] == "infonce" and not settings["in_batch_negatives"]
+            and settings["hard_negatives"] == 0)
+
+
+# The fields a format may read a pair's score from (pairs: `score`; text-pair formats: the label).
+SCORE_FIELDS = ("score", "label")
+
+
+def data_problems(value, adapter, fields):
+    """[(key, message)]: valid `embedding:` settings (`value`) that the task's format cannot
+    feed: CoSENT without a score to learn from, InfoNCE without in-batch negatives on a
+    format without hard negatives (both would train at loss 0). `adapter`: the format's class;
+    `fields`: the spec's field mapping."""
+    settings = embedding_settings(value)
+    declared = tuple(getattr(adapter, "field_keys", ()) or ())
+    mapped = {**(getattr(adapter, "field_defaults", None) or {}), **fields}
+    reading_comprehension = "mrc_span" in (getattr(adapter, "task_types", ()) or ())
+    problems = []
+    if settings["loss"] == "cosent":
+        source = next((key for key in SCORE_FIELDS if key in declared), None)
+        if source is not None and mapped.get(source) is None:
+            problems.append(("loss", "embedding.loss cosent learns from each pair's score, and "
+                             f"`fields:` maps no `{source}`: map it to the score's source key, "
+                             "or use loss: infonce"))
+        elif source is None and reading_comprehension:
+            problems.append(("loss", "embedding.loss cosent learns from each pair's score, and a "
+                             "question and its passage have none: use loss: infonce"))
+    if (settings["loss"] == "infonce" and not settings["in_batch_negatives"]
+            and "negatives" not in declared and (declared or reading_comprehension)):
+        problems.append(("in_batch_negatives", "embedding.in_batch_negatives: false, and this "
+                         "format gives no hard negatives: a query has no candidate besides its "
+                         "positive (the loss is 0): keep in_batch_negatives, or train on a "
+                         "`pairs` file with negatives"))
+    return problems
+
+
+def written_settings(value):
+    """A valid `embedding:` mapping as the spec wrote it, its numbers read as numbers (`1e-2`
+    is a string to YAML 1.1); None stays None."""
+    if not isinstance(value, dict):
+        return value
+    return {key: yaml_number(setting) if key in EMBEDDING_SETTINGS
+            and EMBEDDING_SETTINGS[key][0] in NUMBER_CHECKS else setting
+            for key, setting in value.items()}
 
 
 def embedding_settings(task):

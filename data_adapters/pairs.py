@@ -10,7 +10,8 @@ says how many a pair uses). A `score` field (CoSENT's target) is read when mappe
 
     fields: {query: sentence1, positive: sentence2, score: similarity}
 
-A record without a query or a positive is skipped with its line; nothing is dropped silently.
+A record without a query or a positive is skipped with its line; a negative equal to one of
+the record's positives is dropped and counted with its line; nothing is dropped silently.
 """
 from __future__ import annotations
 
@@ -36,6 +37,18 @@ def _texts(value):
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return [v for v in value if v.strip()]
     return None
+
+
+# A negative that is one of its record's own positives (a mining or export slip) would train
+# the query away from its answer: it is dropped, and counted with its line.
+NEGATIVE_IS_POSITIVE = "hard negative equal to a positive of its row (dropped)"
+
+
+def _not_positives(negatives, positives, report, path, line):
+    kept = [negative for negative in negatives if negative not in positives]
+    if len(kept) < len(negatives):
+        report.filter(NEGATIVE_IS_POSITIVE, len(negatives) - len(kept), path, line)
+    return kept
 
 
 @register_adapter("pairs")
@@ -77,6 +90,7 @@ class PairsAdapter(Adapter):
                     if reason:
                         report.skip(reason, path, line)
                         continue
+                negatives = _not_positives(negatives, positives, report, path, line)
                 id_ = lookup(record, fields["id"]) if fields.get("id") is not None else None
                 for positive in positives:
                     yield PairExample(query, positive, tuple(negatives), score,

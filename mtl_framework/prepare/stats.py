@@ -14,12 +14,13 @@ import os
 import re
 
 from data_adapters import ReadReport, read_task
+from data_adapters.examples import PairExample
 from mtl_framework.families import family
 
 DEFAULT_DATA_ROOT = "data"
 # Counted alongside the examples, in this order, when an adapter reports them.
 UNITS = ("questions", "texts", "entities", "triples", "events", "arguments", "unanswerable",
-         "unlabelled")
+         "unlabelled", "negatives")
 
 
 # Span tasks' texts are checked for characters glued to what the format put beside
@@ -58,18 +59,23 @@ def split_stats(task, split, data_root, tokenizer=None, max_length=None, cache_d
            "files": read_names(task, split, data_root, named)}
     if row["files"] != named:  # a mirror's name (an alias) was read: say which file
         row["spec_files"] = named
-    report, span_texts, values = ReadReport(), [], []
+    report, span_texts, values, negatives = ReadReport(), [], [], 0
     numeric = family(task.type).numeric_label
     try:
         for example in read_task(task, split, data_root, report):
             if len(span_texts) < GLUE_SAMPLE and any(hasattr(example, f) for f in SPAN_FIELDS):
                 span_texts.append(example.text)
-            if numeric and isinstance(example.label, (int, float)):
-                values.append(float(example.label))
+            target = numeric_target(example) if numeric else None
+            if isinstance(target, (int, float)) and not isinstance(target, bool):
+                values.append(float(target))
+            if isinstance(example, PairExample):
+                negatives += len(example.negatives)
     except (OSError, ValueError, KeyError) as error:
         row["error"] = str(error)
         return row
     row.update(report.as_dict())
+    if negatives:  # pairs: the hard negatives their rows carry (after dropping bad ones)
+        row["negatives"] = negatives
     if values:  # a numeric target's range: a 0-5 STS score read as 0-1 shows here
         row["label_range"] = {"min": min(values), "max": max(values),
                               "mean": round(sum(values) / len(values), 4)}
@@ -79,6 +85,12 @@ def split_stats(task, split, data_root, tokenizer=None, max_length=None, cache_d
     if tokenizer is not None:
         row["features"] = feature_stats(task, split, data_root, tokenizer, max_length, cache_dir)
     return row
+
+
+def numeric_target(example):
+    """The number a numeric family learns from an example: a label (regression, a text-pair
+    contrastive task's score), a pair's `score`, or None (a question and its passage)."""
+    return getattr(example, "label", getattr(example, "score", None))
 
 
 def read_names(task, split, data_root, named):

@@ -17,6 +17,7 @@ table, and (with `resume` given) that the run directory is free for a new run
 or holds a run of this same experiment.
 """
 import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -24,7 +25,9 @@ from mtl_framework import architectures, formats
 from mtl_framework.config.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
 from mtl_framework.config.precision import AS_NAMED, recorded_precision, run_precision
 from mtl_framework.config.registry import UnknownTaskError, load_registry
+from mtl_framework.config.spec_schema import EMBEDDING_TYPE
 from mtl_framework.families import MLM
+from mtl_framework.families.contrastive import embedding_settings
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.checkpoint import read_trainer
 from mtl_framework.rundir.outputs import check_folder
@@ -64,6 +67,25 @@ class Plan:
     def run_dir(self):
         return self.run.path
 
+    @property
+    def record(self):
+        """What a resume must match, kept in every checkpoint's trainer.json ("record"), so
+        an edited experiment.yaml cannot change it: the resolved experiment but its
+        RESUMABLE keys, and each task's settings that shape what it trains (its max_length,
+        a contrastive task's `embedding:` settings, defaults filled in). JSON values."""
+        experiment = {key: value for key, value in self.resolved.items() if key not in RESUMABLE}
+        return json.loads(json.dumps({"experiment": experiment,
+                                      "tasks": {t.name: task_record(t) for t in self.tasks}},
+                                     default=str))
+
+
+def task_record(task):
+    """A task's settings that a resume may not change (Plan.record)."""
+    record = {"max_length": task.max_length}
+    if task.type == EMBEDDING_TYPE:
+        record["embedding"] = embedding_settings(task)
+    return record
+
 
 def plan_run(experiment, output=None, data_root=None, resume=None, overrides=()):
     """The Plan for `mtl train EXPERIMENT [--output DIR] [--data-root DIR] [--resume]
@@ -99,6 +121,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
     if MLM_TASK in entries:
         _check_mlm_tie(experiment)
     _check_matryoshka(experiment, tasks)
+    _check_prefixes(experiment, tasks)
     run = RunDir(run_dir)
     checkpoints = run.checkpoint_names()
     precision = run_precision(experiment, run.stored_experiment() if checkpoints else None)
@@ -174,6 +197,17 @@ def _check_matryoshka(experiment, tasks):
             raise ExperimentError(f"{task.spec_path}:{task.line}: task {task.name!r}: "
                                   f"embedding.matryoshka_dims {too_wide} exceed the backbone's "
                                   f"hidden size {hidden}: give dimensions up to {hidden}")
+
+
+def _check_prefixes(experiment, tasks):
+    """A contrastive task's prefixes leave room for the text at the length it trains at."""
+    from mtl_framework.families.contrastive import prefix_problems
+
+    for task in tasks:
+        if task.type == EMBEDDING_TYPE:
+            for _, message in prefix_problems(task, min(task.max_length, experiment.max_length)):
+                raise ExperimentError(f"{task.spec_path}:{task.line}: task {task.name!r}: "
+                                      f"{message}")
 
 
 def _check_mlm_tie(experiment):
@@ -263,6 +297,60 @@ def check_run_dir(plan, resume):
             f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
     if trainer is not None:  # else the resume falls back past it and checks the one it uses
         _check_trained_on(plan, trainer, run.checkpoint_path(plan.checkpoints[-1]))
+        _check_record(plan, trainer, run.checkpoint_path(plan.checkpoints[-1]))
+
+
+def _check_record(plan, trainer, checkpoint):
+    """A resume continues the settings the checkpoint records it trained with (Plan.record),
+    whatever experiment.yaml says now: a user may have edited it. A checkpoint written before
+    the record is checked against experiment.yaml alone (a note says so)."""
+    source = os.path.join(checkpoint, "trainer.json")
+    recorded = trainer.get("record")
+    if not isinstance(recorded, dict):
+        plan.notes.append(f"note: {source} records no settings (written by an older version): "
+                          "the resume was checked against experiment.yaml only")
+        return
+    now = plan.record
+    problems = [_record_difference(plan, where, new, old, source) for where, new, old in
+                _changed(now["experiment"], recorded.get("experiment") or {})]
+    old_tasks = recorded.get("tasks") or {}
+    for task in plan.tasks:
+        if isinstance(old_tasks.get(task.name), dict):
+            problems += _task_differences(task, now["tasks"][task.name], old_tasks[task.name],
+                                          source)
+    if problems:
+        raise ExperimentError("\n".join(problems))
+
+
+def _task_differences(task, new, old, source):
+    """One message per recorded setting of `task` that differs (embedding.* one by one); a
+    setting the record does not hold (added by a later version) is its default: not compared."""
+    flat_new, flat_old = _flat(new), _flat(old)
+    return [f"{task.spec_path}:{task.line}: task {task.name!r}: {key} is "
+            f"{flat_new[key]!r}, the run trained with {flat_old[key]!r} "
+            f"({source}): resume with the run's own task settings, or --output a new directory"
+            for key in flat_new if key in flat_old and flat_new[key] != flat_old[key]]
+
+
+def _flat(record):
+    """{"embedding.temperature": 0.05, "max_length": 64, ...} of a task record."""
+    flat = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            flat.update({f"{key}.{sub}": v for sub, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
+
+
+def _shown(value):
+    return "absent" if value is None else repr(value)
+
+
+def _record_difference(plan, where, new, old, source):
+    return (f"{plan.experiment.where(*where)}: {_what_differs(where, new, old)} (recorded in "
+            f"{source}, which the run trained with): resume with the run's own settings, or "
+            "--output a new directory")
 
 
 def _check_trained_on(plan, trainer, checkpoint):
@@ -329,14 +417,18 @@ def _differences(plan, stored_path):
         stored = load_experiment(stored_path).raw
     except ExperimentError:
         stored = stored_doc.data if isinstance(stored_doc.data, dict) else {}
-    given = plan.resolved
-    problems = []
+    stored = {**stored, "precision": recorded_precision(stored)}  # given: run_precision's
+    return [_difference(plan, stored_doc, where, new, old)
+            for where, new, old in _changed(plan.resolved, stored)]
+
+
+def _changed(given, stored):
+    """(key path, new, old) of each value of experiment `given` that differs from `stored`
+    (RESUMABLE keys aside; a key one leaves out has its default); a mapping's keys one by one."""
     for key in list(given) + [k for k in stored if k not in given]:
         if key in RESUMABLE:
             continue
         new, old = given.get(key, DEFAULTS.get(key)), stored.get(key, DEFAULTS.get(key))
-        if key == "precision":  # given: the policy run_precision settled on
-            old = recorded_precision(stored)
         if key == "tasks":
             new, old = [_task_entry(t) for t in new or []], [_task_entry(t) for t in old or []]
         if new == old:
@@ -344,25 +436,24 @@ def _differences(plan, stored_path):
         if isinstance(new, dict) and isinstance(old, dict):
             for sub in sorted(set(new) | set(old)):
                 if new.get(sub) != old.get(sub):
-                    problems.append(_difference(plan, stored_doc, (key, sub), new.get(sub),
-                                                old.get(sub)))
+                    yield (key, sub), new.get(sub), old.get(sub)
         else:
-            problems.append(_difference(plan, stored_doc, (key,), new, old))
-    return problems
+            yield (key,), new, old
 
 
 def _difference(plan, stored_doc, where, new, old):
-    name = ".".join(where)
+    return (f"{plan.experiment.where(*where)}: {_what_differs(where, new, old)} "
+            f"({stored_doc.where(*where)}): resume with the run's own experiment, or --output a "
+            "new directory")
+
+
+def _what_differs(where, new, old):
     if where == ("tasks",):
         added = [t["name"] for t in new if t not in old]
         dropped = [t["name"] for t in old if t not in new]
-        what = f"tasks differ (here, not in the run: {added or 'none'}; in the run, not here: " \
+        return f"tasks differ (here, not in the run: {added or 'none'}; in the run, not here: " \
                f"{dropped or 'none'})"
-    else:
-        what = f"{name} is {'absent' if new is None else repr(new)}, the run's is " \
-               f"{'absent' if old is None else repr(old)}"
-    return (f"{plan.experiment.where(*where)}: {what} ({stored_doc.where(*where)}): resume with "
-            "the run's own experiment, or --output a new directory")
+    return f"{'.'.join(where)} is {_shown(new)}, the run's is {_shown(old)}"
 
 
 def _task_entry(entry):

@@ -199,6 +199,37 @@ def feature_settings(task):
     return settings
 
 
+PREFIXES = ("query_prefix", "passage_prefix")
+
+
+def least_tokens(text):
+    """The fewest tokens `text` can take under any vocab: the words bert4keras's tokenizer
+    splits it into (each Chinese character and punctuation mark alone), each at least one
+    token (an unknown word is one [UNK])."""
+    from tokenizers import pre_tokenizers
+
+    from mtl_framework.tokenizer import bert4keras_normalizer
+
+    normal = bert4keras_normalizer().normalize_str(text)
+    return len(pre_tokenizers.BertPreTokenizer().pre_tokenize_str(normal))
+
+
+def prefix_problems(task, max_length):
+    """[(key, message)] for a prefix that leaves no room for the text at `max_length`
+    ([CLS] prefix + text [SEP]): every text would encode as the prefix alone, one vector."""
+    problems = []
+    for key in PREFIXES:
+        prefix = embedding_settings(task)[key]
+        least = least_tokens(prefix) if prefix else 0
+        if least >= max_length - 2:
+            side = "query" if key == "query_prefix" else "passage"
+            problems.append((key, f"embedding.{key} takes at least {least} tokens, and "
+                             f"max_length {max_length} holds {max_length - 2} besides [CLS] and "
+                             f"[SEP]: every {side} would be cut to the prefix alone (one vector "
+                             "for any text): shorten the prefix or raise max_length"))
+    return problems
+
+
 def text_id(text):
     """A text's id for telling duplicates apart (31 bits of its SHA-1): the same passage
     answering two queries of one batch is not a negative of either."""

@@ -479,6 +479,7 @@ class Run:
                      f"{', '.join(broken[:3])}{'...' if len(broken) > 3 else ''}")
             return None
         trainer = {"mixture": self.mixture.state(), "skipped": self.model.skipped,
+                   "record": self.plan.record,  # what a resume must match (plan.py)
                    "backbone": self.backbone.config, "vocab": self.trained_on["vocab"],
                    "heads": head_metadata(self.model.heads, self.backbone,
                                           self.trained_on["labels"])}

@@ -134,7 +134,7 @@ class TableEncoder:
     def __init__(self, table):
         self.table = table
 
-    def encode(self, texts, side=None, batch_size=32, progress=None):
+    def encode(self, texts, side=None, task=None, batch_size=32, progress=None):
         return np.array([self.table[t] for t in texts], np.float64)
 
 
@@ -172,6 +172,8 @@ def test_mtl_mine_negatives_writes_pairs_the_pairs_format_reads(run, tmp_path):
 
 
 def test_the_suite_scores_as_the_scorers_do(run, tmp_path):
+    import shutil
+
     from mtl_framework.config.registry import load_registry
     from mtl_framework.evaluation.embedding_suite import TaskScorer, embedding_benchmark
     from mtl_framework.scoring import embedding as scores
@@ -179,7 +181,8 @@ def test_the_suite_scores_as_the_scorers_do(run, tmp_path):
     suite = tmp_path / "suite.yaml"
     suite.write_text("kind: embeddings\nmax_examples: 60\nbootstrap: 50\n"
                      "tasks: [afqmc_sts, cmrc2018_retrieval]\n", encoding="utf-8")
-    results = embedding_benchmark([str(run), str(run)], str(suite), str(DEMO_DATA),
+    twin = shutil.copytree(run, tmp_path / "twin")  # the same weights in another folder
+    results = embedding_benchmark([str(run), str(twin)], str(suite), str(DEMO_DATA),
                                   str(tmp_path / "out"), log=lambda m: None)
     encoder = Encoder(run, log=None)
     task = load_registry().tasks["afqmc_sts"]
@@ -188,7 +191,7 @@ def test_the_suite_scores_as_the_scorers_do(run, tmp_path):
     expected = scores.sts_scores(encoder.encode(np.array(scorer.queries)[keep].tolist()),
                                  encoder.encode(np.array(scorer.passages)[keep].tolist()),
                                  scorer.scores[keep])["cosine_spearman"]
-    row = next(r for r in results["rows"] if r["task"] == "afqmc_sts")
+    row = next(r for r in results["rows"] if r["task"] == "afqmc_sts" and r["model"] == str(run))
     assert row["score"] == pytest.approx(expected, abs=1e-9) and row["examples"] == 60
     assert row["interval"][0] <= row["score"] <= row["interval"][1]
     assert row["trained_on_dataset"] is True  # the run trained afqmc_sts on afqmc's train split
@@ -200,11 +203,11 @@ def test_the_suite_scores_as_the_scorers_do(run, tmp_path):
 
 def test_the_shipped_suite_names_scorable_tasks():
     from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation.embedding_suite import kind_of, read_suite
+    from mtl_framework.evaluation.embedding_suite import read_suite
 
-    settings, tasks = read_suite(str(REPO / "suites" / "embeddings.yaml"), load_registry())
-    assert {kind_of(t) for t in tasks} == {"sts", "pair_classification", "classification",
-                                           "retrieval"}
+    settings, entries = read_suite(str(REPO / "suites" / "embeddings.yaml"), load_registry())
+    assert {e["kind"] for e in entries} == {"sts", "pair_classification", "classification",
+                                            "retrieval"}
     assert settings["samples_per_label"] == 32
 
 

@@ -6,6 +6,7 @@ instead (mtl_framework.evaluation.embedding_suite)."""
 import os
 
 from mtl_framework import cli
+from mtl_framework.errors import UserError
 from mtl_framework.formats import loadable
 
 
@@ -26,6 +27,9 @@ def register(subparsers):
     parser.add_argument("--cache-dir", default=None, help="features cache (default: OUTPUT/cache)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each fine-tune's checkpoint (default: removed once scored)")
+    parser.add_argument("--mteb-data", metavar="DIR", default=None,
+                        help="an embeddings suite: also write each task's data to DIR as "
+                             "bench/mteb_local.py gives it to mteb (docs/embeddings.md)")
     parser.set_defaults(func=run)
 
 
@@ -47,13 +51,17 @@ def run(args):
             use_encoding_threads()
 
         results = embedding_benchmark(args.exports, args.suite, args.data_root, args.output,
-                                      args.specs, log=lambda message: print(message, flush=True))
+                                      args.specs, log=lambda message: print(message, flush=True),
+                                      mteb_data=args.mteb_data)
         with open(os.path.join(args.output, "results.md"), encoding="utf-8") as f:
             print("\n" + f.read())
         print(f"wrote {os.path.join(args.output, 'results.json')}, results.md "
               f"({len(results['rows'])} rows)")
         return 0
 
+    if args.mteb_data is not None:
+        raise UserError(f"--mteb-data: for an embeddings suite (`kind: embeddings`); "
+                            f"{args.suite} fine-tunes: leave the flag out")
     results = benchmark(args.exports, args.suite, args.data_root, args.output,
                         task_specs=args.specs, cache_dir=args.cache_dir,
                         keep_checkpoints=args.keep_checkpoints,

@@ -15,6 +15,9 @@ scores with mteb's own key names:
 - retrieval_scores:             AbsTaskRetrieval + RetrievalEvaluator, i.e. pytrec_eval's
                                 ndcg_cut / map_cut / recall / P / success and mteb's MRR@k
                                 (main: ndcg_at_10)
+- clustering_scores:            AbsTaskClusteringLegacy + ClusteringEvaluator, scikit-learn's
+                                MiniBatchKMeans and v_measure_score themselves (main: v_measure;
+                                C-MTEB's CLS / ThuNews clustering tasks in MTEB(cmn, v1))
 
 tests/fixtures/mteb/ holds mteb's own figures on fixed embeddings (bench/mteb_fixtures.py
 made them, in a venv of its own) and tests/test_embedding_scores.py holds every function
@@ -35,6 +38,7 @@ MAIN_SCORE = {
     "Classification": "accuracy",
     "Reranking": "map_at_1000",
     "Retrieval": "ndcg_at_10",
+    "Clustering": "v_measure",
 }
 # AbsTaskRetrieval.k_values (reranking tasks inherit them).
 RETRIEVAL_K_VALUES = (1, 3, 5, 10, 20, 100, 1000)
@@ -118,6 +122,16 @@ def _spearman(x, y):
     return _pearson(average_ranks(x), average_ranks(y))
 
 
+def spearman(x, y):
+    """scipy.stats.spearmanr's rho (average ranks for ties); nan when either side is constant."""
+    return _spearman(x, y)
+
+
+def paired_cosines(embeddings1, embeddings2):
+    """sts_scores' cosine of each pair (1 - sklearn's paired cosine distance)."""
+    return _paired_cosine(*_pair_embeddings(embeddings1, embeddings2))
+
+
 def sts_scores(embeddings1, embeddings2, gold_scores):
     """Pearson and Spearman of each pair similarity against the gold scores.
 
@@ -190,6 +204,22 @@ def _average_precision(labels, scores):
     return float(max(0.0, np.sum(recall_gained * precision)))
 
 
+def pair_similarities(a, b):
+    """(name, per-pair values, higher means more similar) of each similarity mteb's pair
+    classification scores: the model's own (cosine), cosine, manhattan, euclidean, dot."""
+    return (("similarity", _model_cosine(a, b), True), ("cosine", _paired_cosine(a, b), True),
+            ("manhattan", _paired_manhattan(a, b), False),
+            ("euclidean", _paired_euclidean(a, b), False),
+            ("dot", np.einsum("ij,ij->i", a, b), True))
+
+
+def max_accuracy(similarities, labels, rows=slice(None)):
+    """pair_classification_scores' max_accuracy from pair_similarities' output, on `rows` of
+    the pairs (a bootstrap resample reuses the similarities)."""
+    return max(_best_accuracy(values[rows], labels[rows], higher)
+               for _, values, higher in similarities)
+
+
 def pair_classification_scores(embeddings1, embeddings2, labels):
     """Best-threshold accuracy, best F1 (its precision and recall) and average precision of each
     pair similarity, and the max of each over the similarities.
@@ -206,12 +236,8 @@ def pair_classification_scores(embeddings1, embeddings2, labels):
     if labels.shape != (len(a),) or not np.isin(labels, (0, 1)).all():
         raise ValueError(f"labels must hold one 0 / 1 label per pair ({len(a)})")
     labels = labels.astype(np.int64)
-    similarities = (("similarity", _model_cosine(a, b), True), ("cosine", _paired_cosine(a, b), True),
-                    ("manhattan", _paired_manhattan(a, b), False),
-                    ("euclidean", _paired_euclidean(a, b), False),
-                    ("dot", np.einsum("ij,ij->i", a, b), True))
     scores, best = {}, defaultdict(list)
-    for name, values, high_score_more_similar in similarities:
+    for name, values, high_score_more_similar in pair_similarities(a, b):
         f1, precision, recall = _best_f1(values, labels, high_score_more_similar)
         metrics = {
             "accuracy": _best_accuracy(values, labels, high_score_more_similar),
@@ -490,3 +516,36 @@ def positive_among_negatives(queries, positives, negatives, per_query=False):
                   for positive, rows in zip(np.asarray(positives), negatives)]
     grades = [np.r_[1.0, np.zeros(len(c) - 1)] for c in candidates]
     return reranking_scores(queries, candidates, grades, k_values=(10, 1000), per_query=per_query)
+
+
+# --- clustering: k-means on embeddings ---------------------------------------------------------------
+
+def clustering_scores(embeddings, labels, *, batch_size=500, seed=42):
+    """V-measure of k-means clusters of the embeddings against their labels, one cluster set.
+
+    Mirrors mteb 2.26 AbsTaskClusteringLegacy._evaluate_subset over ClusteringEvaluator
+    (mteb/abstasks/clustering_legacy.py, mteb/_evaluators/clustering_evaluator.py), the protocol
+    of MTEB(cmn, v1)'s CLSClusteringS2S / P2P and ThuNewsClusteringS2S / P2P: per cluster set,
+    scikit-learn's MiniBatchKMeans(n_clusters = the number of distinct labels, batch_size=500,
+    n_init="auto", compute_labels=True, random_state=seed) fitted on the set's embeddings as the
+    encoder gave them (float32: k-means computes in that dtype), then v_measure_score of the
+    labels against its labels_; a set with one label is 1.0 without clustering (mteb skips it).
+    mteb's task figure is the mean over its sets; this is one set's. (mteb's newer `.v2` tasks,
+    AbsTaskClustering, instead cluster 10 resamples drawn with replacement, n_init=1, k-means++,
+    batch 512; MTEB(cmn, v1) does not use them.) `assignment` holds the clusters, for a
+    bootstrap of the V-measure over the examples with the clustering fixed."""
+    from sklearn.cluster import MiniBatchKMeans
+    from sklearn.metrics.cluster import v_measure_score
+
+    vectors, labels = np.asarray(embeddings), np.asarray(labels)
+    if vectors.ndim != 2 or labels.shape != (len(vectors),):
+        raise ValueError(f"embeddings must be a 2-D array with one label per row, got "
+                         f"{vectors.shape} and {labels.shape}")
+    distinct = len(set(labels.tolist()))
+    if distinct <= 1:
+        return {"v_measure": 1.0, "assignment": np.zeros(len(labels), np.int64)}
+    model = MiniBatchKMeans(n_clusters=distinct, batch_size=batch_size, n_init="auto",
+                            compute_labels=True, random_state=seed)
+    model.fit(vectors)
+    return {"v_measure": float(v_measure_score(labels, model.labels_)),
+            "assignment": np.asarray(model.labels_)}

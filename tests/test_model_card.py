@@ -96,7 +96,8 @@ def test_every_export_records_its_provenance(runs):
         assert record == {"run": "B", "checkpoint": "checkpoints/step-00000002", "step": 2,
                           "format": fmt, "trained_by": trained, "exported_by": provenance(),
                           "tasks": ["tnews", "cluener"],
-                          "vocab": vocab_record(root / "B" / "vocab.txt")}
+                          "vocab": vocab_record(root / "B" / "vocab.txt"),
+                          "embedding": {}}  # no contrastive task: trained no embedding
         card = (folder / "README.md").read_text(encoding="utf-8")
         assert f"mtl_framework {provenance()['mtl_framework']} (" in card
 

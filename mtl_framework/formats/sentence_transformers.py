@@ -5,11 +5,18 @@ written (`mtl export --format transformers`, architectures/bert/transformers.py)
     modules.json                       Transformer -> Pooling [-> Normalize]
     sentence_bert_config.json          max_seq_length: the length the run trained at
     1_Pooling/config.json              cls or mean (over the real tokens, prompt included)
-    config_sentence_transformers.json  prompts {"query", "passage"}: the task's prefixes;
-                                       similarity cosine
+    config_sentence_transformers.json  prompts {"query", "document"}: the task's prefixes
+                                       (sentence-transformers 6's names: encode_query,
+                                       encode_document); similarity cosine
+
+A folder as the hub ships it is read the same way: modules.json names each module's
+folder (the Transformer at the root, or in 0_Transformer/ as sentence-transformers 1 and
+2 saved it), a prompt named `passage` (what exports before sentence-transformers 6
+wrote) stands for `document`.
 
 A run's settings are what its contrastive tasks trained: their heads record pooling,
-normalize, query_prefix and passage_prefix (ContrastiveHead's config, trainer.json).
+normalize, query_prefix, passage_prefix and matryoshka_dims (ContrastiveHead's config,
+trainer.json); every export records them too (provenance.json "embedding": `record`).
 Imports nothing of TensorFlow, Keras or torch.
 """
 import json
@@ -17,26 +24,76 @@ import os
 
 from data_adapters.task_types import CONTRASTIVE
 from mtl_framework.errors import UserError
+from mtl_framework.formats.json_file import read_json
 
 POOLING_DIR = "1_Pooling"
 NORMALIZE_DIR = "2_Normalize"  # named in modules.json; sentence-transformers reads nothing in it
 MODULES = "modules.json"
 ST_CONFIG = "config_sentence_transformers.json"
 BERT_CONFIG = "sentence_bert_config.json"
-SIDES = ("query", "passage")  # the prompt names: encode(texts, prompt_name="query")
+SIDES = ("query", "passage")  # `mtl encode --side`: the task's query_prefix, passage_prefix
+# each side's prompt name in sentence-transformers 6 (encode_query / encode_document use
+# these), and the names older folders gave it (read, never written)
+PROMPT_NAMES = {"query": "query", "passage": "document"}
+OLD_PROMPT_NAMES = {"passage": ("passage",)}
+# what a contrastive head records of its embedding (its config keys), the record an export
+# keeps in provenance.json "embedding"
+EMBEDDING_KEYS = ("pooling", "normalize", "query_prefix", "passage_prefix", "matryoshka_dims")
 # The oldest releases the folder is tested with (docs/export.md): sentence-transformers
 # warns when a folder names a newer one than it is, so these and not today's.
 TESTED_WITH = {"sentence_transformers": "3.4.1", "transformers": "4.50.3", "pytorch": "2.13.0"}
 
 
-def trained_settings(head_metadata, source, task=None, flag="--task"):
-    """{"pooling", "normalize", "prompts": {task: {"query", "passage"}}} from the heads'
-    metadata of a run (or an export with heads); None when no head is contrastive. Tasks
-    that pooled or normalised differently make a UserError (give `flag` NAME)."""
-    heads = {name: meta["config"] for name, meta in head_metadata.items()
-             if meta.get("family", meta.get("type")) == CONTRASTIVE.name}
-    if task is not None:
-        if task not in heads:
+def contrastive_configs(head_metadata, tasks=None):
+    """{task: its head config} of the contrastive heads in `head_metadata` (of `tasks` only,
+    when given)."""
+    return {name: meta["config"] for name, meta in head_metadata.items()
+            if meta.get("family", meta.get("type")) == CONTRASTIVE.name
+            and (tasks is None or name in tasks)}
+
+
+def record(head_metadata, tasks=None):
+    """{task: {EMBEDDING_KEYS}} of the contrastive heads: what an export records of the
+    sentence embeddings the run trained (empty: it trained none)."""
+    return {name: {key: config[key] for key in EMBEDDING_KEYS if key in config}
+            for name, config in contrastive_configs(head_metadata, tasks).items()}
+
+
+def recorded_heads(embedding):
+    """A `record` as head metadata, what trained_settings reads."""
+    return {name: {"family": CONTRASTIVE.name, "config": config}
+            for name, config in embedding.items()}
+
+
+def recorded_embedding(directory):
+    """(provenance.json's "embedding" record, that file) of an export of ours; (None, None)
+    for a folder without one (an export older than the record, a release)."""
+    from mtl_framework.formats import PROVENANCE_FILE
+
+    path = os.path.join(directory, PROVENANCE_FILE)
+    if not os.path.isfile(path):
+        return None, None
+    saved = read_json(path)
+    embedding = saved.get("embedding") if isinstance(saved, dict) else None
+    if embedding is None:
+        return None, None
+    if not isinstance(embedding, dict) or not all(isinstance(c, dict) for c in embedding.values()):
+        raise UserError(f"{path}: \"embedding\" is not an object of {{task: settings}}: "
+                        "export the run again")
+    return embedding, path
+
+
+def trained_settings(head_metadata, source, task=None, flag="--task", any_task=False):
+    """{"pooling", "normalize", "prompts": {task: {"query", "passage"}}, "matryoshka_dims"}
+    from the heads' metadata of a run (or an export with heads, or an export's `record` as
+    recorded_heads); None when no head is contrastive. Tasks that pooled or normalised
+    differently make a UserError (give `flag` NAME). matryoshka_dims: every dim one of the
+    tasks trained, widest first. any_task: `task` may be one these heads did not train
+    (`mtl mine-negatives --task`: the task mined); then theirs apply."""
+    heads = contrastive_configs(head_metadata)
+    untrained = task is not None and task not in heads
+    if task is not None and not (any_task and untrained):
+        if untrained:
             raise UserError(f"{source}: {flag} {task}: not a contrastive task of this run; "
                             f"its contrastive tasks: {', '.join(heads) or 'none'}")
         heads = {task: heads[task]}
@@ -45,17 +102,23 @@ def trained_settings(head_metadata, source, task=None, flag="--task"):
     kinds = {(c.get("pooling", "cls"), c.get("normalize", True)) for c in heads.values()}
     if len(kinds) > 1:
         raise UserError(f"{source}: its contrastive tasks {', '.join(heads)} pool or normalise "
-                        f"differently: give {flag} NAME (the task whose settings to use)")
+                        + (f"differently and {flag} {task} is none of them: use a model that "
+                           f"trained {task}, or one whose tasks agree" if untrained else
+                           f"differently: give {flag} NAME (the task whose settings to use)"))
     pooling, normalize = kinds.pop()
     prompts = {name: {"query": c.get("query_prefix", ""), "passage": c.get("passage_prefix", "")}
                for name, c in heads.items()}
-    return {"pooling": pooling, "normalize": normalize, "prompts": prompts}
+    dims = sorted({int(d) for c in heads.values() for d in c.get("matryoshka_dims") or ()},
+                  reverse=True)
+    return {"pooling": pooling, "normalize": normalize, "prompts": prompts,
+            "matryoshka_dims": dims}
 
 
 def export_settings(head_metadata, source, task=None, flag="--embedding-task"):
-    """trained_settings with one set of prompts, {"query": ..., "passage": ...} (the empty
-    ones left out), and "tasks": whose settings they are; None without a contrastive task.
-    A folder holds one embedding: tasks whose prefixes differ make a UserError."""
+    """trained_settings with one set of prompts under sentence-transformers' names,
+    {"query": ..., "document": ...} (the empty ones left out), and "tasks": whose settings
+    they are; None without a contrastive task. A folder holds one embedding: tasks whose
+    prefixes differ make a UserError."""
     settings = trained_settings(head_metadata, source, task, flag)
     if settings is None:
         return None
@@ -64,19 +127,57 @@ def export_settings(head_metadata, source, task=None, flag="--embedding-task"):
     if len(sides) > 1:
         raise UserError(f"{source}: its contrastive tasks {', '.join(tasks)} prefix queries or "
                         f"passages differently: give {flag} NAME (the task whose prefixes to use)")
-    prompts = {side: prefix for side, prefix in zip(SIDES, sides.pop()) if prefix}
+    prompts = {PROMPT_NAMES[side]: prefix for side, prefix in zip(SIDES, sides.pop()) if prefix}
     return {"pooling": settings["pooling"], "normalize": settings["normalize"],
-            "prompts": prompts, "tasks": tasks}
+            "prompts": prompts, "tasks": tasks, "matryoshka_dims": settings["matryoshka_dims"]}
+
+
+def modules(directory):
+    """modules.json's entries ([{"type", "path", ...}]), or None without the file."""
+    path = os.path.join(directory, MODULES)
+    if not os.path.isfile(path):
+        return None
+    entries = read_json(path)
+    if not isinstance(entries, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("type"), str)
+            and isinstance(m.get("path", ""), str) for m in entries):
+        raise UserError(f"{path}: not a list of {{\"type\", \"path\"}} objects: copy the "
+                        "model's modules.json again")
+    return entries
+
+
+def module_path(directory, entries, kind):
+    """The folder of the first module of class `kind` (Transformer, Pooling, Normalize) in
+    modules.json's `entries`, or None when there is none."""
+    for entry in entries or ():
+        if entry["type"].rsplit(".", 1)[-1] == kind:
+            relative = entry.get("path", "")
+            if os.path.isabs(relative) or ".." in relative.replace("\\", "/").split("/"):
+                raise UserError(f"{os.path.join(directory, MODULES)}: module path {relative!r} "
+                                "is not a folder inside the model's folder")
+            return os.path.join(directory, relative) if relative else directory
+    return None
+
+
+def transformer_folder(directory):
+    """The folder holding the transformers model of a sentence-transformers folder (its
+    Transformer module's path: the folder itself, or 0_Transformer/), else `directory`."""
+    return module_path(directory, modules(directory), "Transformer") or directory
 
 
 def folder_settings(directory):
-    """The settings a sentence-transformers folder declares (1_Pooling/config.json,
-    a Normalize module, config_sentence_transformers.json's prompts); None without them."""
-    pooling_file = os.path.join(directory, POOLING_DIR, "config.json")
+    """The settings a sentence-transformers folder declares (its Pooling module's
+    config.json, a Normalize module, config_sentence_transformers.json's prompts); None
+    without a pooling config."""
+    entries = modules(directory)
+    pooling_dir = module_path(directory, entries, "Pooling") or os.path.join(directory,
+                                                                             POOLING_DIR)
+    pooling_file = os.path.join(pooling_dir, "config.json")
     if not os.path.isfile(pooling_file):
         return None
-    with open(pooling_file, encoding="utf-8") as f:
-        config = json.load(f)
+    config = read_json(pooling_file)
+    if not isinstance(config, dict):
+        raise UserError(f"{pooling_file}: not a JSON object")
     if config.get("pooling_mode_cls_token"):
         pooling = "cls"
     elif config.get("pooling_mode_mean_tokens"):
@@ -85,28 +186,43 @@ def folder_settings(directory):
         modes = [k for k, v in config.items() if k.startswith("pooling_mode") and v]
         raise UserError(f"{pooling_file}: pooling {', '.join(modes) or 'none'}; mtl_framework "
                         "encodes with cls or mean pooling: give --pooling cls or mean")
-    normalize = False
-    modules_file = os.path.join(directory, MODULES)
-    if os.path.isfile(modules_file):
-        with open(modules_file, encoding="utf-8") as f:
-            normalize = any(m.get("type", "").endswith("Normalize") for m in json.load(f))
-    prompts = {}
-    st_file = os.path.join(directory, ST_CONFIG)
-    if os.path.isfile(st_file):
-        with open(st_file, encoding="utf-8") as f:
-            saved = json.load(f).get("prompts") or {}
-        if saved:  # one set of sides, as a run's single task would give
-            prompts = {"": {"query": saved.get("query", ""), "passage": saved.get("passage", "")}}
-    return {"pooling": pooling, "normalize": normalize, "prompts": prompts}
+    if pooling == "mean" and config.get("include_prompt", True) is False:
+        raise UserError(f"{pooling_file}: include_prompt false (the prompt's tokens left out "
+                        "of the mean); mtl_framework pools every real token: give --pooling "
+                        "cls, or set include_prompt true if the model was trained so")
+    normalize = module_path(directory, entries, "Normalize") is not None
+    return {"pooling": pooling, "normalize": normalize, "prompts": folder_prompts(directory)}
+
+
+def folder_prompts(directory):
+    """{"": {"query", "passage"}} from config_sentence_transformers.json's prompts (a
+    `document` prompt, else an older folder's `passage`), {} without any."""
+    path = os.path.join(directory, ST_CONFIG)
+    if not os.path.isfile(path):
+        return {}
+    config = read_json(path)
+    saved = (config.get("prompts") if isinstance(config, dict) else None) or {}
+    if not isinstance(saved, dict) or not all(isinstance(v, str) or v is None
+                                              for v in saved.values()):
+        raise UserError(f"{path}: prompts is not an object of {{name: text}}: e.g. "
+                        "{\"query\": \"...\", \"document\": \"...\"}")
+    sides = {}
+    for side in SIDES:
+        names = (PROMPT_NAMES[side], *OLD_PROMPT_NAMES.get(side, ()))
+        sides[side] = next((saved[name] for name in names if saved.get(name)), "")
+    if not any(sides.values()):
+        return {}
+    return {"": sides}  # one set of sides, as a run's single task would give
 
 
 def folder_length(directory):
-    """sentence_bert_config.json's max_seq_length (the length the texts are cut to), or None."""
-    path = os.path.join(directory, BERT_CONFIG)
+    """sentence_bert_config.json's max_seq_length (the length the texts are cut to; beside
+    the Transformer module), or None."""
+    path = os.path.join(transformer_folder(directory), BERT_CONFIG)
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        length = json.load(f).get("max_seq_length")
+    config = read_json(path)
+    length = config.get("max_seq_length") if isinstance(config, dict) else None
     return length if isinstance(length, int) and not isinstance(length, bool) and length > 0 \
         else None
 

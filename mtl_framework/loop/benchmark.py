@@ -52,7 +52,7 @@ from mtl_framework.errors import UserError
 from mtl_framework.formats import OURS
 from mtl_framework.loop.finetune import DEFAULTS as FINETUNE_DEFAULTS
 from mtl_framework.rundir import RunDir
-from mtl_framework.rundir.outputs import check_folder
+from mtl_framework.rundir.outputs import check_folder, write_text_atomic
 from mtl_framework.scoring.scorers import score_name
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
@@ -501,10 +501,10 @@ def write_results(output, suite, labels, paths, rows, log=print):
                  for row in rows],
         **summarize(rows, labels, tasks),
     }
-    with open(os.path.join(output, "results.json"), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=1, ensure_ascii=False)
-    with open(os.path.join(output, "results.md"), "w", encoding="utf-8") as f:
-        f.write(markdown(results))
+    # whole or not at all: a kill or a full disk never leaves an earlier run's results cut
+    write_text_atomic(os.path.join(output, "results.json"),
+                      json.dumps(results, indent=1, ensure_ascii=False))
+    write_text_atomic(os.path.join(output, "results.md"), markdown(results))
     try:
         from mtl_framework.evaluation.report import plot_benchmark
     except UserError as error:  # no [plots] extra: results.json and .md are the results

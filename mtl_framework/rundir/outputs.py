@@ -84,8 +84,15 @@ def write_atomic(path, write, suffix="", remedy="free space or write elsewhere")
         write(temporary)
         os.replace(temporary, path)
     except OSError as error:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+        _remove(temporary)
         raise UserError(f"{path}: could not be written ({error.strerror or error}); it is as "
                         f"it was: {remedy}") from None
+    except BaseException:  # Ctrl-C: `path` as it was, and no half-written file beside it
+        _remove(temporary)
+        raise
     return path
+
+
+def _remove(temporary):
+    if os.path.exists(temporary):
+        os.remove(temporary)

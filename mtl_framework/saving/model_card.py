@@ -20,6 +20,7 @@ from mtl_framework import architectures, formats
 from mtl_framework.architectures import architecture_of
 from mtl_framework.errors import UserError
 from mtl_framework.families import FAMILIES
+from mtl_framework.formats import sentence_transformers
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.provenance import describe, provenance
 from mtl_framework.rundir.records import other_settings
@@ -56,10 +57,10 @@ def relative_checkpoint(checkpoint_path):
     return f"{CHECKPOINTS}/{os.path.basename(os.path.normpath(checkpoint_path))}"
 
 
-def export_provenance(run_dir, state, fmt):
+def export_provenance(run_dir, state, fmt, embedding=None):
     """provenance.json of an export: the training starts whose updates the checkpoint
-    holds (RUN_DIR/provenance.jsonl lines with a start step before its step) and this
-    export."""
+    holds (RUN_DIR/provenance.jsonl lines with a start step before its step), this
+    export, and the sentence embeddings the run trained (`embedding_record`)."""
     trained_by = [line for line in RunDir(run_dir).read_provenance() if line["step"] < state["step"]]
     return {"run": run_name(run_dir), "checkpoint": relative_checkpoint(state["checkpoint"]),
             "step": state["step"], "format": fmt, "trained_by": trained_by,
@@ -67,7 +68,17 @@ def export_provenance(run_dir, state, fmt):
             "tasks": list(state["mixture"]["streams"]),
             "exported_by": provenance(),
             # what the weights were trained on (rundir/trained_on.py): readers check it
-            **({"vocab": state["vocab"]} if state.get("vocab") else {})}
+            **({"vocab": state["vocab"]} if state.get("vocab") else {}),
+            "embedding": embedding_record(state, embedding)}
+
+
+def embedding_record(state, embedding=None):
+    """{task: pooling, normalize, prefixes, matryoshka_dims} of the contrastive tasks the
+    export's embedding is (`embedding`: export_settings of a transformers folder: its
+    tasks), or of every one the run trained; {} for a run that trained none (`mtl encode`
+    then says the pooling is a default, not trained)."""
+    tasks = embedding["tasks"] if embedding else None
+    return sentence_transformers.record(state.get("heads") or {}, tasks)
 
 
 def experiment_sources(run_dir):
@@ -145,8 +156,8 @@ def dev_table(run_dir, step=None):
 
 def model_card(run_dir, state, fmt, record, heads=None, use=None):
     """The ModelCard of an export in format `fmt`: metadata, the run, its last dev
-    scores, `use` (lines on loading it; default: the format's), provenance (`record`:
-    export_provenance)."""
+    scores, `use` (lines on loading it; default: the format's and the sentence embeddings
+    `record` holds), provenance (`record`: export_provenance)."""
     tasks = list(state["mixture"]["streams"])
     config = state["backbone"]
     data = card_data(run_dir, state, fmt)
@@ -162,7 +173,9 @@ def model_card(run_dir, state, fmt, record, heads=None, use=None):
         f"Trained by supervised multi-task pretraining on {len(tasks)} tasks: "
         f"{', '.join(tasks)}.", "",
         "## Dev scores", "", *dev_table(run_dir, state["step"]),
-        "", "## Use", "", *(use or architectures.converter(fmt, architecture_of(config)).CARD_USE)]
+        "", "## Use", "",
+        *(use or architectures.converter(fmt, architecture_of(config)).CARD_USE
+          + recorded_embedding_lines(record["embedding"]))]
     if heads:
         lines += ["", f"Task heads included (heads.weights.npz): {', '.join(heads)}; an "
                       "experiment with `backbone: {init: DIR}` starts the heads of tasks with "
@@ -198,26 +211,66 @@ def sentence_embedding_lines(settings):
         f"{', '.join(settings['tasks'])} trained it: pooling `{settings['pooling']}` "
         f"({POOLINGS[settings['pooling']]}), "
         + ("L2-normalised (2_Normalize)" if settings["normalize"] else "not normalised")
-        + ", compared by cosine. Prompts (config_sentence_transformers.json), put before "
-        "each text: " + (", ".join(f"{side} {json.dumps(text, ensure_ascii=False)}"
-                                   for side, text in prompts.items()) or "none") + ".", "",
+        + ", compared by cosine. Prompts (config_sentence_transformers.json, sentence-"
+        "transformers 6's names), put before each text: "
+        + (", ".join(f"{name} {json.dumps(text, ensure_ascii=False)}"
+                     for name, text in prompts.items()) or "none") + ".", "",
         "```python", "from sentence_transformers import SentenceTransformer",
         "model = SentenceTransformer(DIR)",
-        "queries = model.encode([\"今天天气怎么样\"]"
-        + (", prompt_name=\"query\")" if "query" in prompts else ")"),
-        "passages = model.encode([\"今天晴，气温二十度\"]"
-        + (", prompt_name=\"passage\")" if "passage" in prompts else ")"),
+        "queries = model.encode_query([\"今天天气怎么样\"])      # the `query` prompt",
+        "passages = model.encode_document([\"今天晴，气温二十度\"])  # the `document` prompt",
         "scores = model.similarity(queries, passages)", "```", "",
+        "(sentence-transformers 3 and 4, which have no encode_query: `model.encode(texts, "
+        "prompt_name=\"query\")`"
+        + (", `prompt_name=\"document\"`" if "document" in prompts else "") + ".)", "",
         "With transformers alone: prefix the texts with the prompt, then take "
         + ("`last_hidden_state[:, 0]`" if settings["pooling"] == "cls" else
            "the mean of `last_hidden_state` over `attention_mask`")
         + (" and L2-normalise it." if settings["normalize"] else ".")]
+    return lines + matryoshka_lines(settings["matryoshka_dims"], settings["normalize"])
+
+
+def matryoshka_lines(dims, normalize):
+    """The card's lines on the Matryoshka dims trained (none: no lines)."""
+    if not dims:
+        return []
+    return ["", f"Matryoshka: the loss was trained on the leading {', '.join(map(str, dims))} "
+            "dims of the vector, each compared by cosine (embedding.matryoshka_dims). "
+            "`mtl encode DIR --dim N` gives the first N"
+            + (", L2-normalised again as trained" if normalize else "") + ". "
+            "sentence-transformers' `SentenceTransformer(DIR, truncate_dim=N)` cuts the "
+            "vector after its Normalize module and does not re-normalise: compare its vectors "
+            "by cosine (`model.similarity`), not by dot product."]
+
+
+def recorded_embedding_lines(embedding):
+    """The card's lines on the sentence embeddings an export records (provenance.json
+    "embedding", what `mtl encode DIR` applies): one line per contrastive task, or that the
+    run trained none."""
+    lines = ["", "## Sentence embeddings", ""]
+    if not embedding:
+        return lines + [
+            "This run trained no contrastive task: `mtl encode DIR` pools by the mean over the "
+            "real tokens, not normalised (sentence-transformers' default for a plain encoder), "
+            "a default, not a trained pooling."]
+    lines.append("As the run trained them (provenance.json `embedding`; `mtl encode DIR` "
+                 "applies them, `--task NAME` where they differ):")
+    lines.append("")
+    for task, config in embedding.items():
+        prefixes = [f"{side} prompt {json.dumps(config.get(side + '_prefix'), ensure_ascii=False)}"
+                    for side in sentence_transformers.SIDES if config.get(side + "_prefix")]
+        dims = config.get("matryoshka_dims")
+        lines.append(f"- `{task}`: pooling `{config.get('pooling', 'cls')}`, "
+                     + ("L2-normalised" if config.get("normalize", True) else "not normalised")
+                     + "".join(", " + p for p in prefixes)
+                     + (f", Matryoshka dims {', '.join(map(str, dims))}" if dims else ""))
     return lines
 
 
-def write_card(directory, run_dir, state, fmt, heads=None, use=None):
-    """README.md (the model card) and provenance.json into an export folder."""
-    record = export_provenance(run_dir, state, fmt)
+def write_card(directory, run_dir, state, fmt, heads=None, use=None, embedding=None):
+    """README.md (the model card) and provenance.json into an export folder (`embedding`:
+    the transformers folder's export_settings)."""
+    record = export_provenance(run_dir, state, fmt, embedding)
     model_card(run_dir, state, fmt, record, heads, use).save(os.path.join(directory, "README.md"))
     with open(os.path.join(directory, "provenance.json"), "w", encoding="utf-8") as f:
         json.dump(record, f, indent=1)

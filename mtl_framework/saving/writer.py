@@ -48,6 +48,7 @@ MANIFEST = "export-manifest.json"
 # The format whose folder sentence-transformers loads: it declares the run's sentence
 # embedding (formats/sentence_transformers.py), `--embedding-task` picks whose.
 SENTENCE_FORMAT = "transformers"
+REPLACED = "-replaced"  # the ending of an earlier export set aside while --force replaces it
 
 
 def fold_residual_alpha(backbone):
@@ -104,26 +105,44 @@ def export(run_dir: str, fmt: str, output: str, with_heads: bool = False, force:
         os.makedirs(parent, exist_ok=True)
         for leftover in os.listdir(parent):  # from an export that was killed
             if leftover.startswith(stem):
-                shutil.rmtree(os.path.join(parent, leftover), ignore_errors=True)
+                put_back_or_remove(os.path.join(parent, leftover), output)
         temporary = os.path.join(parent, stem + uuid.uuid4().hex)
         os.makedirs(temporary)
     except OSError as error:
         raise UserError(f"{output}: cannot write beside it in {parent} ({error.strerror}): give "
                         "--output a folder you can write") from None
+    replaced = None
     try:
         write_export(run_dir, fmt, temporary, backbone, chosen, heads, log, embedding)
         write_manifest(temporary)
         if os.path.isdir(output) and os.listdir(output):  # checked above: --force, an export
             check_output(run_dir, output, force)  # again: it may have changed meanwhile
-            shutil.rmtree(output)
+            # renamed aside, not deleted, until the new one is in place: a kill leaves one
+            # of them whole under `output` (or, between the two renames, the earlier one
+            # aside, which the next export puts back)
+            replaced = temporary + REPLACED
+            os.replace(output, replaced)
         os.replace(temporary, output)
+        if replaced:
+            shutil.rmtree(replaced, ignore_errors=True)
     except OSError as error:  # disk full, a read-only folder: nothing of it is left
+        if replaced and os.path.isdir(replaced):
+            put_back_or_remove(replaced, output)
         raise UserError(f"{output}: the export could not be written ({error.strerror or error}); "
                         "nothing was written (an earlier export there is intact): free space "
                         "or give --output a folder you can write") from None
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
     return output
+
+
+def put_back_or_remove(leftover, output):
+    """A killed export's folder beside `output`: the earlier export it was replacing, put
+    back when `output` is missing (killed between the swap's two renames); else removed."""
+    if leftover.endswith(REPLACED) and not os.path.lexists(output):
+        os.replace(leftover, output)
+    else:
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def export_files(directory):
@@ -221,4 +240,5 @@ def write_export(run_dir, fmt, output, backbone, checkpoint, heads, log, embeddi
         write_card(output, run_dir, state, fmt)
         return
     writer.save(backbone, output, vocab, trained_length(run_dir), embedding)
-    write_card(output, run_dir, state, fmt, use=writer.CARD_USE + sentence_embedding_lines(embedding))
+    write_card(output, run_dir, state, fmt, use=writer.CARD_USE + sentence_embedding_lines(embedding),
+               embedding=embedding)

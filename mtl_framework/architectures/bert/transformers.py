@@ -1,6 +1,8 @@
 """BERT as transformers keeps it: config.json (model_type bert) + model.safetensors
 (read with numpy) or pytorch_model.bin (with torch), the layout of hfl/chinese-roberta-
-wwm-ext, hfl/chinese-macbert-base and bert-base-chinese on the hub. Names:
+wwm-ext, hfl/chinese-macbert-base and bert-base-chinese on the hub, and a
+sentence-transformers folder's model (its Transformer module's folder, the root or
+0_Transformer/: formats/sentence_transformers.py's transformer_folder). Names:
 bert/weights.py's BERT_TRANSFORMERS (BertModel's state dict; a `bert.` prefix, as
 BertForMaskedLM saves, and the old LayerNorm gamma/beta names are accepted)."""
 import json
@@ -42,6 +44,7 @@ class TransformersFolder:
         self.defaults = defaults
 
     def detect(self, directory):
+        directory = sentence_transformers.transformer_folder(directory)
         path = os.path.join(directory, CONFIG_FILE)
         if not os.path.exists(path):
             return None
@@ -58,14 +61,15 @@ class TransformersFolder:
         return ""
 
     def read_config(self, directory):
-        path = os.path.join(directory, CONFIG_FILE)
+        path = os.path.join(sentence_transformers.transformer_folder(directory), CONFIG_FILE)
         raw = read_json(path)
         if not isinstance(raw, dict):
             raise UserError(f"{path}: not a JSON object")
         return config_from_json({**self.defaults, **raw}, path, self.architecture)
 
     def load_weights(self, backbone, directory):
-        tensors, source = read_tensors(directory, f"a transformers {self.architecture}")
+        tensors, source = read_tensors(sentence_transformers.transformer_folder(directory),
+                                       f"a transformers {self.architecture}")
         assign(backbone, self.names, self.state_dict(tensors), source, CONFIG_FILE)
 
     def state_dict(self, tensors):
@@ -80,7 +84,8 @@ class TransformersFolder:
 
 
 def trained_length(directory):
-    return None
+    """sentence_bert_config.json's max_seq_length, where the folder has one."""
+    return sentence_transformers.folder_length(directory)
 
 
 def check(config, source):

@@ -292,3 +292,30 @@ def test_an_interrupted_suite_resumes_from_its_finished_tasks(hashed, tmp_path, 
     assert bench(hashed[:1], suite, tmp_path / "fresh") == 0
     fresh = strict_json(tmp_path / "fresh" / "results.json")
     assert resumed["rows"] == fresh["rows"] and resumed["summary"] == fresh["summary"]
+
+
+# --- R5-86: training's dev evaluation --------------------------------------------------------------
+
+def test_r5_86_a_dev_split_with_constant_gold_has_no_score_that_step_and_strict_json(tmp_path):
+    """A run evaluating an STS task whose dev gold scores are all equal beside one with graded
+    scores: the first has no score (a note), the aggregate is the second's, and
+    evaluations.jsonl holds no NaN."""
+    from conftest import ONE_LAYER
+
+    specs, data = user_task(tmp_path, "flat_sts", [(f"句子{i}", f"另一句{i}", 3) for i in range(12)],
+                            "cosine_spearman")
+    user_task(tmp_path, "graded_sts", [(f"问句{i}", f"答句{i}", i % 5) for i in range(12)],
+              "cosine_spearman")
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(json.dumps({
+        "data_root": str(data), "cache_dir": str(tmp_path / "cache"), "task_specs": [str(specs)],
+        "backbone": ONE_LAYER, "tasks": ["flat_sts", "graded_sts"], "batch_size": 4,
+        "max_length": 16, "tasks_per_update": 2, "steps": 2, "checkpoint_every": 2,
+        "eval_every": 2, "seed": 0, "precision": "float32",
+        "optimizer": {"name": "adamw", "lr": 0.003}}), encoding="utf-8")
+    assert cli.main(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
+    (line,) = [json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in evaluations.jsonl"))
+               for text in (tmp_path / "run" / "evaluations.jsonl").read_text("utf-8").splitlines()]
+    flat, graded = line["tasks"]["flat_sts"], line["tasks"]["graded_sts"]
+    assert flat["score"] is None and flat["note"].startswith("the score is undefined on this split")
+    assert graded["score"] is not None and line["aggregate"] == graded["score"]

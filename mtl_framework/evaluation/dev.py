@@ -27,6 +27,7 @@ with, for a task with a scorer, "scorer", "scorer_figure", "scorer_result",
 "metric_score" and "metric_baseline" (older lines have none: there "score" is the
 generic metric's).
 """
+import math
 import os
 import time
 
@@ -126,6 +127,33 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
                       train_features=None, scoring=None):
     """One task's score on already-built features; see the module docstring.
     scoring: a Scoring (the task's publisher's scorer on these features' examples)."""
+    return defined(_evaluate_features(model, task, features, predictor, batch_size, max_examples,
+                                      train_features, scoring))
+
+
+def defined(entry):
+    """The entry with every undefined figure (nan, inf: Spearman of constant gold scores) as
+    None, so evaluations.jsonl stays strict JSON; an undefined score is no score that step,
+    with a note, and the aggregate is over the other tasks."""
+    def cleaned(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: cleaned(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [cleaned(item) for item in value]
+        return value
+
+    undefined = isinstance(entry.get("score"), float) and not math.isfinite(entry["score"])
+    entry = cleaned(entry)
+    if undefined:
+        entry["note"] = ("the score is undefined on this split (constant gold scores or "
+                         "similarities): no score this step")
+    return entry
+
+
+def _evaluate_features(model, task, features, predictor, batch_size, max_examples,
+                       train_features, scoring):
     predictor = predictor or TaskPredictor(model)
     head = model.heads[task.name]
     rows = evaluation_rows(features, max_examples)
@@ -290,8 +318,9 @@ def evaluate_tasks(model, tasks, tokenizer, data_root, split="dev", batch_size=3
 
 
 def aggregate(results):
-    """Mean primary score over the tasks that have one."""
-    scores = [r["score"] for r in results.values() if r.get("score") is not None]
+    """Mean primary score over the tasks that have one (a finite one)."""
+    scores = [r["score"] for r in results.values()
+              if r.get("score") is not None and math.isfinite(r["score"])]
     return float(np.mean(scores)) if scores else None
 
 

@@ -9,7 +9,7 @@ text per line) or --input (one text per line, or a .jsonl of {"text": ...} objec
 .npy (float32 [n, H]) or .jsonl ({"text", "embedding"} per line); with --text and no
 --output, JSON lines on stdout. A progress bar on a terminal; nothing else on stdout.
 """
-import contextlib
+import io
 import json
 import os
 import sys
@@ -18,6 +18,7 @@ from mtl_framework import cli
 from mtl_framework.cli.arguments import at_least
 from mtl_framework.cli.predict import read_texts
 from mtl_framework.errors import UserError
+from mtl_framework.rundir.outputs import write_atomic
 
 OUTPUT_KINDS = (".npy", ".jsonl")
 
@@ -47,38 +48,62 @@ def register(subparsers):
 
 
 def input_texts(path):
-    """The texts of --input: one per non-blank line, or {"text": ...} per line of a .jsonl."""
-    texts = []
+    """The texts of --input: one per line of a text file, row i of the output being line
+    i; or {"text": ...} per record of a .jsonl (blank lines between records skipped). A
+    blank line before a text is refused, naming it: encoded, it would be a vector of no
+    text, the same for every blank (a prediction of one is refused too); dropped, every
+    row after it would stand against the wrong line. Blank lines at the end shift nothing."""
+    lines = text_lines(path, "--input")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise UserError(f"--input {path}: no texts (every line is blank)")
+    if path.endswith(".jsonl"):
+        return [record_text(path, number, line) for number, line in enumerate(lines, 1)
+                if line.strip()]
+    blank = [number for number, line in enumerate(lines, 1) if not line.strip()]
+    if blank:
+        more = f" (and {len(blank) - 1} more: lines {', '.join(map(str, blank[1:4]))}" \
+            f"{', ...' if len(blank) > 4 else ''})" if len(blank) > 1 else ""
+        raise UserError(f"{path}:{blank[0]}: a blank line{more}: row i of the output is the "
+                        "vector of line i, and a blank line has no text to encode: remove "
+                        "the blank lines (e.g. `grep -v '^[[:space:]]*$'`)")
+    return lines
+
+
+def record_text(path, number, line):
     try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                if path.endswith(".jsonl"):
-                    try:
-                        record = json.loads(line)
-                    except ValueError as error:
-                        raise UserError(f"{path}:{number}: not JSON ({error}): one "
-                                        "{\"text\": ...} object per line") from None
-                    text = record.get("text") if isinstance(record, dict) else None
-                    if not isinstance(text, str) or not text.strip():
-                        raise UserError(f"{path}:{number}: no non-empty \"text\" string")
-                    texts.append(text)
-                else:
-                    texts.append(line.rstrip("\r\n"))
+        record = json.loads(line)
+    except ValueError as error:
+        raise UserError(f"{path}:{number}: not JSON ({error}): one "
+                        "{\"text\": ...} object per line") from None
+    text = record.get("text") if isinstance(record, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{path}:{number}: no non-empty \"text\" string")
+    return text
+
+
+def text_lines(path, flag):
+    """The lines of a UTF-8 text file (line ends removed; universal newlines); other bytes
+    are one line naming the line and byte offset."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise UserError(f"{path}: not UTF-8 (byte {error.start}): save it as UTF-8") from None
-    if not texts:
-        raise UserError(f"{path}: no texts (every line is blank)")
-    return texts
+        line = data.count(b"\n", 0, error.start) + 1
+        raise UserError(f"{path}:{line}: {flag}: not UTF-8 (byte 0x{data[error.start]:02x} at "
+                        f"byte offset {error.start}): convert it, e.g. `iconv -f GBK -t "
+                        "UTF-8`") from None
+    return [line.rstrip("\n") for line in io.StringIO(text, newline=None)]
 
 
-def check_output(path, force, inputs):
+def check_output(path, force, inputs, model):
     if not path.endswith(OUTPUT_KINDS):
         raise UserError(f"--output {path}: give a .npy or .jsonl file")
     from mtl_framework.evaluation.predict import check_output as check
 
-    check(path, inputs, None, force)
+    check(path, inputs, model, force, what="vectors")
 
 
 def run(args):
@@ -93,7 +118,7 @@ def run(args):
     if not os.path.isdir(args.model):
         raise UserError(f"{args.model}: no such folder: give a run directory or a model folder")
     if args.output:
-        check_output(args.output, args.force, [args.input])
+        check_output(args.output, args.force, [args.input], args.model)
     texts = read_texts(args.text) if args.text else input_texts(args.input)
     from mtl_framework.console import progress_bar
     from mtl_framework.evaluation.encode import Encoder, use_encoding_threads
@@ -106,19 +131,32 @@ def run(args):
                       max_length=args.max_length, log=log)
     with progress_bar("encode", len(texts), leave=False, unit="text") as bar:
         vectors = encoder.encode(texts, args.side, args.task, args.batch_size, bar.update)
-    if args.output and args.output.endswith(".npy"):
-        import numpy as np
-
-        np.save(args.output, vectors)
-    else:
-        stream = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-        with stream if args.output else contextlib.nullcontext(stream):  # stdout stays open
-            for text, vector in zip(texts, vectors):
-                stream.write(json.dumps({"text": text, "embedding": [round(float(x), 7)
-                                                                     for x in vector]},
-                                        ensure_ascii=False) + "\n")
-    if args.output:
-        log(f"wrote {args.output}: {len(texts)} x {vectors.shape[1]} "
-            f"({encoder.pooling} pooling{', normalised' if encoder.normalize else ''})")
+    if not args.output:
+        write_json_lines(sys.stdout, texts, vectors)
+        return 0
+    write_vectors(args.output, texts, vectors)
+    log(f"wrote {args.output}: {len(texts)} x {vectors.shape[1]} "
+        f"({encoder.pooling} pooling{', normalised' if encoder.normalize else ''})")
     return 0
 
+
+def write_vectors(path, texts, vectors):
+    """OUT.npy or OUT.jsonl written beside and renamed (rundir/outputs.py): a full disk or
+    a kill leaves an earlier file whole, never cut."""
+    import numpy as np
+
+    def write(temporary):
+        if path.endswith(".npy"):
+            with open(temporary, "wb") as f:  # a file object: np.save would add ".npy"
+                np.save(f, vectors)
+        else:
+            with open(temporary, "w", encoding="utf-8") as f:
+                write_json_lines(f, texts, vectors)
+
+    write_atomic(path, write)
+
+
+def write_json_lines(stream, texts, vectors):
+    for text, vector in zip(texts, vectors):
+        stream.write(json.dumps({"text": text, "embedding": [round(float(x), 7) for x in vector]},
+                                ensure_ascii=False) + "\n")

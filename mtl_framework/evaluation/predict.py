@@ -416,19 +416,20 @@ def same_file(a, b):
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check_output(output, inputs=(), model_dir=None, force=False, folder=False):
+def check_output(output, inputs=(), model_dir=None, force=False, folder=False,
+                 what="predictions"):
     """Refuse, before any work, an output that would lose a file: an input (always), a
     file of the run directory or export predicted from (always), an existing file
     (unless `force`), or a path whose folder is missing or not writable. `folder`: the
-    output is a folder (--clue), which may exist."""
+    output is a folder (--clue), which may exist. `what`: the output's name in a message."""
     flag = "--output"
     for path in inputs:
         if path and os.path.exists(output) and same_file(output, path):
-            raise UserError(f"{flag} {output}: is the input {path}: write the predictions "
+            raise UserError(f"{flag} {output}: is the input {path}: write the {what} "
                             "to another file")
     if model_dir and os.path.exists(output) and not folder and \
             os.path.realpath(output).startswith(os.path.realpath(model_dir) + os.sep):
-        raise UserError(f"{flag} {output}: a file of {model_dir}, which the predictions "
+        raise UserError(f"{flag} {output}: a file of {model_dir}, which the {what} "
                         "would replace: write them outside it")
     inside = os.path.realpath(output) + os.sep
     if model_dir and folder and inside.startswith(os.path.realpath(model_dir) + os.sep):

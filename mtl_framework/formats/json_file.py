@@ -9,5 +9,6 @@ def read_json(path):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except ValueError as error:
-        raise UserError(f"{path}: not valid JSON ({error})") from None
+    except ValueError as error:  # cut short, another format, not UTF-8
+        raise UserError(f"{path}: not valid JSON ({error}): copy the model's file again (or "
+                        "export the folder again)") from None

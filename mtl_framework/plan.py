@@ -307,8 +307,9 @@ def _check_record(plan, trainer, checkpoint):
     source = os.path.join(checkpoint, "trainer.json")
     recorded = trainer.get("record")
     if not isinstance(recorded, dict):
-        plan.notes.append(f"note: {source} records no settings (written by an older version): "
-                          "the resume was checked against experiment.yaml only")
+        note = (f"note: {source} records no settings (written by an older version): the "
+                "resume was checked against experiment.yaml only")
+        plan.notes += [note] if note not in plan.notes else []  # checked again as it starts
         return
     now = plan.record
     problems = [_record_difference(plan, where, new, old, source) for where, new, old in

@@ -284,7 +284,7 @@ def check_run_dir(plan, resume):
     problems = _differences(plan, stored_path)
     if problems:
         raise ExperimentError("\n".join(problems))
-    if plan.vocab and _read_bytes(plan.vocab) != _read_bytes(run.vocab_path):
+    if plan.vocab and not same_tokens(plan.vocab, run.vocab_path):
         raise ExperimentError(
             f"{experiment.where('backbone', 'vocab')}: the vocab {plan.vocab} differs from "
             f"{run.vocab_path}, which the run was trained with: use that "
@@ -569,11 +569,12 @@ def _vocab(experiment):
         path = experiment.resolve_path(backbone.get("vocab") or experiment.raw["vocab"])
         where = experiment.where(*named)
     elif init or checkpoint:
-        path = os.path.join(folder, "vocab.txt")
         where = experiment.where("backbone", key)
-        if not os.path.isfile(path):
-            raise ExperimentError(f"{where}: backbone.{key} has no vocab.txt ({path}): give "
-                                  "backbone.vocab (the vocab the weights were trained with)")
+        path = formats.vocab_path(folder)  # a tokenizer.json that splits otherwise: refused
+        if path is None:
+            raise ExperimentError(f"{where}: backbone.{key} has no vocab.txt (nor tokenizer.json) "
+                                  f"in {folder}: give backbone.vocab (the vocab the weights were "
+                                  "trained with)")
     else:
         return None
     if not os.path.isfile(path):
@@ -613,6 +614,13 @@ def _check_dims(experiment, key, config, config_path):
                 "dims) or use another checkpoint")
 
 
+def same_tokens(path, other):
+    """The two vocabs give every token the same id (CRLF or LF, vocab.txt or tokenizer.json)."""
+    from mtl_framework.tokenizer import load_vocab
+
+    return load_vocab(path) == load_vocab(other)
+
+
 def _vocab_size(path, where):
     from mtl_framework.tokenizer import Tokenizer
 
@@ -626,7 +634,3 @@ def _vocab_size(path, where):
         raise ExperimentError(f"{path}: cannot be read ({error.strerror or error}); named at "
                               f"{where}") from None
 
-
-def _read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()

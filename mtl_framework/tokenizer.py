@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,7 +21,6 @@ from tokenizers.models import WordPiece
 from mtl_framework.errors import UserError
 
 if TYPE_CHECKING:
-    import os
     from collections.abc import Iterable
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -36,7 +36,10 @@ class VocabError(UserError, ValueError):
 
 
 def load_vocab(path):
-    """token -> id from a bert4keras/BERT vocab.txt (first field of each line)."""
+    """token -> id from a bert4keras/BERT vocab.txt (first field of each line), or from a
+    `tokenizer.json` (`tokenizer_json_vocab`)."""
+    if is_tokenizer_json(path):
+        return tokenizer_json_vocab(path)
     vocab = {}
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
@@ -63,6 +66,136 @@ def load_vocab(path):
                                  "(on a trained vocab: the weights were trained with this file)")
             vocab[token] = len(vocab)
     return vocab
+
+
+# ------------------------------------------------------------- tokenizer.json
+
+TOKENIZER_JSON = "tokenizer.json"  # what transformers 5's save_pretrained writes, no vocab.txt
+# What tokenizer.json's BertNormalizer must say for our tokenizer to give the ids it gives
+# (strip_accents None: as lowercase). clean_text drops controls and makes \t \n \r spaces, as
+# ours does (it also drops private-use and unassigned characters, which ours makes [UNK]:
+# the same as reading that model's vocab.txt).
+BERT_NORMALIZER = {"clean_text": (True, "ours drops control characters and reads \\t \\n \\r "
+                                  "as spaces"),
+                   "handle_chinese_chars": (True, "ours makes each CJK character a token"),
+                   "lowercase": (True, "ours lower-cases (a cased model's ids would differ)"),
+                   "strip_accents": (True, "ours strips accents when lower-casing")}
+WORDPIECE = {"type": "WordPiece", "continuing_subword_prefix": "##", "unk_token": "[UNK]"}
+MISMATCH_FIX = ("this project tokenizes as BERT's uncased BertTokenizer; start from a model "
+                "tokenized that way (or, accepting the difference, set it so in a copy of the "
+                "folder)")
+
+
+def is_tokenizer_json(path):
+    return os.path.basename(str(path)) == TOKENIZER_JSON
+
+
+def read_tokenizer_json(path):
+    """The tokenizers library's file as a dict; None for another library's tokenizer.json
+    (keras-hub's preset names its tokenizer config so: it holds no `model`)."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise VocabError(f"{path}: not a JSON file ({error}): a damaged tokenizer.json; "
+                         "save the tokenizer again") from None
+    return data if isinstance(data, dict) and isinstance(data.get("model"), dict) else None
+
+
+def tokenizer_json_vocab(path):
+    """token -> id of a tokenizer.json (transformers 5's `save_pretrained`, the tokenizers
+    library): its WordPiece `model.vocab`, once its model, normalizer and pre-tokenizer are
+    checked to split text as ours does (one VocabError naming the field where they differ)."""
+    data = read_tokenizer_json(path)
+    if data is None:
+        raise VocabError(f"{path}: no `model` (not a tokenizers library tokenizer.json): give "
+                         "the model's vocab.txt")
+    vocab = wordpiece_vocab(path, data)
+    for problem in (_normalizer_difference(data.get("normalizer")),
+                    _pre_tokenizer_difference(data.get("pre_tokenizer"))):
+        if problem:
+            raise VocabError(f"{path}: {problem}: {MISMATCH_FIX}")
+    return vocab
+
+
+def wordpiece_vocab(path, data):
+    """token -> id of a tokenizer.json's WordPiece model, ids 0..N-1 (the lines of the
+    vocab.txt it stands for), its added tokens among them."""
+    model = data["model"]
+    for key, expected in WORDPIECE.items():
+        if model.get(key) != expected:
+            raise VocabError(f"{path}: model.{key} is {model.get(key)!r}, not {expected!r}: "
+                             "this project reads BERT's WordPiece vocabs only (ALBERT's "
+                             "sentencepiece is not one); give a WordPiece model")
+    raw = model.get("vocab")
+    if not isinstance(raw, dict) or not all(isinstance(t, str) and type(i) is int
+                                            for t, i in raw.items()):
+        raise VocabError(f"{path}: model.vocab is not a token -> id object: a damaged "
+                         "tokenizer.json; save the tokenizer again")
+    by_id = {i: t for t, i in raw.items()}
+    missing = next((i for i in range(len(raw)) if i not in by_id), None)
+    if missing is not None:
+        raise VocabError(f"{path}: model.vocab has no token with id {missing} (ids must be 0 to "
+                         f"{len(raw) - 1}, one row of the embedding table each): a damaged "
+                         "tokenizer.json; save the tokenizer again")
+    odd = next((t for t in raw if not t or t != t.strip() or len(t.split()) != 1), None)
+    if odd is not None:
+        raise VocabError(f"{path}: model.vocab token {odd!r} (id {raw[odd]}) is empty or holds "
+                         "whitespace, which no vocab.txt line can hold: give the model's vocab.txt")
+    for added in data.get("added_tokens") or []:
+        token, number = added.get("content"), added.get("id")
+        if by_id.get(number) != token:  # a token added past model.vocab: a row ours lacks
+            raise VocabError(f"{path}: added_tokens holds {token!r} as id {number}, but "
+                             f"model.vocab ({len(raw)} tokens) has {by_id.get(number)!r} there: "
+                             "give a vocab.txt with every token in id order")
+    return {by_id[i]: i for i in range(len(raw))}
+
+
+def _normalizer_difference(normalizer):
+    import json
+
+    if normalizer == _own_json()["normalizer"]:  # a tokenizer.json of our own Tokenizer
+        return None
+    kind = normalizer.get("type") if isinstance(normalizer, dict) else None
+    if kind != "BertNormalizer":
+        return f"normalizer.type is {kind!r}, not 'BertNormalizer' (ours: lower-case, strip " \
+               "accents, a token per CJK character, controls dropped)"
+    for key, (expected, ours) in BERT_NORMALIZER.items():
+        value = normalizer.get(key)
+        if key == "strip_accents" and value is None:
+            value = normalizer.get("lowercase")
+        if value is not expected:
+            return f"normalizer.{key} is {json.dumps(normalizer.get(key))}; {ours}"
+    return None
+
+
+def _pre_tokenizer_difference(pre_tokenizer):
+    if pre_tokenizer == _own_json()["pre_tokenizer"]:
+        return None
+    kind = pre_tokenizer.get("type") if isinstance(pre_tokenizer, dict) else None
+    return f"pre_tokenizer.type is {kind!r}; ours splits words as 'BertPreTokenizer' " \
+           "(whitespace and each punctuation mark)"
+
+
+def _own_json():
+    """Our tokenizer's own normalizer and pre-tokenizer as tokenizer.json writes them."""
+    import json
+
+    rust = RustTokenizer(WordPiece({"[UNK]": 0}, unk_token="[UNK]"))
+    rust.normalizer, rust.pre_tokenizer = bert4keras_normalizer(), pre_tokenizers.BertPreTokenizer()
+    return json.loads(rust.to_str())
+
+
+def vocab_bytes(path):
+    """The bytes of the vocab.txt `path` stands for: the file's own, or a tokenizer.json's
+    tokens one a line in id order (what a run keeps as RUN/vocab.txt and records)."""
+    if is_tokenizer_json(path):
+        vocab = load_vocab(path)
+        return "".join(token + "\n" for token in vocab).encode("utf-8")
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def bert4keras_normalizer(lowercase=True):
@@ -226,12 +359,18 @@ def write_vocab(tokens, path):
 
 
 def example_texts(example):
-    """The raw text fields of a typed example (text, text_b, question, context, choices)."""
-    for field in ("text", "text_b", "question", "context"):
-        value = getattr(example, field, None)
+    """The texts of a raw corpus line (itself) or of a typed example: the fields its type
+    names in TEXTS (data_adapters/examples.py), in that order, each text of a field that
+    holds several (choices, negatives). What a vocab counts and the mlm task reads."""
+    if isinstance(example, str):
+        yield example
+        return
+    for name in type(example).TEXTS:
+        value = getattr(example, name)
         if isinstance(value, str):
             yield value
-    yield from getattr(example, "choices", None) or []
+        elif value is not None:
+            yield from value
 
 
 def read_text_lines(paths):

@@ -92,8 +92,9 @@ class Encoder:
                 raise UserError(f"{source}: no such run directory or model folder")
             vocab = vocab_path(source)
             if vocab is None:
-                raise UserError(f"{source}: no vocab.txt: give a folder `mtl export` wrote, "
-                                "or copy the model's vocab.txt into it")
+                raise UserError(f"{source}: no vocab.txt (nor tokenizer.json): give a folder "
+                                "`mtl export` or save_pretrained wrote, or copy the model's "
+                                "vocab.txt into it")
             self._build = lambda: saving.load_backbone(source)
             heads = preset.load_heads(source)[0] if os.path.isfile(
                 os.path.join(source, preset.HEADS_CONFIG)) else None

@@ -85,9 +85,46 @@ def unreadable_weights():
 
 
 def vocab_path(directory):
-    """The folder's vocab.txt, or None."""
+    """The file holding the folder's vocab, or None: its vocab.txt, else the tokenizer.json
+    transformers 5 writes instead (tokenizer.py reads either; a run keeps the vocab.txt it
+    stands for). Where both are there, they must hold the same tokens with the same ids;
+    the one place every reader finds a folder's vocab."""
+    from mtl_framework.tokenizer import (
+        TOKENIZER_JSON,
+        load_vocab,
+        read_tokenizer_json,
+        tokenizer_json_vocab,
+    )
+
     path = os.path.join(directory, VOCAB_FILE)
-    return path if os.path.exists(path) else None
+    tokenizer_json = os.path.join(directory, TOKENIZER_JSON)
+    data = read_tokenizer_json(tokenizer_json) if os.path.isfile(tokenizer_json) else None
+    if data is None:  # none, or keras-hub's tokenizer config: no vocab in it
+        return path if os.path.exists(path) else None
+    if not os.path.exists(path):
+        tokenizer_json_vocab(tokenizer_json)  # refused here, before anything is built
+        return tokenizer_json
+    _check_agree(path, load_vocab(path), tokenizer_json, data)
+    return path
+
+
+def _check_agree(path, vocab, tokenizer_json, data):
+    from mtl_framework.errors import UserError
+    from mtl_framework.tokenizer import wordpiece_vocab
+
+    other = wordpiece_vocab(tokenizer_json, data)
+    if other == vocab:
+        return
+    ours, theirs = list(vocab), list(other)
+    at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+    first = f"id {at} is {_token(ours, at)} in vocab.txt, {_token(theirs, at)} in tokenizer.json"
+    raise UserError(f"{path}: disagrees with {tokenizer_json} ({len(ours)} and {len(theirs)} "
+                    f"tokens; {first}): keep the one the weights were trained with, delete the "
+                    "other")
+
+
+def _token(tokens, at):
+    return repr(tokens[at]) if at < len(tokens) else "past the end"
 
 
 PROVENANCE_FILE = "provenance.json"  # every export of ours (saving/model_card.py)

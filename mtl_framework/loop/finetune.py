@@ -108,8 +108,9 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
 
     architectures.layout(export_dir)  # refuse a folder it cannot start from before writing
     if formats.vocab_path(export_dir) is None:
-        raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found; fine-tuning uses "
-                        "the vocab the weights were trained with: copy it into that folder")
+        raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found (nor a "
+                        "tokenizer.json); fine-tuning uses the vocab the weights were trained "
+                        "with: copy it into that folder")
     spec = load_registry(task_specs).select([task])[0]  # an unknown task: refused before writing
     if eval_split not in (spec.files or {}):
         raise UserError(f"--eval-split {eval_split}: task {task!r} has no such split; its "

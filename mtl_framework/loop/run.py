@@ -75,6 +75,7 @@ from mtl_framework.step.distributed import (
 )
 from mtl_framework.step.model import NonFiniteLossError
 from mtl_framework.step.variable_names import head_metadata
+from mtl_framework.tokenizer import is_tokenizer_json, vocab_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -374,8 +375,12 @@ class Run:
             self.work.write_experiment(self.plan.resolved)
             self.work.append_provenance(self.step)  # self.step: where this start resumes
             if os.path.abspath(self.vocab_path) != os.path.abspath(target):
-                shutil.copyfile(self.vocab_path, temporary)  # whole or not at all
+                with open(temporary, "wb") as f:  # whole or not at all
+                    f.write(vocab_bytes(self.vocab_path))  # a tokenizer.json's as vocab.txt
                 os.replace(temporary, target)
+                if is_tokenizer_json(self.vocab_path):
+                    self.log(f"vocab: the {self.tokenizer.vocab_size} tokens of "
+                             f"{self.vocab_path} (model.vocab, in id order) written as {target}")
         except OSError as error:  # disk full, a read-only run directory
             if os.path.exists(temporary):
                 os.remove(temporary)

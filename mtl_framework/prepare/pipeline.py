@@ -62,7 +62,13 @@ from mtl_framework.prepare.cache import (
     remove_folder,
     warn,
 )
-from mtl_framework.tokenizer import build_vocab, count_units, example_texts, write_vocab
+from mtl_framework.tokenizer import (
+    SPECIAL_TOKENS,
+    build_vocab,
+    count_units,
+    example_texts,
+    write_vocab,
+)
 
 CHUNK = 512  # examples per chunk: Featurizer.featurize's chunk, so the arrays are the same
 SMALL = 2 * CHUNK  # a job this small is always built whole in one worker (beside the others)
@@ -375,10 +381,14 @@ def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None,
             raise
         if own:
             workers.close()
+        tokens = build_vocab(counts, max_size=max_size)
+        if len(tokens) == len(SPECIAL_TOKENS):  # every text would be [UNK]
+            raise UserError(f"{', '.join(t.name for t in tasks)}: no character in the train "
+                            "text to build a vocab from (every token would be [UNK]): give "
+                            "backbone.vocab, or tasks whose files hold text")
         temporary = final.parent / f".{final.name}{TEMPORARY}{os.getpid()}-{uuid.uuid4().hex[:8]}"
         temporary.mkdir()
         try:
-            tokens = build_vocab(counts, max_size=max_size)
             write_vocab(tokens, temporary / "vocab.txt")
             digest = hashlib.sha256((temporary / "vocab.txt").read_bytes()).hexdigest()
             (temporary / "meta.json").write_text(json.dumps(

@@ -19,21 +19,31 @@ NO_LABELS_RECORD = ("recorded no label names: cannot check the task specs' label
 
 
 def vocab_record(path):
-    """{"sha256", "tokens"} of a vocab.txt: its bytes' SHA-256 and its token count."""
-    from mtl_framework.tokenizer import load_vocab
+    """{"sha256", "tokens"} of a vocab.txt: its bytes' SHA-256 and its token count (of a
+    tokenizer.json: of the vocab.txt it stands for, tokenizer.vocab_bytes)."""
+    from mtl_framework.tokenizer import load_vocab, vocab_bytes
 
-    with open(path, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    return {"sha256": digest, "tokens": len(load_vocab(path))}
+    return {"sha256": hashlib.sha256(vocab_bytes(path)).hexdigest(),
+            "tokens": len(load_vocab(path))}
+
+
+def line_end_digests(path):
+    """SHA-256 of the vocab's bytes as they are, with LF and with CRLF line ends: the same
+    tokens whichever line ends an editor saved (load_vocab reads them alike)."""
+    from mtl_framework.tokenizer import vocab_bytes
+
+    data = vocab_bytes(path)
+    lf = data.replace(b"\r\n", b"\n")
+    return {hashlib.sha256(text).hexdigest() for text in (data, lf, lf.replace(b"\n", b"\r\n"))}
 
 
 def vocab_difference(path, recorded):
     """None when the vocab at `path` is the one `recorded` ({"sha256", "tokens"}) names,
-    else what differs (its size first: the clearer message)."""
+    line ends aside, else what differs (its size first: the clearer message)."""
     ours = vocab_record(path)
     if ours["tokens"] != recorded.get("tokens"):
         return f"{ours['tokens']} tokens, the recorded vocab {recorded.get('tokens')}"
-    if ours["sha256"] != recorded.get("sha256"):
+    if recorded.get("sha256") not in line_end_digests(path):
         return (f"same size ({ours['tokens']} tokens) but other content (SHA-256 "
                 f"{ours['sha256'][:12]}..., recorded {str(recorded.get('sha256'))[:12]}...)")
     return None

@@ -142,7 +142,7 @@ def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
 
 def _open_export(directory, rope_scaling, log=print):
     length = preset.trained_length(directory)
-    vocab = os.path.join(directory, VOCAB_FILE)
+    vocab = formats.vocab_path(directory) or os.path.join(directory, VOCAB_FILE)
     if os.path.isfile(vocab):  # a missing one is named when it is read
         recorded, holder = formats.recorded_vocab(directory)
         check_vocab(vocab, recorded, holder or os.path.join(directory, preset.CONFIG_FILE),

@@ -94,7 +94,7 @@ def user_task(tmp_path, name, rows, metric, header="s1\ts2\tscore"):
                                            encoding="utf-8")
     specs = tmp_path / "specs"
     specs.mkdir(exist_ok=True)
-    loss = "cosent" if metric == "cosine_spearman" else "infonce"
+    loss = "infonce" if metric in ("retrieval", "reranking") else "cosent"  # scored pairs kept
     (specs / f"{name}.yaml").write_text(f"""\
 dataset: {name}
 description: a user's pairs

@@ -26,11 +26,12 @@ PAIRS = [{"query": f"问题{i}是什么", "pos": [f"答案{i}在这里"], "neg":
          for i in range(12)]
 
 
-def pairs_spec(folder, embedding=None, fields=None, task_format="pairs", name="my_pairs"):
+def pairs_spec(folder, embedding=None, fields=None, task_format="pairs", name="my_pairs",
+               max_length=24):
     """A spec folder with one contrastive task on data/my_pairs/train.jsonl."""
     spec = {"dataset": name, "format": task_format, "files": {"train": "my_pairs/train.jsonl"},
             **({"fields": fields} if fields else {}),
-            "tasks": [{"name": f"{name}_task", "type": "contrastive", "max_length": 24,
+            "tasks": [{"name": f"{name}_task", "type": "contrastive", "max_length": max_length,
                        "metric": "retrieval",
                        **({"embedding": embedding} if embedding is not None else {})}]}
     folder = Path(folder)
@@ -243,6 +244,17 @@ def test_r5_52_changed_contrastive_settings_through_task_specs_do_not_resume(
                      f"embedding.{key} is {value!r}, the run trained with {old!r} "
                      f"({run / 'checkpoints' / 'step-00000002' / 'trainer.json'}): resume with "
                      "the run's own task settings, or --output a new directory")
+
+
+def test_a_changed_task_max_length_through_task_specs_does_not_resume(trained, tmp_path, capsys):
+    run = copy_run(trained, tmp_path)
+    specs = pairs_spec(tmp_path / "specs", EMBEDDING, max_length=20)
+    error = refused(capsys, ["train", trained["experiment"], "--output", run, "--resume",
+                             "--set", f"task_specs=[{specs.parent}]"], run)
+    assert error == (f"{specs}:{spec_line(specs, '- name')}: task 'my_pairs_task': max_length is "
+                     f"20, the run trained with 24 ({run / 'checkpoints' / 'step-00000002'}"
+                     "/trainer.json): resume with the run's own task settings, or --output a new "
+                     "directory")
 
 
 def test_the_same_settings_resume_and_an_older_run_resumes_with_a_note(trained, tmp_path, capsys):

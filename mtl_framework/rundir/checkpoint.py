@@ -1,6 +1,7 @@
 """A checkpoint folder's files: state.npz (every state variable, keyed by its name) and
 trainer.json (format, step, mixture positions, skipped counts, backbone config, head
-metadata, "variables": the names in state order, "best": keep_best / patience state).
+metadata, "variables": the names in state order, "best": keep_best / patience state,
+"record": the settings a resume must match, plan.Plan.record; absent before issue 51).
 
 Format 1 checkpoints (trainer.json without "format") keyed their arrays by position,
 `v00000`..., in the model's state order, with the Keras paths listed in "variables".

@@ -17,9 +17,11 @@ import numpy as np
 
 from mtl_framework.errors import UserError
 from mtl_framework.formats.sentence_transformers import (
+    BERT_CONFIG,
     folder_length,
     folder_settings,
     trained_settings,
+    transformer_folder,
 )
 
 DEFAULT = {"pooling": "mean", "normalize": False, "prompts": {}}
@@ -65,21 +67,25 @@ class Encoder:
     max_length: tokens per text (default: the run's max_length, a folder's recorded length
     or sentence_bert_config.json's max_seq_length, else the backbone's positions, else
     512).  precision: the run's (auto: bfloat16 where the CPU has it) by default, float32
-    for a folder; a mixed policy encodes with its 16-bit weights (encoding_precision)."""
+    for a folder; a mixed policy encodes with its 16-bit weights (encoding_precision).
+    any_task: `task` may be one the model did not train (a task to mine negatives for):
+    then the model's own settings apply."""
 
     def __init__(self, source, checkpoint=None, pooling=None, normalize=None, task=None,
-                 max_length=None, precision=None, log=print):
+                 max_length=None, precision=None, log=print, any_task=False):
         from mtl_framework.rundir import RunDir
         from mtl_framework.tokenizer import Tokenizer
 
         self.source, self.log = str(source), log
+        check_max_length(max_length)
         if RunDir(source).is_run():
             from mtl_framework.saving.trained import open_run
 
             trained = open_run(source, checkpoint, log, precision=precision)
+            trained.check_length(max_length)  # before anything is built
             trained.precision = self.precision = encoding_precision(trained.precision)
             self._build = lambda: trained.backbone
-            settings = trained_settings(trained.head_metadata, source, task)
+            settings = trained_settings(trained.head_metadata, source, task, any_task=any_task)
             vocab, length = trained.vocab, trained.max_length
         else:
             from mtl_framework import saving
@@ -98,10 +104,12 @@ class Encoder:
             self._build = lambda: saving.load_backbone(source)
             heads = preset.load_heads(source)[0] if os.path.isfile(
                 os.path.join(source, preset.HEADS_CONFIG)) else None
-            settings = (trained_settings(heads, source, task) if heads else None) \
-                or folder_settings(source)
-            length = (preset.trained_length(source) if os.path.isfile(
-                os.path.join(source, preset.CONFIG_FILE)) else None) or folder_length(source)
+            settings = (trained_settings(heads, source, task, any_task=any_task) if heads
+                        else None) or folder_settings(source)
+            length = preset.trained_length(source) if os.path.isfile(
+                os.path.join(source, preset.CONFIG_FILE)) else None  # the run's: it fits
+            check_folder_length(source, max_length, None if length else folder_length(source))
+            length = length or folder_length(source)
             self.precision = encoding_precision(precision or "float32")
         self.settings = {**DEFAULT, **(settings or {})}
         if pooling is not None:
@@ -200,10 +208,12 @@ class Encoder:
             [prefix + t for t in texts], max_length=self.max_length)]
 
     def encode(self, texts, side=None, task=None, batch_size=32, progress=None):
-        """float32 [len(texts), H]: texts sorted by length into batches of `batch_size`
-        (padding only to the batch's longest; on JAX rounded up to 8, each shape being a
-        compilation), pooled, L2-normalised when the model was trained so. `progress(n)`
-        after each batch."""
+        """float32 [len(texts), H] (one str: [H], as sentence-transformers gives): texts
+        sorted by length into batches of `batch_size` (padding only to the batch's longest;
+        on JAX rounded up to 8, each shape being a compilation), pooled, L2-normalised when
+        the model was trained so. `progress(n)` after each batch."""
+        if isinstance(texts, str):  # one text, one vector (as sentence-transformers does)
+            return self.encode([texts], side, task, batch_size, progress)[0]
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
@@ -233,6 +243,44 @@ class Encoder:
         if self.normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
+
+
+# [CLS], one token of the text, [SEP]: a shorter length leaves no text, every vector the same
+SHORTEST_LENGTH = 3
+
+
+def check_max_length(max_length):
+    """None, or a whole number with room for a text token between [CLS] and [SEP]."""
+    if max_length is None:
+        return
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or \
+            max_length < SHORTEST_LENGTH:
+        raise UserError(f"max_length {max_length!r}: tokens per text, [CLS] and [SEP] "
+                        f"included, so a whole number >= {SHORTEST_LENGTH} (shorter leaves no "
+                        "token of the text: every vector the same): give e.g. 128, or None "
+                        "for the model's own length")
+
+
+def check_folder_length(source, max_length, recorded):
+    """Refuse a length past a folder backbone's learned position table before anything is
+    built (TensorFlow fails in a gather, JAX reads NaN): `max_length` asked for, else
+    `recorded`, sentence_bert_config.json's max_seq_length."""
+    from mtl_framework import architectures
+
+    positions = architectures.read_config(source, architectures.layout(source)).get(
+        "max_positions")
+    if positions is None:  # rotary positions (RoFormerV2): any length is computed
+        return
+    if max_length is not None and max_length > positions:
+        raise UserError(f"--max-length {max_length}: longer than the backbone's max_positions "
+                        f"{positions} ({source}: its learned position table has no rows past "
+                        f"it): give --max-length {positions} or less")
+    if max_length is None and recorded is not None and recorded > positions:
+        raise UserError(f"{os.path.join(transformer_folder(source), BERT_CONFIG)}: "
+                        f"max_seq_length {recorded} is longer than the backbone's max_positions "
+                        f"{positions} (its learned position table has no rows past it): give "
+                        f"--max-length {positions} or less, or set max_seq_length to "
+                        f"{positions} there")
 
 
 def encoding_precision(precision):

@@ -72,11 +72,12 @@ class Plan:
         """What a resume must match, kept in every checkpoint's trainer.json ("record"), so
         an edited experiment.yaml cannot change it: the resolved experiment but its
         RESUMABLE keys, and each task's settings that shape what it trains (its max_length,
-        a contrastive task's `embedding:` settings, defaults filled in). JSON values."""
+        a contrastive task's `embedding:` settings, defaults filled in), and `steps`, which
+        may change but stretches the learning-rate decay (a resume says so). JSON values."""
         experiment = {key: value for key, value in self.resolved.items() if key not in RESUMABLE}
         return json.loads(json.dumps({"experiment": experiment,
-                                      "tasks": {t.name: task_record(t) for t in self.tasks}},
-                                     default=str))
+                                      "tasks": {t.name: task_record(t) for t in self.tasks},
+                                      "steps": self.experiment.steps}, default=str))
 
 
 def task_record(task):
@@ -321,6 +322,23 @@ def _check_record(plan, trainer, checkpoint):
                                           source)
     if problems:
         raise ExperimentError("\n".join(problems))
+    _note_stretched_decay(plan, recorded.get("steps"))
+
+
+def _note_stretched_decay(plan, recorded_steps):
+    """`steps` may change on a resume; with the learning rate decaying over `steps` (every
+    `final_lr_fraction` below 1, the default 0), the lr from here on is then another one than
+    the run would have had: said once, not refused."""
+    optimizer = plan.experiment.raw.get("optimizer") or {}
+    steps = plan.experiment.steps
+    if not isinstance(recorded_steps, int) or recorded_steps == steps or \
+            float(optimizer.get("final_lr_fraction", 0.0)) >= 1:
+        return
+    note = (f"note: steps is {steps}, {recorded_steps} when the checkpoint was written: the "
+            "learning rate decays linearly until `steps` (optimizer.final_lr_fraction "
+            f"{optimizer.get('final_lr_fraction', 0.0)}), so from here on it follows the "
+            f"{steps}-update schedule, not the {recorded_steps}-update one")
+    plan.notes += [note] if note not in plan.notes else []
 
 
 def _task_differences(task, new, old, source):

@@ -468,3 +468,19 @@ def test_r5_25_a_damaged_sentence_transformers_file_is_one_line_naming_it(traine
     capsys.readouterr()  # the folder whole again: it encodes
     assert cli.main(["encode", str(folder), "--text", "好"]) == 0
     assert len(json.loads(capsys.readouterr().out)["embedding"]) == BERT["hidden_size"]
+
+
+def test_point3_the_embedding_suites_results_are_written_whole(trained, tmp_path, capsys,
+                                                               monkeypatch):
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("kind: embeddings\ntasks: [afqmc_sts]\nbootstrap: 10\n", encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["benchmark", trained["export"], "--suite", suite, "--data-root", DEMO_DATA,
+            "--output", out]
+    assert cli.main([str(a) for a in argv]) == 0
+    before = snapshot(out)
+    assert json.loads((out / "results.json").read_text())["rows"][0]["task"] == "afqmc_sts"
+    killed_mid_write(monkeypatch, out)
+    killed(argv)  # the same suite again: its results written again, killed half-way
+    monkeypatch.undo()
+    assert snapshot(out) == before

@@ -318,7 +318,7 @@ class TaskScorer:
                                     "Spearman is undefined")
             return value, lambda rows: scores.spearman(gold[rows], cosines[rows]), None
         labels = self.scores.astype(int)
-        similarities = scores.pair_similarities(first.astype(np.float64), second.astype(np.float64))
+        similarities = scores.pair_similarities(first, second)  # float32, as mteb computes them
         return (scores.max_accuracy(similarities, labels),
                 lambda rows: scores.max_accuracy(similarities, labels, rows), None)
 

@@ -87,10 +87,12 @@ def test_r5_07_specs_and_experiments_read_numbers_by_one_rule(tmp_path, capsys):
     task = registry.load_registry([specs.parent]).tasks["my_pairs_task"]
     assert task.embedding["temperature"] == 0.01 and task.rate == 0.5
     pairs_data(tmp_path / "data")
-    path = pairs_experiment(tmp_path, specs.parent, optimizer={"name": "adamw", "lr": "LR"})
-    path.write_text(path.read_text().replace("LR", "1e-3"))
+    path = pairs_experiment(tmp_path, specs.parent, optimizer={"name": "adamw", "lr": "LR"},
+                            balancing={"weights": "dwa", "temperature": "BT"})
+    path.write_text(path.read_text().replace("LR", "1e-3").replace("BT", "2e-1"))
     assert cli.main(["train", str(path), "--print-config"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["optimizer"]["lr"] == 0.001
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["optimizer"]["lr"], printed["balancing"]["temperature"]) == (0.001, 0.2)
 
 
 @pytest.mark.parametrize("fields, task_format, message", [

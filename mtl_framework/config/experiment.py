@@ -521,10 +521,18 @@ def _check_balancing(raw, error):
     value = raw.get("balancing")
     if not isinstance(value, (str, dict)):
         return  # absent (the default), or a wrong type already reported
+    if isinstance(value, dict):  # its numbers by the one YAML rule (`temperature: 2e-1`)
+        value = raw["balancing"] = {key: _as_number(setting) for key, setting in value.items()}
     try:
         balancing.resolve(value)
     except balancing.BalancingError as problem:
         error(("balancing", problem.key) if problem.key else ("balancing",), str(problem))
+
+
+def _as_number(value):
+    """A string YAML 1.1 left unread that is a number (`2e-1`) as that number; else as is."""
+    number = yaml_number(value) if isinstance(value, str) else None
+    return value if number is None else number
 
 
 def _check_sampling(sampling, error):

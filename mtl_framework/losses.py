@@ -164,6 +164,17 @@ def info_nce(queries, positives, negatives, negative_mask, positive_ids, tempera
     both); without, a query's candidates are its own positive and negatives only
     (FlagEmbedding's no_in_batch_neg, for data whose batch-mates may be positives).
     """
+    logits, _, target = info_nce_logits(queries, positives, negatives, negative_mask,
+                                        positive_ids, temperature, in_batch_negatives)
+    return sparse_categorical_crossentropy(target, logits)
+
+
+def info_nce_logits(queries, positives, negatives, negative_mask, positive_ids, temperature,
+                    in_batch_negatives=True):
+    """(logits [B, C], valid [B, C], target [B]) of info_nce (its arguments): each query's
+    cosines / temperature with its C candidates, the ones that are not its candidates
+    (padding, a twin positive) at CHOICE_PAD and False in `valid`; `target` the column of
+    its positive."""
     queries, positives, negatives = (l2_normalize(queries), l2_normalize(positives),
                                      l2_normalize(negatives))
     valid_negatives = ops.greater(negative_mask, 0)
@@ -186,8 +197,27 @@ def info_nce(queries, positives, negatives, negative_mask, positive_ids, tempera
                                  axis=1) / temperature  # [B, 1 + N]
         valid = ops.concatenate([ops.ones_like(positive, dtype="bool"), valid_negatives], axis=1)
         target = ops.zeros((rows,), "int32")
-    logits = ops.where(valid, logits, CHOICE_PAD)
-    return sparse_categorical_crossentropy(target, logits)
+    return ops.where(valid, logits, CHOICE_PAD), valid, target
+
+
+def ranking_signs(logits, valid, target, temperature):
+    """What says whether a ranking loss learns, from its logits [B, C] (cosine /
+    temperature), `valid` [B, C] and `target` [B] (info_nce_logits): `accuracy`, the
+    fraction of queries whose positive scores strictly above every other candidate;
+    `chance`, the loss of vectors that tell nothing apart (mean ln of each query's
+    number of candidates); `cosine`, the mean cosine of a query with its other
+    candidates (1: the vectors have collapsed into one)."""
+    columns = ops.arange(ops.shape(logits)[1])[None, :]
+    positive = ops.equal(columns, ops.cast(target, columns.dtype)[:, None])
+    others = ops.logical_and(valid, ops.logical_not(positive))
+    target_logit = ops.sum(ops.where(positive, logits, 0.0), axis=1)
+    best_other = ops.max(ops.where(others, logits, CHOICE_PAD), axis=1)
+    counts = ops.sum(ops.cast(valid, "float32"), axis=1)
+    other_count = ops.sum(ops.cast(others, "float32"))
+    return {"accuracy": ops.mean(ops.cast(ops.greater(target_logit, best_other), "float32")),
+            "chance": ops.mean(ops.log(ops.maximum(counts, 1.0))),
+            "cosine": ops.sum(ops.where(others, logits, 0.0)) * temperature
+            / ops.maximum(other_count, 1.0)}
 
 
 def cosent(queries, positives, scores, temperature):
@@ -203,3 +233,19 @@ def cosent(queries, positives, scores, temperature):
     differences = ops.concatenate([ops.zeros((1,), differences.dtype),
                                    ops.reshape(differences, (-1,))], axis=0)
     return ops.logsumexp(differences)
+
+
+def cosent_signs(queries, positives, scores):
+    """ranking_signs' `chance` and `cosine` for cosent (its arguments): `chance`, its loss
+    when every cosine is equal (ln(1 + the pairs it orders)); `cosine`, the mean cosine of
+    a query with the other rows' positives (1: the vectors have collapsed into one)."""
+    scored = ops.logical_not(ops.isnan(scores))
+    scores = ops.where(scored, scores, 0.0)
+    ordered = ops.logical_and(ops.less(scores[:, None], scores[None, :]),
+                              ops.logical_and(scored[:, None], scored[None, :]))
+    cosines = ops.matmul(l2_normalize(queries), ops.transpose(l2_normalize(positives)))
+    rows = ops.shape(cosines)[0]
+    others = ops.not_equal(ops.arange(rows)[:, None], ops.arange(rows)[None, :])
+    return {"chance": ops.log(1.0 + ops.sum(ops.cast(ordered, "float32"))),
+            "cosine": ops.sum(ops.where(others, cosines, 0.0))
+            / ops.maximum(ops.sum(ops.cast(others, "float32")), 1.0)}

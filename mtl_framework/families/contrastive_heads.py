@@ -53,18 +53,38 @@ class ContrastiveHead(TaskHead):
     def call(self, hidden, batch, training=False):
         return pool(hidden, batch["token_ids"], self.pooling)
 
-    def compute_task_loss(self, vectors, batch):
-        values = [self._loss(vectors[..., :dims] if dims else vectors, batch)
-                  for dims in self.matryoshka_dims or (None,)]
-        return ops.mean(ops.stack(values))
+    @property
+    def signs(self):
+        """InfoNCE: in-batch accuracy, chance and collapse (losses.ranking_signs); CoSENT
+        ranks no candidates: chance and collapse (losses.cosent_signs)."""
+        return ("accuracy", "chance", "cosine") if self.loss == "infonce" else ("chance", "cosine")
 
-    def _loss(self, vectors, batch):
+    def compute_task_loss(self, vectors, batch):
+        return self.compute_task_loss_and_signs(vectors, batch)[0]
+
+    def compute_task_loss_and_signs(self, vectors, batch):
+        """The loss averaged over the Matryoshka dims, and the signs of the widest of them
+        (the whole vector without dims), from the same cosines the loss took."""
+        dims = self.matryoshka_dims or (None,)
+        widest = None if None in dims else max(dims)
+        values, signs = [], {}
+        for size in dims:
+            loss, more = self._loss(vectors[..., :size] if size else vectors, batch, size == widest)
+            values.append(loss)
+            signs.update(more)
+        return ops.mean(ops.stack(values)), signs
+
+    def _loss(self, vectors, batch, with_signs=False):
+        """(the loss on `vectors`, its signs when `with_signs`, else {})."""
         queries, positives = vectors[:, 0], vectors[:, 1]
         if self.loss == "cosent":
-            return losses.cosent(queries, positives, batch["score"], self.temperature)
-        return ops.mean(losses.info_nce(
+            loss = losses.cosent(queries, positives, batch["score"], self.temperature)
+            return loss, losses.cosent_signs(queries, positives, batch["score"]) if with_signs else {}
+        logits, valid, target = losses.info_nce_logits(
             queries, positives, vectors[:, 2:], batch["text_mask"][:, 2:], batch["positive_id"],
-            self.temperature, self.in_batch_negatives))
+            self.temperature, self.in_batch_negatives)
+        loss = ops.mean(losses.sparse_categorical_crossentropy(target, logits))
+        return loss, losses.ranking_signs(logits, valid, target, self.temperature) if with_signs else {}
 
     def decode(self, vectors, batch=None):
         """Per row {"query", "positive": unit vectors, "cosine": theirs, "negatives": the

@@ -164,6 +164,16 @@ class TaskHead(keras.layers.Layer):
     def compute_task_loss(self, outputs, batch):
         raise NotImplementedError
 
+    # Names of the scalars compute_task_loss_and_signs gives beside the loss, signs of
+    # whether the task learns (the contrastive head's in-batch accuracy); the step logs
+    # them per micro-batch (metrics.jsonl, the console). Most heads have none.
+    signs = ()
+
+    def compute_task_loss_and_signs(self, outputs, batch):
+        """(the loss, {name: scalar tensor} of `signs`): what the training step calls, so a
+        head computes its signs from the tensors its loss has (no second pass)."""
+        return self.compute_task_loss(outputs, batch), {}
+
     def decode(self, outputs, batch):
         raise NotImplementedError
 

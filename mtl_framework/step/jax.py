@@ -143,7 +143,8 @@ class JaxStep(BackendStep):
         if "loss_scale" in results:
             self.loss_scales[task].assign(results["loss_scale"])
             self._finite_in_a_row[task].assign(results["finite_in_a_row"])
-        return {k: results[k] for k in ("loss", "gradient_norm", "normalized_gradient_norm", "finite")}
+        return {**{k: results[k] for k in ("loss", "gradient_norm", "normalized_gradient_norm",
+                                            "finite")}, **results["signs"]}
 
     def _trace_micro_step(self, key):
         tasks = self.trace_groups[key[0]]
@@ -158,18 +159,18 @@ class JaxStep(BackendStep):
 
             def losses(trainable, own):
                 values = list(zip(backbone, trainable)) + list(zip(fixed_variables, fixed))
-                raw_loss = self._loss(template, batch, True,
-                                      self._head_values(template, own, values), seeds, values)
+                raw_loss, signs = self._loss_and_signs(
+                    template, batch, True, self._head_values(template, own, values), seeds, values)
                 loss = raw_loss * state["loss_weight"]
                 scaled = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
-                return scaled, (raw_loss, loss)
+                return scaled, (raw_loss, loss, signs)
 
             if getattr(template, "cached_chunk", 0):
-                raw_loss, loss, backbone_grads = self._cached_gradients(
+                raw_loss, loss, backbone_grads, signs = self._cached_gradients(
                     template, batch, trainable, fixed, seeds, state)
                 own_grads = [jnp.zeros_like(v) for v in own]  # a contrastive head has none
             else:
-                (_, (raw_loss, loss)), (backbone_grads, own_grads) = jax.value_and_grad(
+                (_, (raw_loss, loss, signs)), (backbone_grads, own_grads) = jax.value_and_grad(
                     losses, argnums=(0, 1), has_aux=True)(trainable, own)
             gradients = [g.astype(v.dtype) for g, v in zip(backbone_grads + own_grads, trainable + own)]
             if self.dynamic_loss_scale:
@@ -178,7 +179,7 @@ class JaxStep(BackendStep):
             finite = jnp.isfinite(loss) & jnp.isfinite(norm)
             for g in gradients[n_backbone:]:
                 finite = finite & jnp.all(jnp.isfinite(g))
-            results = {"loss": raw_loss, "gradient_norm": norm, "finite": finite}
+            results = {"loss": raw_loss, "gradient_norm": norm, "finite": finite, "signs": signs}
             scale, extra = self.balancing.scale(loss, norm, finite, state)
             results.update(extra)
             if self.dynamic_loss_scale:
@@ -192,7 +193,7 @@ class JaxStep(BackendStep):
         return jax.jit(step)
 
     def _cached_gradients(self, template, batch, trainable, fixed, seeds, state):
-        """(raw loss, weighted loss, backbone gradients) by GradCache, as TensorFlow's
+        """(raw loss, weighted loss, backbone gradients, signs) by GradCache, as TensorFlow's
         step/tensorflow.py computes them: the texts in chunks of `template.cached_chunk`
         rows (the last padded with empty rows, whose vectors' gradient is zero) through
         the backbone without gradients (lax.map), the loss's gradient on all vectors,
@@ -217,12 +218,12 @@ class JaxStep(BackendStep):
 
         def losses(vectors):
             shaped = vectors.reshape(*batch["token_ids"].shape[:2], -1)
-            raw_loss = template.compute_task_loss(shaped, batch)
+            raw_loss, signs = template.compute_task_loss_and_signs(shaped, batch)
             loss = raw_loss * state["loss_weight"]
             scaled = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
-            return scaled, (raw_loss, loss)
+            return scaled, (raw_loss, loss, signs)
 
-        (_, (raw_loss, loss)), vector_gradients = jax.value_and_grad(losses, has_aux=True)(vectors)
+        (_, (raw_loss, loss, signs)), vector_gradients = jax.value_and_grad(losses, has_aux=True)(vectors)
         vector_gradients = jnp.pad(vector_gradients, ((0, pad), (0, 0))).reshape(chunks, size, -1)
 
         def push_back(sums, args):
@@ -232,7 +233,7 @@ class JaxStep(BackendStep):
 
         sums, _ = jax.lax.scan(push_back, [jnp.zeros_like(v) for v in trainable],
                                (numbers, parts, vector_gradients))
-        return raw_loss, loss, sums
+        return raw_loss, loss, sums, signs
 
     # --- forward (evaluation) ------------------------------------------------------------
 

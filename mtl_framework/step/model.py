@@ -237,11 +237,17 @@ class MultiTaskModel(Step, keras.Model):
                                 ops.reshape(passages, (rows, texts - 1, -1))], axis=1)
 
     def _loss(self, head, batch, training, head_values=None, seeds=None, backbone_values=None):
+        return self._loss_and_signs(head, batch, training, head_values, seeds, backbone_values)[0]
+
+    def _loss_and_signs(self, head, batch, training, head_values=None, seeds=None,
+                        backbone_values=None):
+        """(the loss, {name: scalar} of the head's `signs`: TaskHead.compute_task_loss_and_signs),
+        what the steps differentiate and log."""
         outputs = self._outputs(head, batch, training, head_values, seeds, backbone_values)
         # mixed precision: heads compute in 16 bits, losses always in float32
         outputs = keras.tree.map_structure(
             lambda t: ops.cast(t, "float32") if keras.backend.is_float_dtype(t.dtype) else t, outputs)
-        return head.compute_task_loss(outputs, batch)
+        return head.compute_task_loss_and_signs(outputs, batch)
 
     # --- the mixed update --------------------------------------------------------
 
@@ -279,7 +285,8 @@ class MultiTaskModel(Step, keras.Model):
 
     def micro_step(self, task, batch):
         """One micro-batch of `task` (a dict of tensors): its scaled gradient is added to
-        the accumulators; returns {loss, gradient_norm, normalized_gradient_norm, finite} as tensors."""
+        the accumulators; returns {loss, gradient_norm, normalized_gradient_norm, finite} and
+        the head's signs (TaskHead.signs) as tensors."""
         return self._finish(task, self._launch(task, batch, self._take_counts(1)[0]))
 
     def _step_key(self, task, batch):

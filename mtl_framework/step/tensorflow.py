@@ -100,7 +100,8 @@ class TensorFlowStep(BackendStep):
     def _finish(self, task, results):
         """A launched step's gradients into the accumulators (the backbone's through one
         traced function, in micro-batch order; under a strategy the step added them) and
-        the task's state; returns {loss, gradient_norm, normalized_gradient_norm, finite}."""
+        the task's state; returns {loss, gradient_norm, normalized_gradient_norm, finite} and
+        the head's signs."""
         if "backbone_gradients" in results:
             slot = self.balancing.accumulator_slot(task)  # None: the shared accumulators
             if slot not in self._accumulate_fns:
@@ -113,7 +114,8 @@ class TensorFlowStep(BackendStep):
             self._accumulate_fns[slot](results["backbone_gradients"], results["scale"],
                                        results["finite"])
         self._update_task_state(task, results)
-        return {k: results[k] for k in ("loss", "gradient_norm", "normalized_gradient_norm", "finite")}
+        return {**{k: results[k] for k in ("loss", "gradient_norm", "normalized_gradient_norm",
+                                            "finite")}, **results["signs"]}
 
     def _trace_micro_step(self, group, batch):
         """The micro-step of one trace group, traced once for any lengths and label counts:
@@ -133,12 +135,13 @@ class TensorFlowStep(BackendStep):
                 context = tf.distribute.get_replica_context()
                 replicas = context.num_replicas_in_sync
                 batch, share = shard_batch(template, batch, context.replica_id_in_sync_group, replicas)
-            raw_loss, loss, gradients = self._gradients(template, batch, own_values, state, count,
-                                                        share)
+            raw_loss, loss, gradients, signs = self._gradients(template, batch, own_values, state,
+                                                               count, share)
             if strategy is not None:  # the global gradient, before any norm is taken
                 gradients, raw_loss, loss = context.all_reduce(
                     tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
             results, scale = self._balanced(raw_loss, loss, gradients, n_backbone, state)
+            results["signs"] = signs  # the whole batch's on every replica (rows_coupled)
             if replicas > 1:  # every replica holds the reduced gradient; the optimizer sums them
                 scale = scale / replicas
             finite = results["finite"]
@@ -162,7 +165,9 @@ class TensorFlowStep(BackendStep):
             results = strategy.run(replica_step, args=(batch, own_values, state, count))
             # equal on every replica, except the head gradients: each replica adds its own
             local = {k: strategy.experimental_local_results(v)[0] for k, v in results.items()
-                     if k != "head_gradients"}
+                     if k not in ("head_gradients", "signs")}
+            local["signs"] = {name: strategy.experimental_local_results(v)[0]
+                              for name, v in results["signs"].items()}
             local["head_gradients"] = results["head_gradients"]
             return local
 
@@ -171,7 +176,7 @@ class TensorFlowStep(BackendStep):
             _batch_spec(batch), self._own_spec(tasks), state_spec, tf.TensorSpec([], tf.int64)])
 
     def _gradients(self, template, batch, own_values, state, count, share=None):
-        """(raw loss, weighted loss, gradients) of one micro-batch with the task's weights
+        """(raw loss, weighted loss, gradients, the head's signs) of one micro-batch with the task's weights
         `own_values` in the group's template head: the backbone's then the head's, each
         dense (a head's leaves the step; without a strategy the embedding's repeated rows
         are summed), in its variable's dtype, loss scaling undone. `share`: this
@@ -185,14 +190,15 @@ class TensorFlowStep(BackendStep):
             return raw_loss, loss, loss * state["loss_scale"] if self.dynamic_loss_scale else loss
 
         if getattr(template, "cached_chunk", 0):
-            raw_loss, loss, gradients = self._cached_gradients(template, batch, count, weighted)
+            raw_loss, loss, gradients, signs = self._cached_gradients(template, batch, count, weighted)
             gradients += [tf.zeros_like(v) for v in own_values]  # a contrastive head has none
         else:
             with tf.GradientTape() as tape:
                 tape.watch(own_values)
-                raw_loss, loss, scaled_loss = weighted(self._loss(
+                raw_loss, signs = self._loss_and_signs(
                     template, batch, True, self._head_values(template, own_values),
-                    self._dropout_seeds(count)))
+                    self._dropout_seeds(count))
+                raw_loss, loss, scaled_loss = weighted(raw_loss)
             gradients = tape.gradient(scaled_loss, variables)
         gradients = [tf.zeros_like(v) if g is None else g for g, v in zip(gradients, variables)]
         n_backbone = len(self.backbone_variables)
@@ -205,10 +211,10 @@ class TensorFlowStep(BackendStep):
                      for g, v in zip(gradients, variables)]
         if self.dynamic_loss_scale:
             gradients = [_map_values(lambda x: x / state["loss_scale"], g) for g in gradients]
-        return raw_loss, loss, gradients
+        return raw_loss, loss, gradients, signs
 
     def _cached_gradients(self, template, batch, count, weighted):
-        """(raw loss, weighted loss, backbone gradients) by GradCache (Gao et al. 2021, as
+        """(raw loss, weighted loss, backbone gradients, signs) by GradCache (Gao et al. 2021, as
         sentence-transformers' CachedMultipleNegativesRankingLoss): the texts go through
         the backbone `template.cached_chunk` rows at a time, (1) without a tape, keeping
         only their vectors; (2) the loss on all vectors gives d loss / d vectors; (3) each
@@ -234,7 +240,8 @@ class TensorFlowStep(BackendStep):
         with tf.GradientTape() as tape:
             tape.watch(vectors)
             shaped = tf.reshape(vectors, tf.concat([tf.shape(batch["token_ids"])[:2], [-1]], 0))
-            raw_loss, loss, scaled_loss = weighted(template.compute_task_loss(shaped, batch))
+            raw_loss, signs = template.compute_task_loss_and_signs(shaped, batch)
+            raw_loss, loss, scaled_loss = weighted(raw_loss)
         vector_gradients = tape.gradient(scaled_loss, vectors)
         variables = self.backbone_variables
 
@@ -247,7 +254,7 @@ class TensorFlowStep(BackendStep):
 
         _, gradients = tf.while_loop(lambda chunk, _: chunk < chunks, push_back,
                                      (0, [tf.zeros_like(v) for v in variables]), parallel_iterations=1)
-        return raw_loss, loss, gradients
+        return raw_loss, loss, gradients, signs
 
     def _balanced(self, raw_loss, loss, gradients, n_backbone, state):
         """({loss, gradient_norm, finite, the balancing's and loss scale's new state}, the

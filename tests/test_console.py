@@ -41,7 +41,12 @@ def test_a_tiny_run_logged_to_a_file_reads_as_plain_lines(tmp_path, capfd):
 
 def test_on_a_terminal_the_bar_line_ends_before_the_evaluation_writes(capsys):
     experiment = types.SimpleNamespace(eval_every=3, steps=5)
-    run = types.SimpleNamespace(experiment=experiment, step=0)
+    heads = {"tnews": types.SimpleNamespace(signs=()),  # a contrastive task's bar shows its own loss
+             "pairs": types.SimpleNamespace(signs=("accuracy", "chance", "cosine"))}
+    model = types.SimpleNamespace(heads=heads, last_micro_logs=[
+        {"task": "tnews", "finite": True, "loss": 2.0},
+        {"task": "pairs", "finite": True, "loss": 3.0, "accuracy": 0.25, "chance": 4.8, "cosine": 0.5}])
+    run = types.SimpleNamespace(experiment=experiment, step=0, model=model)
     progress = Progress(run, interactive=True)
     progress.set_params({"verbose": 1, "epochs": 2, "steps": 3})
     for epoch, updates in ((0, 3), (1, 2)):
@@ -56,6 +61,7 @@ def test_on_a_terminal_the_bar_line_ends_before_the_evaluation_writes(capsys):
     assert "evaluation 2/2 (updates 4-5)" in out
     assert "\nEVALUATION TABLE\n" in out and out.count("EVALUATION TABLE") == 2
     assert "loss: 1.5000" in out and "loss/tnews" not in out
+    assert "loss/pairs: 3.0000" in out and "accuracy/pairs: 0.2500" in out
 
 
 def test_plain_bar_writes_one_closing_line_and_a_line_a_minute(monkeypatch):

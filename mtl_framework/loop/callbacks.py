@@ -12,6 +12,10 @@ epoch:
   loss             the update's mean micro-batch loss (as before)
   loss/<task>      the task's mean loss over its micro-batches since the epoch began
                    (NaN while the task has not been drawn in this epoch)
+  accuracy/<task>  likewise, a contrastive (InfoNCE) task's in-batch accuracy: the
+                   fraction of its queries whose positive scores above every other
+                   candidate (TaskHead.signs; metrics.jsonl also has each task's chance
+                   loss and the mean cosine of different texts, NotLearning below)
   rate/<task>      the sampler's rate for the task
   dev/<task>       the task's dev score, dev/aggregate their mean: in the logs of
                    the update that was evaluated and of the epoch it ends
@@ -30,6 +34,8 @@ import time
 
 import keras
 import numpy as np
+
+from mtl_framework.rundir.records import warn
 
 # Keras's warning when an epoch ends before steps_per_epoch; here that is intended.
 EPOCH_CUT_WARNING = "Your input ran out of data"
@@ -50,24 +56,46 @@ class EvaluationEpochs(keras.callbacks.Callback):
         self.run.model.epoch_updates_left = None
 
 
+class TaskMeans:
+    """Per task, the means of its finite micro-batches' values (loss and the head's signs)
+    since the last reset: what TaskLogs gives per epoch and Progress per line."""
+
+    def __init__(self):
+        self.sums = {}  # (task, key) -> [sum, count]
+
+    def add(self, micro_logs):
+        for entry in micro_logs:
+            if entry["finite"]:
+                for key in ("loss", *SIGNS):
+                    if key in entry:
+                        total = self.sums.setdefault((entry["task"], key), [0.0, 0])
+                        total[0] += float(entry[key])
+                        total[1] += 1
+
+    def mean(self, task, key):
+        """NaN while the task has had no finite micro-batch since the reset."""
+        total, count = self.sums.get((task, key), (0.0, 0))
+        return total / count if count else math.nan
+
+
+SIGNS = ("accuracy", "chance", "cosine")  # every head's signs (TaskHead.signs) that are logged
+
+
 class TaskLogs(keras.callbacks.Callback):
-    """Per-task losses, rates and the latest dev scores into Keras's `logs` (in place:
-    Keras hands every callback of one call the same dict, and this one comes first)."""
+    """Per-task losses (accuracies), rates and the latest dev scores into Keras's `logs`
+    (in place: Keras hands every callback of one call the same dict, and this one comes
+    first)."""
 
     def __init__(self, run):
         super().__init__()
         self.run = run
-        self.losses = {}  # task -> [sum, count] of this epoch's finite micro-batch losses
+        self.means = TaskMeans()  # this epoch's
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.losses = {}
+        self.means = TaskMeans()
 
     def on_train_batch_end(self, batch, logs=None):
-        for entry in self.run.model.last_micro_logs:
-            if entry["finite"]:
-                total = self.losses.setdefault(entry["task"], [0.0, 0])
-                total[0] += float(entry["loss"])
-                total[1] += 1
+        self.means.add(self.run.model.last_micro_logs)
         self.add(logs)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -76,9 +104,11 @@ class TaskLogs(keras.callbacks.Callback):
     def add(self, logs):
         if logs is None:
             return
+        heads = self.run.model.heads
         for task, rate in self.run.rates.items():
-            total, count = self.losses.get(task, (0.0, 0))
-            logs[f"loss/{task}"] = total / count if count else math.nan
+            logs[f"loss/{task}"] = self.means.mean(task, "loss")
+            if "accuracy" in heads[task].signs:
+                logs[f"accuracy/{task}"] = self.means.mean(task, "accuracy")
             logs[f"rate/{task}"] = float(rate)
         evaluation = self.run.last_evaluation
         if evaluation is not None and evaluation["step"] == self.run.step:
@@ -99,11 +129,13 @@ def _number(value):
 
 class Progress(keras.callbacks.ProgbarLogger):
     """The run's console: a header per evaluation interval, `evaluation 2/4 (updates
-    61-120)` (Keras's epoch), then on a terminal Keras's progress bar with `loss` (the
-    per-task keys would fill the line; metrics.jsonl has them), ended before the
-    evaluation table prints; to a file or pipe plain lines instead, no control bytes: one
-    at the interval's end and one a minute while it runs. Put it before the run's own
-    callbacks, so the bar's line is closed when the evaluation writes."""
+    61-120)` (Keras's epoch), then on a terminal Keras's progress bar with `loss`, and the
+    loss and in-batch accuracy of each task that has signs (TaskHead.signs: contrastive
+    tasks; the other per-task keys would fill the line; metrics.jsonl has them), ended
+    before the evaluation table prints; to a file or pipe plain lines instead, no control
+    bytes: one at the interval's end and one a minute while it runs, each task's values
+    the means since the line before. Put it before the run's own callbacks, so the bar's
+    line is closed when the evaluation writes."""
 
     SHOWN = ("loss",)
     PLAIN_EVERY = 60.0  # seconds between plain lines within an interval
@@ -113,6 +145,7 @@ class Progress(keras.callbacks.ProgbarLogger):
         self.run = run
         self.interactive = sys.stdout.isatty() if interactive is None else interactive
         self.first = self.last = self.started = self.said = None
+        self.means = TaskMeans()  # of the micro-batches since the last line (a terminal: update)
 
     def on_epoch_begin(self, epoch, logs=None):
         exp = self.run.experiment
@@ -128,6 +161,7 @@ class Progress(keras.callbacks.ProgbarLogger):
             self._maybe_init_progbar()
 
     def on_train_batch_end(self, batch, logs=None):
+        self.means.add(self.run.model.last_micro_logs)
         shown = self.shown(logs)
         step = self.first + batch
         if self.interactive:
@@ -136,10 +170,11 @@ class Progress(keras.callbacks.ProgbarLogger):
                 self.progbar = None
             elif self.progbar is not None:
                 self.progbar.update(batch + 1, list(shown.items()), finalize=False)
+            self.means = TaskMeans()  # the bar averages each key over the updates that give it
             return
         now = time.monotonic()
         if step >= self.last or now - self.said >= self.PLAIN_EVERY:
-            self.said = now
+            self.said, self.means = now, TaskMeans()
             print(f"update {step}/{self.run.experiment.steps}: "
                   + ", ".join(f"{k} {v:.4f}" for k, v in shown.items())
                   + f" ({now - self.started:.0f} s since update {self.first - 1})", flush=True)
@@ -150,7 +185,68 @@ class Progress(keras.callbacks.ProgbarLogger):
         self.progbar = None
 
     def shown(self, logs):
-        return {key: float(value) for key, value in (logs or {}).items() if key in self.SHOWN}
+        shown = {key: float(value) for key, value in (logs or {}).items() if key in self.SHOWN}
+        for task, head in self.run.model.heads.items():
+            for key in ("loss", "accuracy"):
+                value = self.means.mean(task, key)
+                if head.signs and not math.isnan(value):  # drawn since the last line
+                    shown[f"{key}/{task}"] = value
+        return shown
+
+
+class NotLearning(keras.callbacks.Callback):
+    """One warning per task, on stderr, when a task whose head has signs (TaskHead.signs:
+    contrastive) learns nothing after the learning rate's warm-up: its loss stays at
+    chance (at least AT_CHANCE x the loss of vectors that tell no texts apart: ln of a
+    query's candidates for InfoNCE) or its pooled vectors collapse (different texts' mean
+    cosine at least COLLAPSED), on each of PATIENCE of its micro-batches in a row. The
+    thresholds come from the learning-rate runs of docs/embeddings.md."""
+
+    AT_CHANCE = 0.98
+    COLLAPSED = 0.999
+    PATIENCE = 100
+
+    def __init__(self, run):
+        super().__init__()
+        self.run = run
+        self.warmup = int((run.experiment.optimizer or {}).get("warmup_steps", 0))
+        self.streaks = {}  # (task, "chance" | "collapse") -> [(update, micro-batch log)] in a row
+        self.warned = set()
+
+    def on_train_batch_end(self, batch, logs=None):
+        update = self.run.step  # RunLogger has counted this update
+        if update <= self.warmup or not self.run.is_chief:
+            return
+        for entry in self.run.model.last_micro_logs:
+            task = entry["task"]
+            if task in self.warned or not entry["finite"] or "chance" not in entry:
+                continue
+            signs = {"chance": entry["chance"] > 0 and entry["loss"] >= self.AT_CHANCE * entry["chance"],
+                     "collapse": entry["cosine"] >= self.COLLAPSED}
+            for what, seen in signs.items():
+                streak = self.streaks.setdefault((task, what), [])
+                if not seen:
+                    streak.clear()
+                    continue
+                streak.append((update, entry))
+                if len(streak) >= self.PATIENCE:
+                    self.warned.add(task)
+                    warn(self.message(task, what, streak))
+                    break
+
+    def message(self, task, what, streak):
+        def mean(key):
+            return float(np.mean([entry[key] for _, entry in streak]))
+        since = f"for its {len(streak)} micro-batches in a row since update {streak[0][0]}"
+        if what == "chance":
+            accuracy = f", in-batch accuracy {mean('accuracy'):.3f}" if "accuracy" in streak[0][1] else ""
+            seen = (f"its loss has stayed at chance {since} ({mean('loss'):.3f} against "
+                    f"{mean('chance'):.3f}, the loss of vectors that tell no texts apart{accuracy})")
+        else:
+            seen = (f"its pooled vectors have collapsed into one {since} (different texts' mean "
+                    f"cosine {mean('cosine'):.5f})")
+        return (f"task {task!r} is not learning: {seen}; try a higher learning rate "
+                "(optimizer.lr; docs/embeddings.md, \"Learning rates\", shows what trained)")
 
 
 class BestTracker:

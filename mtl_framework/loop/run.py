@@ -16,6 +16,7 @@ run_dir/
                         (the layout, names and faults: mtl_framework/rundir/run_dir.py)
   checkpoints/best-step-N/  keep_best's checkpoint (best dev score so far), never rotated
   metrics.jsonl         one line per update: per-task loss, gradient norm, micro-batch count
+                        (a contrastive task's in-batch accuracy, chance loss, mean cosine too)
   provenance.jsonl      one line per start or resume: our version, commit, TF/Keras versions
   logs/                 TensorBoard scalars
 
@@ -52,11 +53,14 @@ from mtl_framework.config.precision import AS_NAMED
 from mtl_framework.errors import UserError
 from mtl_framework.loop.callbacks import (
     EPOCH_CUT_WARNING,
+    SIGNS,
     BestTracker,
     EvaluationEpochs,
+    NotLearning,
     Progress,
     ScalarLog,
     TaskLogs,
+    TaskMeans,
 )
 from mtl_framework.mixing.mixture import Mixture
 from mtl_framework.plan import MLM_TASK, check_run_dir, plan_run
@@ -152,6 +156,8 @@ class RunLogger(keras.callbacks.Callback):
                   "tasks": {}}
         # annealed sampling moves the rates: those of this update's first draw
         self.run.rates = self.run.current_rates(-model.tasks_per_update)
+        signs = TaskMeans()  # the heads' signs (TaskHead.signs), of the finite micro-batches
+        signs.add(model.last_micro_logs)
         for entry in model.last_micro_logs:
             task = record["tasks"].setdefault(entry["task"], {"loss": [], "gradient_norm": [],
                                                               "tokens": 0})
@@ -163,6 +169,9 @@ class RunLogger(keras.callbacks.Callback):
             stats["rate"] = float(self.run.rates[name])  # the sampler's effective rate
             for key in ("loss", "gradient_norm"):
                 stats[key] = float(np.mean(stats[key]))
+            for key in model.heads[name].signs:  # in-batch accuracy, chance loss, cosine
+                if not math.isnan(signs.mean(name, key)):
+                    stats[key] = signs.mean(name, key)
         record["tokens"] = sum(stats["tokens"] for stats in record["tasks"].values())
         record["rates"] = {name: float(rate) for name, rate in self.run.rates.items()}
         record["skipped"] = dict(model.skipped)
@@ -187,6 +196,7 @@ class RunLogger(keras.callbacks.Callback):
         for name, stats in record["tasks"].items():
             scalars.update({f"{name}/loss": stats["loss"], f"{name}/gradient_norm":
                             stats["gradient_norm"], f"{name}/sampling_rate": stats["rate"]})
+            scalars.update({f"{name}/{key}": stats[key] for key in SIGNS if key in stats})
         self.writer.write(self.step, scalars)
         eval_every, steps = self.run.experiment.eval_every, self.run.experiment.steps
         if eval_every and (self.step % eval_every == 0 or self.step == steps):
@@ -320,6 +330,7 @@ class Run:
             log(note)
         self.tokenizer, self.vocab_path = prepare_vocab(plan, log)  # plan -> prepare
         self.step = 0
+        self.weights_from = None  # the checkpoint restored, "training" once trained; None: initial
         self.last_evaluation = None  # the latest evaluations.jsonl line of this process
         settings = keep_best_settings(experiment)
         self.best = settings and BestTracker(settings["metric"], settings["mode"],
@@ -405,11 +416,15 @@ class Run:
     def encode(self, texts, side=None, task=None, batch_size=32):
         """Sentence embeddings (float32 [n, H]) from the backbone as it is now, pooled and
         normalised as its contrastive tasks train it (evaluation/encode.py); `side` "query" /
-        "passage" adds that task's prefix."""
+        "passage" adds that task's prefix. A Run that has neither trained nor restored a
+        checkpoint in this process encodes with the run's newest checkpoint (said in one
+        line), not its initial weights; without a checkpoint it refuses."""
         from mtl_framework.evaluation.encode import Encoder
 
         if getattr(self, "model", None) is None:
             self.build()
+        if self.weights_from is None:
+            self.restore_weights()
         configs = {name: (head.family, head.get_config()) for name, head in self.model.heads.items()}
         encoder = Encoder.of(self.backbone, self.vocab_path, configs, self.experiment.max_length,
                              self.experiment.precision, str(self.run_dir), task)
@@ -492,6 +507,19 @@ class Run:
             trainer["best"] = self.best.state()
         return arrays, trainer
 
+    def restore_weights(self):
+        """The newest readable checkpoint's model state alone (the mixture and step stay as
+        they are): what `encode` uses in a Run that has not trained."""
+        checkpoint = self.run.latest_checkpoint(log=self.log)
+        if checkpoint is None:
+            raise UserError(f"{self.run_dir}: no checkpoint to encode with, and this Run has not "
+                            "trained: its weights are the initial ones; call run.train() first "
+                            "(or encode a folder with Encoder(FOLDER))")
+        assemble.load_state(self.model, checkpoint)
+        self.weights_from = checkpoint.path
+        self.log(f"encoding with {checkpoint.path} (step {checkpoint.trainer['step']}), the run's "
+                 "newest checkpoint: this Run has not trained")
+
     def restore_latest(self):
         """Restore the newest readable checkpoint (a damaged newer one is named and moved
         aside, so its steps are trained again); returns its step, 0 without any."""
@@ -511,7 +539,7 @@ class Run:
         if self.best is not None:
             self.best.restore(state.get("best"))
         self.log(f"resumed from {checkpoint.path} (step {state['step']})")
-        self.step = state["step"]
+        self.step, self.weights_from = state["step"], checkpoint.path
         return state["step"]
 
     def release(self):
@@ -572,11 +600,13 @@ class Run:
             self.run.trim_records(start, self.log)  # each step once after a resume
             self.write_run_files()
         steps = update_counter(remaining, self.strategy)
+        self.weights_from = "training"  # from here on the weights are this process's
         logger = RunLogger(self, self.experiment.checkpoint_every,
                            self.experiment.keep_checkpoints, start)
         # A Keras epoch: eval_every updates, so an epoch's logs hold its evaluation.
         epoch = self.experiment.eval_every or self.experiment.steps
-        callbacks = [logger, EvaluationEpochs(self, epoch), TaskLogs(self), *self.callbacks]
+        callbacks = [logger, EvaluationEpochs(self, epoch), TaskLogs(self), NotLearning(self),
+                     *self.callbacks]
         verbose = 1 if self.log and self.is_chief else 0
         if verbose and not any(isinstance(c, keras.callbacks.ProgbarLogger) for c in callbacks):
             callbacks.insert(0, Progress(self))  # first: its bar's line ends before evaluations print

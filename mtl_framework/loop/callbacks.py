@@ -209,7 +209,7 @@ class NotLearning(keras.callbacks.Callback):
     def __init__(self, run):
         super().__init__()
         self.run = run
-        self.warmup = int((run.experiment.optimizer or {}).get("warmup_steps", 0))
+        self.warmup = int((run.experiment.raw.get("optimizer") or {}).get("warmup_steps", 0))
         self.streaks = {}  # (task, "chance" | "collapse") -> [(update, micro-batch log)] in a row
         self.warned = set()
 

@@ -282,7 +282,11 @@ def check_run_dir(plan, resume):
             raise ExperimentError(f"{run_dir}: holds checkpoints but no {os.path.basename(path)}, "
                                   "so they cannot be matched to this experiment: --output a new "
                                   "directory")
-    problems = _differences(plan, stored_path)
+    checkpoint = run.checkpoint_path(plan.checkpoints[-1])
+    trainer = read_trainer(checkpoint)
+    recorded = (trainer or {}).get("record")
+    problems = _differences(plan, stored_path, recorded if isinstance(recorded, dict) else None,
+                            os.path.join(checkpoint, "trainer.json"))
     if problems:
         raise ExperimentError("\n".join(problems))
     if plan.vocab and not same_tokens(plan.vocab, run.vocab_path):
@@ -290,21 +294,21 @@ def check_run_dir(plan, resume):
             f"{experiment.where('backbone', 'vocab')}: the vocab {plan.vocab} differs from "
             f"{run.vocab_path}, which the run was trained with: use that "
             "one to resume, or --output a new directory")
-    trainer = read_trainer(run.checkpoint_path(plan.checkpoints[-1]))
     own, rows = run.vocab_path, _checkpoint_vocab_size(trainer)
     if rows is not None and _vocab_size(own, own) != rows:
         raise ExperimentError(
             f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
             f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
     if trainer is not None:  # else the resume falls back past it and checks the one it uses
-        _check_trained_on(plan, trainer, run.checkpoint_path(plan.checkpoints[-1]))
-        _check_record(plan, trainer, run.checkpoint_path(plan.checkpoints[-1]))
+        _check_trained_on(plan, trainer, checkpoint)
+        _check_record(plan, trainer, checkpoint)
 
 
 def _check_record(plan, trainer, checkpoint):
-    """A resume continues the settings the checkpoint records it trained with (Plan.record),
-    whatever experiment.yaml says now: a user may have edited it. A checkpoint written before
-    the record is checked against experiment.yaml alone (a note says so)."""
+    """A resume continues the task settings the checkpoint records it trained with
+    (Plan.record; its experiment part: _differences), whatever the specs say now. A
+    checkpoint written before the record is checked against experiment.yaml alone (a note
+    says so)."""
     source = os.path.join(checkpoint, "trainer.json")
     recorded = trainer.get("record")
     if not isinstance(recorded, dict):
@@ -312,9 +316,7 @@ def _check_record(plan, trainer, checkpoint):
                 "resume was checked against experiment.yaml only")
         plan.notes += [note] if note not in plan.notes else []  # checked again as it starts
         return
-    now = plan.record
-    problems = [_record_difference(plan, where, new, old, source) for where, new, old in
-                _changed(now["experiment"], recorded.get("experiment") or {})]
+    now, problems = plan.record, []
     old_tasks = recorded.get("tasks") or {}
     for task in plan.tasks:
         if isinstance(old_tasks.get(task.name), dict):
@@ -366,10 +368,10 @@ def _shown(value):
     return "absent" if value is None else repr(value)
 
 
-def _record_difference(plan, where, new, old, source):
+def _record_difference(plan, where, new, old, source, edited):
     return (f"{plan.experiment.where(*where)}: {_what_differs(where, new, old)} (recorded in "
-            f"{source}, which the run trained with): resume with the run's own settings, or "
-            "--output a new directory")
+            f"{source}, which the run trained with{edited}): resume with the run's own "
+            "settings, or --output a new directory")
 
 
 def _check_trained_on(plan, trainer, checkpoint):
@@ -426,9 +428,12 @@ def _checkpoint_vocab_size(trainer):
         return None
 
 
-def _differences(plan, stored_path):
-    """One message per experiment value that differs from the stored experiment.yaml's
-    (RESUMABLE keys aside); [] when the stored file is this experiment."""
+def _differences(plan, stored_path, recorded=None, source=None):
+    """One message per experiment value that differs from the run's (RESUMABLE keys aside);
+    [] when it is the run's experiment. The run's is the checkpoint's record (`recorded`, read
+    from `source`) where there is one, else the stored experiment.yaml; each message names
+    experiment.yaml's line where that file agrees with the record, and says it was edited
+    where not (an edit of the run's own file changes nothing the run trained with)."""
     from mtl_framework.config.yaml_io import read_yaml
 
     stored_doc = read_yaml(stored_path)
@@ -437,8 +442,29 @@ def _differences(plan, stored_path):
     except ExperimentError:
         stored = stored_doc.data if isinstance(stored_doc.data, dict) else {}
     stored = {**stored, "precision": recorded_precision(stored)}  # given: run_precision's
-    return [_difference(plan, stored_doc, where, new, old)
-            for where, new, old in _changed(plan.resolved, stored)]
+    if recorded is None:
+        return [_difference(plan, stored_doc, where, new, old)
+                for where, new, old in _changed(plan.resolved, stored)]
+    problems = []
+    for where, new, old in _changed(plan.record["experiment"], recorded.get("experiment") or {}):
+        in_file = _at(stored, where)
+        if in_file == old:
+            problems.append(_difference(plan, stored_doc, where, new, old))
+        else:
+            edited = f"; {stored_doc.where(*where)} was edited to {_shown(in_file)}"
+            problems.append(_record_difference(plan, where, new, old, source, edited))
+    return problems
+
+
+def _at(experiment, where):
+    """The JSON value at key path `where` of an experiment mapping (a key left out: its
+    default), as the record holds it, for comparing with the record."""
+    value = experiment.get(where[0], DEFAULTS.get(where[0]))
+    if where == ("tasks",):
+        value = [_task_entry(t) for t in value or []]
+    if len(where) > 1:
+        value = value.get(where[1]) if isinstance(value, dict) else None
+    return json.loads(json.dumps(value, default=str))
 
 
 def _changed(given, stored):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_faults import DEMO_DATA, experiment, refused
+from test_faults import DEMO_DATA, experiment, line_of, refused
 
 from mtl_framework import cli
 from mtl_framework.config import registry
@@ -226,9 +226,11 @@ def test_r5_50_51_an_edited_run_experiment_yaml_does_not_resume(trained, tmp_pat
     run = copy_run(trained, tmp_path)
     edit_yaml(run / "experiment.yaml", change)
     error = refused(capsys, ["train", run / "experiment.yaml", "--output", run, "--resume"], run)
-    assert error.startswith(f"{run / 'experiment.yaml'}:")
-    assert f": {key} is {shown} (recorded in {run / 'checkpoints' / 'step-00000002'}" \
-           "/trainer.json, which the run trained with): resume with the run's own settings" in error
+    line = line_of(run / "experiment.yaml", key.split(".")[-1])
+    assert error.startswith(f"{run / 'experiment.yaml'}:{line}: {key} is {shown} (recorded in "
+                            f"{run / 'checkpoints' / 'step-00000002' / 'trainer.json'}, which the "
+                            f"run trained with; {run / 'experiment.yaml'}:{line} was edited to ")
+    assert error.endswith("): resume with the run's own settings, or --output a new directory")
 
 
 @pytest.mark.parametrize("key, value", [
@@ -260,7 +262,10 @@ def test_a_changed_task_max_length_through_task_specs_does_not_resume(trained, t
 
 
 def test_the_same_settings_resume_and_an_older_run_resumes_with_a_note(trained, tmp_path, capsys):
+    """The record is what the run trained with: the run's experiment.yaml edited, its own
+    experiment still resumes (and the file is written back as the run trains)."""
     run = copy_run(trained, tmp_path)
+    edit_yaml(run / "experiment.yaml", lambda e: e["optimizer"].update(lr=0.5))
     capsys.readouterr()
     assert cli.main(["train", str(trained["experiment"]), "--output", str(run), "--resume",
                      "--set", "steps=3", "--set", f"task_specs=[{trained['specs'].parent}]"]) == 0
@@ -270,6 +275,7 @@ def test_the_same_settings_resume_and_an_older_run_resumes_with_a_note(trained, 
         "note: steps is 3, 2 when the checkpoint was written: the learning rate decays linearly "
         "until `steps` (optimizer.final_lr_fraction 0.0), so from here on it follows the "
         "3-update schedule, not the 2-update one") == 1
+    assert yaml.safe_load((run / "experiment.yaml").read_text())["optimizer"]["lr"] == 0.001
     latest = run / "checkpoints" / "step-00000003" / "trainer.json"
     state = json.loads(latest.read_text())
     assert state["record"]["tasks"]["my_pairs_task"]["embedding"]["query_prefix"] == "查询："

@@ -79,7 +79,8 @@ def test_settings_come_from_the_heads_and_disagreement_needs_a_task():
     with pytest.raises(UserError, match="pool or normalise differently: give --task"):
         trained_settings(meta, "RUN")
     assert trained_settings(meta, "RUN", task="a") == {
-        "pooling": "mean", "normalize": False, "prompts": {"a": {"query": "问：", "passage": ""}}}
+        "pooling": "mean", "normalize": False, "prompts": {"a": {"query": "问：", "passage": ""}},
+        "matryoshka_dims": []}
     assert trained_settings({"t": meta["t"]}, "RUN") is None
     with pytest.raises(UserError, match="--task t: not a contrastive task"):
         trained_settings(meta, "RUN", task="t")

@@ -44,6 +44,10 @@ def register(subparsers):
     parser.add_argument("--batch-size", type=at_least(1), default=32)
     parser.add_argument("--max-length", type=at_least(4), default=None, metavar="N",
                         help="tokens per text (default: the run's max_length)")
+    parser.add_argument("--dim", type=at_least(1), default=None, metavar="N",
+                        help="the vector's first N features (a Matryoshka width the run "
+                        "trained: embedding.matryoshka_dims), L2-normalised after the cut "
+                        "where the model normalises; another N is given with a note")
     parser.set_defaults(func=run)
 
 
@@ -130,7 +134,8 @@ def run(args):
     encoder = Encoder(args.model, args.checkpoint, args.pooling, task=args.task,
                       max_length=args.max_length, log=log)
     with progress_bar("encode", len(texts), leave=False, unit="text") as bar:
-        vectors = encoder.encode(texts, args.side, args.task, args.batch_size, bar.update)
+        vectors = encoder.encode(texts, args.side, args.task, args.batch_size, bar.update,
+                                 dim=args.dim)
     if not args.output:
         write_json_lines(sys.stdout, texts, vectors)
         return 0

@@ -20,11 +20,13 @@ from mtl_framework.formats.sentence_transformers import (
     BERT_CONFIG,
     folder_length,
     folder_settings,
+    recorded_embedding,
+    recorded_heads,
     trained_settings,
     transformer_folder,
 )
 
-DEFAULT = {"pooling": "mean", "normalize": False, "prompts": {}}
+DEFAULT = {"pooling": "mean", "normalize": False, "prompts": {}, "matryoshka_dims": []}
 # TensorFlow's intra-op threads while encoding: one, so each lane (one per core) computes its
 # batch on a core of its own; TF's default (every core on each op, 2 lanes) left a core idle
 # between the small ops of short texts: 0.77x these sentences/s at bfloat16, 0.86x at float32
@@ -96,16 +98,14 @@ class Encoder:
                 raise UserError(f"{source}: --checkpoint is for a run directory, not a folder")
             if not os.path.isdir(source):
                 raise UserError(f"{source}: no such run directory or model folder")
-            vocab = vocab_path(source)
+            vocab = vocab_path(transformer_folder(source))
             if vocab is None:
                 raise UserError(f"{source}: no vocab.txt (nor tokenizer.json): give a folder "
                                 "`mtl export` or save_pretrained wrote, or copy the model's "
                                 "vocab.txt into it")
+            check_recorded_vocab(source, vocab, log)
             self._build = lambda: saving.load_backbone(source)
-            heads = preset.load_heads(source)[0] if os.path.isfile(
-                os.path.join(source, preset.HEADS_CONFIG)) else None
-            settings = (trained_settings(heads, source, task, any_task=any_task) if heads
-                        else None) or folder_settings(source)
+            settings = folder_embedding(source, task, log, any_task, pooling)
             length = preset.trained_length(source) if os.path.isfile(
                 os.path.join(source, preset.CONFIG_FILE)) else None  # the run's: it fits
             check_folder_length(source, max_length, None if length else folder_length(source))
@@ -207,19 +207,22 @@ class Encoder:
         return [e.token_ids for e in self.tokenizer.encode_batch(
             [prefix + t for t in texts], max_length=self.max_length)]
 
-    def encode(self, texts, side=None, task=None, batch_size=32, progress=None):
+    def encode(self, texts, side=None, task=None, batch_size=32, progress=None, dim=None):
         """float32 [len(texts), H] (one str: [H], as sentence-transformers gives): texts
         sorted by length into batches of `batch_size` (padding only to the batch's longest;
         on JAX rounded up to 8, each shape being a compilation), pooled, L2-normalised when
-        the model was trained so. `progress(n)` after each batch."""
+        the model was trained so. `progress(n)` after each batch. `dim`: the first `dim`
+        features only (a Matryoshka prefix, see matryoshka_dim), L2-normalised after the cut
+        where the model normalises, as the Matryoshka loss compared them."""
         if isinstance(texts, str):  # one text, one vector (as sentence-transformers does)
-            return self.encode([texts], side, task, batch_size, progress)[0]
+            return self.encode([texts], side, task, batch_size, progress, dim)[0]
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise UserError(f"text {i + 1} is a {type(text).__name__}, not a string")
+        dim = self.matryoshka_dim(dim)
         if not texts:
-            return np.zeros((0, self.model.backbone.config["hidden_size"]), np.float32)
+            return np.zeros((0, dim), np.float32)
         rows = self.token_rows(texts, side, task)
         order = np.argsort([len(r) for r in rows], kind="stable")
         forward, step, lanes = self.forward
@@ -240,9 +243,75 @@ class Encoder:
                 out[chosen] = vectors
                 if progress is not None:
                     progress(len(chosen))
+        out = np.ascontiguousarray(out[:, :dim])
         if self.normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
+
+
+    def matryoshka_dim(self, dim=None):
+        """The vector width `dim` asks for (None: the whole H). Any width from 1 to H is
+        given, as sentence-transformers' truncate_dim; one not among the trained
+        matryoshka_dims (nor H) is said in one line: the loss never compared that prefix."""
+        hidden = self.model.backbone.config["hidden_size"]
+        if dim is None:
+            return hidden
+        if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= hidden:
+            raise UserError(f"--dim {dim!r}: the vector has {hidden} features: give a width "
+                            f"from 1 to {hidden}"
+                            + self.trained_dims_note())
+        if dim != hidden and dim not in self.settings["matryoshka_dims"] and self.log:
+            self.log(f"--dim {dim}: not a width the model was trained at"
+                     + self.trained_dims_note() + f"; its first {dim} features are given "
+                     "all the same, untested")
+        return dim
+
+    def trained_dims_note(self):
+        dims = self.settings["matryoshka_dims"]
+        return f" (its Matryoshka dims: {', '.join(map(str, dims))})" if dims else \
+            " (it trained no Matryoshka dims)"
+
+
+def check_recorded_vocab(source, vocab, log=print):
+    """Refuse a folder's vocab that is not the one its export records by content (an
+    export of ours: config.json's "run" or provenance.json's "vocab"); a folder without a
+    record (a release) is read as it is."""
+    from mtl_framework.formats import recorded_vocab
+    from mtl_framework.rundir.trained_on import check_vocab
+
+    recorded, holder = recorded_vocab(source)
+    if recorded is not None:
+        check_vocab(vocab, recorded, holder, "copy the vocab.txt of the export (or of its "
+                    "run) back", log)
+
+
+def folder_embedding(source, task=None, log=print, any_task=False, pooling=None):
+    """The settings of a folder's sentence embedding: its heads' (a keras export with
+    --with-heads), else its sentence-transformers files' (1_Pooling, Normalize, prompts;
+    Matryoshka dims from the record), else what its export recorded (provenance.json
+    "embedding"); None, said in one line, when it has none (then DEFAULT)."""
+    from mtl_framework.formats import keras as preset
+
+    heads = preset.load_heads(source)[0] if os.path.isfile(
+        os.path.join(source, preset.HEADS_CONFIG)) else None
+    if heads:
+        return trained_settings(heads, source, task, any_task=any_task)
+    recorded, holder = recorded_embedding(source)
+    from_record = trained_settings(recorded_heads(recorded), holder, task,
+                                   any_task=any_task) if recorded else None
+    declared = folder_settings(source, pooling)
+    if declared is not None:
+        return {**declared, "matryoshka_dims": (from_record or {}).get("matryoshka_dims", [])}
+    if from_record is not None:
+        return from_record
+    if log:
+        log(f"{holder}: the run trained no sentence embedding (no contrastive task): mean "
+            "pooling, not normalised (sentence-transformers' default for a plain encoder)"
+            if recorded is not None else
+            f"{source}: declares no sentence embedding (no heads.json, 1_Pooling/ or "
+            "provenance.json \"embedding\"): mean pooling, not normalised (sentence-"
+            "transformers' default for a plain encoder); give --pooling to choose")
+    return None
 
 
 # [CLS], one token of the text, [SEP]: a shorter length leaves no text, every vector the same

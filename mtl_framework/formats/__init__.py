@@ -88,7 +88,9 @@ def vocab_path(directory):
     """The file holding the folder's vocab, or None: its vocab.txt, else the tokenizer.json
     transformers 5 writes instead (tokenizer.py reads either; a run keeps the vocab.txt it
     stands for). Where both are there, they must hold the same tokens with the same ids;
-    the one place every reader finds a folder's vocab."""
+    the one place every reader finds a folder's vocab. A sentence-transformers folder's
+    is beside its Transformer module (the root, or 0_Transformer/)."""
+    from mtl_framework.formats.sentence_transformers import transformer_folder
     from mtl_framework.tokenizer import (
         TOKENIZER_JSON,
         load_vocab,
@@ -96,6 +98,7 @@ def vocab_path(directory):
         tokenizer_json_vocab,
     )
 
+    directory = transformer_folder(directory)
     path = os.path.join(directory, VOCAB_FILE)
     tokenizer_json = os.path.join(directory, TOKENIZER_JSON)
     data = read_tokenizer_json(tokenizer_json) if os.path.isfile(tokenizer_json) else None

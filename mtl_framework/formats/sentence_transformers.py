@@ -165,33 +165,51 @@ def transformer_folder(directory):
     return module_path(directory, modules(directory), "Transformer") or directory
 
 
-def folder_settings(directory):
+def folder_settings(directory, pooling=None):
     """The settings a sentence-transformers folder declares (its Pooling module's
     config.json, a Normalize module, config_sentence_transformers.json's prompts); None
-    without a pooling config."""
+    without a pooling config. `pooling`: the one asked for (--pooling) instead of the
+    folder's, which then need not be one of ours."""
     entries = modules(directory)
-    pooling_dir = module_path(directory, entries, "Pooling") or os.path.join(directory,
-                                                                             POOLING_DIR)
+    pooling_dir = module_path(directory, entries, "Pooling")
+    if pooling_dir in (None, directory):  # no Pooling module, or one without a path
+        pooling_dir = os.path.join(directory, POOLING_DIR)
     pooling_file = os.path.join(pooling_dir, "config.json")
     if not os.path.isfile(pooling_file):
         return None
     config = read_json(pooling_file)
     if not isinstance(config, dict):
         raise UserError(f"{pooling_file}: not a JSON object")
-    if config.get("pooling_mode_cls_token"):
-        pooling = "cls"
-    elif config.get("pooling_mode_mean_tokens"):
-        pooling = "mean"
-    else:
-        modes = [k for k, v in config.items() if k.startswith("pooling_mode") and v]
-        raise UserError(f"{pooling_file}: pooling {', '.join(modes) or 'none'}; mtl_framework "
-                        "encodes with cls or mean pooling: give --pooling cls or mean")
+    modes = [pooling] if pooling else pooling_modes(config)
+    if modes not in (["cls"], ["mean"]):
+        spelled = [f"pooling_mode {json.dumps(config['pooling_mode'])}"] \
+            if "pooling_mode" in config else [k for k in OLD_POOLING_KEYS if config.get(k)]
+        raise UserError(f"{pooling_file}: pooling {', '.join(spelled) or 'none'}; mtl_framework "
+                        "encodes with cls or mean pooling alone: give --pooling cls or mean")
+    pooling = modes[0]
     if pooling == "mean" and config.get("include_prompt", True) is False:
         raise UserError(f"{pooling_file}: include_prompt false (the prompt's tokens left out "
                         "of the mean); mtl_framework pools every real token: give --pooling "
                         "cls, or set include_prompt true if the model was trained so")
     normalize = module_path(directory, entries, "Normalize") is not None
     return {"pooling": pooling, "normalize": normalize, "prompts": folder_prompts(directory)}
+
+
+# sentence-transformers 3's keys of a Pooling config (what `write` writes) -> the mode
+OLD_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                    "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens":
+                    "mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens": "weightedmean",
+                    "pooling_mode_lasttoken": "lasttoken"}
+
+
+def pooling_modes(config):
+    """The modes a Pooling config.json pools by (several are concatenated): sentence-
+    transformers 6's "pooling_mode" (a name or a list of them), else 3's one flag per
+    mode."""
+    if "pooling_mode" in config:
+        modes = config["pooling_mode"]
+        return [modes] if isinstance(modes, str) else [str(m) for m in modes or ()]
+    return [mode for key, mode in OLD_POOLING_KEYS.items() if config.get(key)]
 
 
 def folder_prompts(directory):
@@ -215,16 +233,28 @@ def folder_prompts(directory):
     return {"": sides}  # one set of sides, as a run's single task would give
 
 
+# a tokenizer's model_max_length past this is transformers' "no limit" (int(1e30))
+NO_LIMIT = 10 ** 9
+
+
 def folder_length(directory):
-    """sentence_bert_config.json's max_seq_length (the length the texts are cut to; beside
-    the Transformer module), or None."""
-    path = os.path.join(transformer_folder(directory), BERT_CONFIG)
-    if not os.path.isfile(path):
-        return None
-    config = read_json(path)
-    length = config.get("max_seq_length") if isinstance(config, dict) else None
-    return length if isinstance(length, int) and not isinstance(length, bool) and length > 0 \
-        else None
+    """The length a sentence-transformers folder cuts texts to, or None: the Transformer
+    module's sentence_bert_config.json max_seq_length (sentence-transformers 3 to 5), else
+    (a folder with modules.json) its tokenizer_config.json model_max_length, where
+    sentence-transformers 6 keeps it."""
+    folder = transformer_folder(directory)
+    for name, key in ((BERT_CONFIG, "max_seq_length"), ("tokenizer_config.json",
+                                                        "model_max_length")):
+        path = os.path.join(folder, name)
+        if key == "model_max_length" and modules(directory) is None:
+            break  # a plain transformers folder's tokenizer limit is not a trained length
+        if os.path.isfile(path):
+            config = read_json(path)
+            length = config.get(key) if isinstance(config, dict) else None
+            if isinstance(length, int) and not isinstance(length, bool) and \
+                    0 < length < NO_LIMIT:
+                return length
+    return None
 
 
 def write(directory, hidden_size, max_length, settings=None):

@@ -77,6 +77,29 @@ def finetune_experiment(export_dir: str, task: str, data_root: str | None = None
     return experiment
 
 
+def fitting_length(export_dir, found, asked, log=print):
+    """--max-length: `asked`, refused past a learned position table (BERT, ALBERT) naming
+    the flag; by default DEFAULTS' 128, or the table's length where it is shorter (said in
+    one line)."""
+    from mtl_framework import architectures
+
+    positions = architectures.read_config(export_dir, found).get("max_positions")
+    if positions is None:  # rotary positions: any length is computed
+        return asked
+    if asked is not None and asked > positions:
+        raise UserError(f"--max-length {asked}: longer than the backbone's max_positions "
+                        f"{positions} ({architectures.config_path(export_dir, found)}: its "
+                        f"learned position table has no rows past it): give --max-length "
+                        f"{positions} or less")
+    if asked is None and positions < DEFAULTS["max_length"]:
+        if log:
+            log(f"max length {positions}: the backbone's position table "
+                f"({architectures.config_path(export_dir, found)}) is shorter than the default "
+                f"{DEFAULTS['max_length']}")
+        return positions
+    return asked
+
+
 def rope_setting(value):
     """The experiment's backbone.rope_scaling for --rope-scaling TEXT (a mapping as it is):
     `none` keeps the folder's rotary unscaled; the trained length, when TEXT does not give
@@ -106,7 +129,8 @@ def finetune(export_dir: str, task: str, output: str | None = None, data_root: s
     from mtl_framework.evaluation import dev as evaluation
     from mtl_framework.loop.run import Run
 
-    architectures.layout(export_dir)  # refuse a folder it cannot start from before writing
+    found = architectures.layout(export_dir)  # refuse a folder it cannot start from first
+    settings["max_length"] = fitting_length(export_dir, found, settings.get("max_length"), log)
     if formats.vocab_path(export_dir) is None:
         raise UserError(f"{os.path.join(export_dir, 'vocab.txt')}: not found (nor a "
                         "tokenizer.json); fine-tuning uses the vocab the weights were trained "

@@ -66,9 +66,11 @@ class BertBackbone(Backbone):
 
     @classmethod
     def from_preset(cls, directory, **overrides):
-        """Our keras preset folder (`mtl export --format keras`) of this architecture, or
-        a size name (no such folder): a new backbone of that size, built, as
-        RoFormerV2Backbone.from_preset and keras-hub's from_preset return."""
+        """A backbone folder of this architecture in any format we read (our keras preset,
+        `mtl export --format transformers` and hub BERT folders, bert4keras, keras-hub:
+        what saving.load_backbone reads), or a size name (no such folder): a new backbone
+        of that size, built, as RoFormerV2Backbone.from_preset and keras-hub's from_preset
+        return."""
         import os
 
         from mtl_framework import architectures
@@ -76,7 +78,7 @@ class BertBackbone(Backbone):
 
         if str(directory) in PRESETS and not os.path.isdir(directory):
             return cls.from_size(str(directory), **overrides)
-        backbone = architectures.load_preset(str(directory), **overrides)
+        backbone = architectures.load_folder(str(directory), **overrides)
         if not isinstance(backbone, cls):
             raise ValueError(f"{directory}: holds a {type(backbone).__name__}, not a "
                              f"{cls.__name__}: load it with {type(backbone).__name__}.from_preset")

@@ -31,12 +31,22 @@ if TYPE_CHECKING:
 
 
 def _texts(value):
-    """A string or a list of strings as a list of the non-empty ones; None when neither."""
+    """(its texts that are not blank, how many blank ones it had) of a string or a list of
+    strings; (None, 0) when it is neither."""
     if isinstance(value, str):
-        return [value] if value.strip() else []
+        value = [value]
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return [v for v in value if v.strip()]
-    return None
+        kept = [v for v in value if v.strip()]
+        return kept, len(value) - len(kept)
+    return None, 0
+
+
+def _count_blanks(blanks, report, path, line):
+    """A blank positive or negative beside real ones is left out; the row stays, and the
+    blanks are counted with its line (nothing is dropped silently)."""
+    for side, count in blanks.items():
+        if count:
+            report.filter(f"blank text in the row's {side} (left out)", count, path, line)
 
 
 # A negative that is one of its record's own positives (a mining or export slip) would train
@@ -71,25 +81,30 @@ class PairsAdapter(Adapter):
                     report.skip(f"query ({fields['query']!r}) missing or not a non-empty string",
                                 path, line)
                     continue
-                positives = _texts(lookup(record, fields["positive"]))
+                positives, blanks = _texts(lookup(record, fields["positive"]))
                 if not positives:
-                    report.skip(f"positive ({fields['positive']!r}) missing or not a string or "
-                                "list of strings", path, line)
+                    report.skip(f"positive ({fields['positive']!r}) " + (
+                        "missing or not a string or list of strings" if positives is None
+                        else "empty (no text that is not blank)"), path, line)
                     continue
-                negatives = []
+                blanks, negatives = {"positives": blanks}, []
                 if fields.get("negatives") is not None:
                     raw = lookup(record, fields["negatives"])
-                    negatives = [] if raw is MISSING or raw is None else _texts(raw)
+                    negatives, blanks["negatives"] = ([], 0) if raw is MISSING or raw is None \
+                        else _texts(raw)
                     if negatives is None:
                         report.skip(f"negatives ({fields['negatives']!r}) not a list of strings",
                                     path, line)
                         continue
                 score = None
                 if fields.get("score") is not None:
-                    score, reason = rule.check(lookup(record, fields["score"]))
-                    if reason:
-                        report.skip(reason, path, line)
+                    raw = lookup(record, fields["score"])
+                    score, reason = rule.check(raw)
+                    if reason:  # the rule's words are a label's; this is the score field
+                        report.skip(f"score ({fields['score']!r}) not a finite number: {raw!r}",
+                                    path, line)
                         continue
+                _count_blanks(blanks, report, path, line)
                 negatives = _not_positives(negatives, positives, report, path, line)
                 id_ = lookup(record, fields["id"]) if fields.get("id") is not None else None
                 for positive in positives:

@@ -25,8 +25,16 @@ BLOCK = 1 << 24  # bytes decoded at a time: whole-block decoding is fast, memory
 BOM = b"\xef\xbb\xbf"
 
 
-def text_lines(path, report, encoding="utf-8"):
-    """(line number, text) for each line, newline kept; undecodable lines skipped."""
+GZIP = b"\x1f\x8b"  # every gzip file starts with these two bytes
+
+
+def text_lines(path, report, encoding=None):
+    """(line number, text) for each line, newline kept; undecodable lines skipped.
+    `encoding`: the format's `options.encoding`; None for a format that has no such option
+    (JSON is UTF-8): then a skipped line's fix is to convert the file, not to set it."""
+    settable, encoding = encoding is not None, encoding or "utf-8"
+    fix = "set options.encoding if the file uses another" if settable else \
+        "this format reads UTF-8: convert the file, e.g. `iconv -f GBK -t UTF-8`"
     plain = "utf-8" if codec(encoding) == "utf-8-sig" else encoding
     number = 0
     with open(path, "rb") as f:
@@ -35,8 +43,13 @@ def text_lines(path, report, encoding="utf-8"):
             block = block[len(BOM):]
         if plain == "utf-8" and block.startswith((b"\xff\xfe", b"\xfe\xff")):
             # Windows "Unicode" (UTF-16) files: every line would be skipped one by one
-            report.skip("the file is UTF-16 (it starts with a UTF-16 byte-order mark): set "
-                        "options.encoding: utf-16, or save it as UTF-8", path, 1)
+            report.skip("the file is UTF-16 (it starts with a UTF-16 byte-order mark): "
+                        + ("set options.encoding: utf-16, or " if settable else "")
+                        + "save it as UTF-8", path, 1)
+            return
+        if block.startswith(GZIP):  # a .gz given as the file: every line would be skipped
+            report.skip("the file is gzip-compressed: decompress it (gunzip) and point the "
+                        "spec at the result", path, 1)
             return
         while block:
             block += f.readline()  # end the block at a line end: no character is cut
@@ -53,7 +66,7 @@ def text_lines(path, report, encoding="utf-8"):
                         yield number, raw.decode(plain)
                     except UnicodeDecodeError as error:
                         report.skip(f"line is not valid {encoding} text ({error.reason}); "
-                                    f"set options.encoding if the file uses another", path, number)
+                                    + fix, path, number)
             else:
                 last = lines.pop()  # "" when the block ends with a newline
                 for line in lines:

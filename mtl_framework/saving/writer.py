@@ -33,6 +33,7 @@ from mtl_framework.errors import UserError
 from mtl_framework.formats.keras import save_heads
 from mtl_framework.formats.sentence_transformers import export_settings
 from mtl_framework.rundir import RunDir
+from mtl_framework.rundir.outputs import check_folder
 from mtl_framework.rundir.records import TEMPORARY
 from mtl_framework.saving.model_card import relative_checkpoint, sentence_embedding_lines, write_card
 from mtl_framework.saving.trained import open_run
@@ -184,8 +185,10 @@ def foreign_files(directory):
 
 
 def check_output(run_dir, output, force):
-    """An export goes into a new or empty folder, or with --force over an earlier export."""
+    """An export goes into a new or empty folder, or with --force over an earlier export
+    (a folder that is not one is refused without offering --force, which would refuse it)."""
     if not os.path.exists(output):
+        check_folder(output)  # under a file, or a read-only folder: said before the work
         return
     if os.path.islink(output):
         raise UserError(f"{output}: a symbolic link (to {os.path.realpath(output)}): give "
@@ -195,9 +198,6 @@ def check_output(run_dir, output, force):
     entries = sorted(os.listdir(output))
     if not entries:
         return
-    if not force:
-        raise UserError(f"{output}: not empty ({len(entries)} entries, e.g. {entries[0]}): pass "
-                        "--force to replace it with this export, or give --output a new folder")
     run, out = os.path.realpath(run_dir), os.path.realpath(output)
     if run == out or run.startswith(out + os.sep):
         raise UserError(f"{output}: holds the run directory {run_dir}, which --force would "
@@ -207,6 +207,10 @@ def check_output(run_dir, output, force):
         raise UserError(f"{output}: not wholly an earlier export ({foreign[0]}"
                         + (f", and {len(foreign) - 1} more" if len(foreign) > 1 else "")
                         + "), and --force replaces only that: give --output a new or empty folder")
+    if not force:
+        raise UserError(f"{output}: holds an earlier export ({len(entries)} entries, e.g. "
+                        f"{entries[0]}): pass --force to replace it with this export, or give "
+                        "--output a new folder")
 
 
 def trained_length(run_dir):

@@ -21,6 +21,8 @@ becomes `{"id": ..., "prediction": ...}` (`id` only when the input has one):
     extraction_relation  [{"subject": SPAN, "predicate", "object": SPAN}], SPAN = {"text", "start", "end"}
     extraction_event     [{"event_type", "trigger": SPAN or null,
                            "arguments": [{"role", "text", "start", "end"}]}]
+    contrastive          {"cosine"} of the query and its positive; a `pairs` row: also
+                         "positive", the text scored (a row with N positives gives N lines)
 
 An example the featurizer cannot take (a coreference span past max_length, a question
 without choices), and a row the adapter cannot read (bad JSON, no text), is still

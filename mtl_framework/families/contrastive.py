@@ -343,8 +343,13 @@ def collate_pairs(features, rows, rng, pad_to):
 
 
 def similarity_output(prediction, example, labels, features, row):
-    """`mtl predict` on a contrastive task: the cosine of the query and its positive."""
-    return {"cosine": float(prediction["cosine"])}
+    """`mtl predict` on a contrastive task: the cosine of the query and its positive. A pairs
+    row with several positives gives a line for each: the line names the positive it scored,
+    or its lines could not be told apart from the next rows'."""
+    output = {"cosine": float(prediction["cosine"])}
+    if isinstance(example, PairExample):
+        output["positive"] = example.positive
+    return output
 
 
 def pair_examples(texts):

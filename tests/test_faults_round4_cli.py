@@ -214,16 +214,16 @@ def test_n29_n30_n34_bytes_that_are_not_utf8_are_named_by_offset(trained, capsys
     predict = ["predict", trained["run"], "--task", "chnsenticorp", "--text"]
     stdin_of(monkeypatch, b"ok\n" + bytes(range(0x80, 0x90)))  # N29: binary
     assert refused(capsys, [*predict, "-"], trained["run"]) == (
-        "mtl predict: --text - (stdin): not UTF-8 (byte 0x80 at byte offset 3, line 2): "
+        "--text - (stdin): not UTF-8 (byte 0x80 at byte offset 3, line 2): "
         "convert it, e.g. `iconv -f GBK -t UTF-8`")
     stdin_of(monkeypatch, "很好\n".encode() + "酒店不错\n".encode("gbk"))  # N30: GBK
     assert refused(capsys, [*predict, "-"]).startswith(
-        f"mtl predict: --text - (stdin): not UTF-8 (byte 0x{'酒'.encode('gbk')[0]:02x} at byte "
+        f"--text - (stdin): not UTF-8 (byte 0x{'酒'.encode('gbk')[0]:02x} at byte "
         "offset 7, line 2)")
     # N34: an argument's bytes, as Python hands undecodable argv bytes (surrogateescape)
     argument = "好".encode("gbk").decode("utf-8", "surrogateescape")
     assert refused(capsys, [*predict, "很好", "--text", argument]).startswith(
-        f"mtl predict: --text #2: not UTF-8 (byte 0x{'好'.encode('gbk')[0]:02x} at byte offset 0")
+        f"--text #2: not UTF-8 (byte 0x{'好'.encode('gbk')[0]:02x} at byte offset 0")
 
 
 def test_n25_n31_n32_empty_texts_halves_and_a_separator_on_one_text_are_refused(trained,
@@ -231,7 +231,7 @@ def test_n25_n31_n32_empty_texts_halves_and_a_separator_on_one_text_are_refused(
     run = trained["run"]
     assert refused(capsys, ["predict", run, "--task", "chnsenticorp", "--text", "很好", "--text",
                             ""], run) == (
-        "mtl predict: --text #2 is empty: give a text (training skips empty texts, so a "
+        "--text #2 is empty: give a text (training skips empty texts, so a "
         "prediction for one means nothing)")
     assert refused(capsys, ["predict", run, "--task", "tnews", "--text", "A|||",
                             "--separator", "|||"], run) == (

@@ -109,7 +109,8 @@ def run(args):
 
 
 def read_texts(values):
-    """The --text values in order, `-` replaced by stdin's lines (one text each; blank
+    """The --text values in order (`mtl predict`, `mtl encode`: the messages name the flag,
+    not the command), `-` replaced by stdin's lines (one text each; blank
     lines skipped, a trailing newline or `\r` removed). Refused in one line: bytes that
     are not UTF-8 (an argument or stdin, with the byte offset), and an empty --text
     (training skips empty rows: its label would mean nothing)."""
@@ -122,11 +123,11 @@ def read_texts(values):
             continue
         utf8_text(argument_bytes(value), f"--text #{number}")
         if not value.strip():
-            raise UserError(f"mtl predict: --text #{number} is empty: give a text (training "
+            raise UserError(f"--text #{number} is empty: give a text (training "
                             "skips empty texts, so a prediction for one means nothing)")
         texts.append(value)
     if not texts:
-        raise UserError("mtl predict: --text: no text given" + (" (stdin was empty)"
+        raise UserError("--text: no text given" + (" (stdin was empty)"
                                                                  if "-" in values else ""))
     return texts
 
@@ -159,6 +160,6 @@ def utf8_text(data, where):
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise UserError(f"mtl predict: {where}: not UTF-8 (byte 0x{data[error.start]:02x} at "
+        raise UserError(f"{where}: not UTF-8 (byte 0x{data[error.start]:02x} at "
                         f"byte offset {error.start}, line {line}): convert it, e.g. "
                         "`iconv -f GBK -t UTF-8`") from None

@@ -319,3 +319,19 @@ def test_r5_86_a_dev_split_with_constant_gold_has_no_score_that_step_and_strict_
     flat, graded = line["tasks"]["flat_sts"], line["tasks"]["graded_sts"]
     assert flat["score"] is None and flat["note"].startswith("the score is undefined on this split")
     assert graded["score"] is not None and line["aggregate"] == graded["score"]
+
+
+def test_results_of_an_earlier_release_or_another_suite_are_never_replaced(hashed, tmp_path, capsys):
+    """An OUTPUT whose results.json the suite did not write in this layout (no per-task
+    records to resume from) is refused; --mteb-data is for an embeddings suite only."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.json").write_text('{"rows": []}\n', encoding="utf-8")
+    suite = write_suite(tmp_path / "s.yaml", "tasks: [afqmc_sts]\n")
+    assert refused(capsys, argv(hashed, suite, tmp_path / "out"), tmp_path / "out") == (
+        f"{tmp_path / 'out' / 'results.json'}: results of another suite or of an earlier release, "
+        "which this run would replace: give a new --output")
+    finetune = str(REPO / "suites" / "clue_small.yaml")
+    assert refused(capsys, argv(hashed, finetune, tmp_path / "ft") + ["--mteb-data", tmp_path / "d"]) == (
+        f"--mteb-data: for an embeddings suite (`kind: embeddings`); {finetune} fine-tunes: leave "
+        "the flag out")
+    assert not (tmp_path / "ft").exists() and not (tmp_path / "d").exists()

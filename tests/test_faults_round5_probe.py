@@ -174,3 +174,28 @@ def test_p51_an_experiment_without_an_optimizer_trains(trained):
     assert "optimizer" not in experiment
     assert sorted(p.name for p in (trained["run"] / "checkpoints").iterdir()) == \
         ["step-00000001", "step-00000002"]
+
+
+def test_p53_rows_the_featurizer_leaves_out_are_named_in_the_no_rows_line(tmp_path, capsys):
+    """AFQMC's 0/1 pairs under InfoNCE with `positive_score: 2`: every row is read, and the
+    featurizer leaves each out (no positive pair); the line used to say only `400 examples
+    read`. (The same for a contrastive task on rows without a text_b.)"""
+    spec = tmp_path / "specs" / "one_text.yaml"
+    spec.parent.mkdir()
+    spec.write_text("dataset: one_text\nformat: delimited\nfiles: {train: afqmc/train.txt}\n"
+                    "options: {delimiter: \"\\t\"}\nfields: {text: 0, text_b: 1, label: 2}\n"
+                    "tasks:\n"
+                    "  - name: one_text_sts\n    type: contrastive\n    max_length: 24\n"
+                    "    metric: pair_classification\n    embedding: {positive_score: 2}\n",
+                    encoding="utf-8")
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(yaml.safe_dump({
+        "data_root": str(DEMO_DATA), "task_specs": [str(spec.parent)], "backbone": BERT,
+        "cache_dir": str(tmp_path / "cache"), "tasks": ["one_text_sts"], "steps": 1,
+        "max_length": 24}),
+        encoding="utf-8")
+    assert refused(capsys, ["train", experiment, "--output", tmp_path / "run"], late=True) == (
+        f"{spec}:7: task 'one_text_sts' has no usable train rows (400 examples read; left out "
+        "by the featurizer: score below positive_score (not a positive pair): 400): fix its train "
+        f"file ({DEMO_DATA / 'afqmc' / 'train.txt'}) or leave the task out")
+    assert not (tmp_path / "run").exists()

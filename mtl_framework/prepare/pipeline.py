@@ -629,7 +629,12 @@ def no_rows_message(task, features, data_root=None):
         str(path) for path in split_paths(task, "train", data_root)[0]) + ")"
     reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
                         for reason, entry in list(read.get("skipped", {}).items())[:2])
+    # examples read but each left out by the featurizer (a contrastive task on rows without
+    # a text_b): its reasons, or the line would say 400 were read and none used, not why
+    dropped = features.meta.get("report", {}).get("dropped", {})
+    left_out = "; ".join(f"{reason}: {n}" for reason, n in list(dropped.items())[:2])
     return (f"{task.spec_path}:{task.line}: task {task.name!r} has no usable train rows "
             f"({read.get('examples', 0)} examples read"
             + (f"; skipped {read.get('skipped_total')}: {reasons}" if reasons else "")
+            + (f"; left out by the featurizer: {left_out}" if left_out else "")
             + f"): fix its train file{files} or leave the task out")

@@ -374,7 +374,7 @@ def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None,
             if total is None:
                 total = sum(count_jobs([Job(t, "train", 0) for t in tasks], data_root,
                                        workers).values())
-            counts = count_vocab(tasks, data_root, workers, total)
+            counts, reports = count_vocab(tasks, data_root, workers, total)
         except BaseException:
             if own:
                 workers.close(interrupted=True)
@@ -383,6 +383,12 @@ def cached_vocab(tasks, data_root, max_size=12000, cache_dir=None, workers=None,
             workers.close()
         tokens = build_vocab(counts, max_size=max_size)
         if len(tokens) == len(SPECIAL_TOKENS):  # every text would be [UNK]
+            # a task with no row at all says so first: its line names the file to fix
+            empty = next((t for t in tasks if t.type != MLM and reports[t.name].examples == 0),
+                         None)
+            if empty is not None:
+                raise UserError(no_rows_message(empty, data_root=data_root,
+                                                read=reports[empty.name].as_dict()))
             raise UserError(f"{', '.join(t.name for t in tasks)}: no character in the train "
                             "text to build a vocab from (every token would be [UNK]): give "
                             "backbone.vocab, or tasks whose files hold text")
@@ -424,16 +430,18 @@ def check_vocab_folder(folder):
 
 
 def count_vocab(tasks, data_root, workers, total=None):
-    from data_adapters import read_task
+    """(Counter of the tasks' train text units, {task name: its ReadReport})."""
+    from data_adapters import ReadReport, read_task
 
-    counts = collections.Counter()
+    counts, reports = collections.Counter(), {}
     with progress_bar("vocab", total) as bar:
         for task in tasks:
-            examples = read_task(task, "train", data_root)
+            reports[task.name] = ReadReport()
+            examples = read_task(task, "train", data_root, reports[task.name])
             for part, n in workers.map(_count_with_size, _text_chunks(examples)):
                 counts.update(part)
                 bar.update(n)
-    return counts
+    return counts, reports
 
 
 def _text_chunks(examples):
@@ -619,19 +627,20 @@ def train_streams(plan, tokenizer, log):
     return task_streams(features, mlm, experiment.batch_size, experiment.seed, MLM_TASK)
 
 
-def no_rows_message(task, features, data_root=None):
+def no_rows_message(task, features=None, data_root=None, read=None):
     """A train split nothing could be learned from, with what the adapter skipped and where
-    (and the files read: an empty file has no skipped row to name it)."""
+    (and the files read: an empty file has no skipped row to name it). From its features'
+    meta, or from the adapter's `read` report alone (no row read: nothing featurized)."""
     from data_adapters import split_paths
 
-    read = features.meta.get("read", {})
+    read = features.meta.get("read", {}) if read is None else read
     files = "" if data_root is None else " (" + ", ".join(
         str(path) for path in split_paths(task, "train", data_root)[0]) + ")"
     reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
                         for reason, entry in list(read.get("skipped", {}).items())[:2])
     # examples read but each left out by the featurizer (a contrastive task on rows without
     # a text_b): its reasons, or the line would say 400 were read and none used, not why
-    dropped = features.meta.get("report", {}).get("dropped", {})
+    dropped = {} if features is None else features.meta.get("report", {}).get("dropped", {})
     left_out = "; ".join(f"{reason}: {n}" for reason, n in list(dropped.items())[:2])
     return (f"{task.spec_path}:{task.line}: task {task.name!r} has no usable train rows "
             f"({read.get('examples', 0)} examples read"

@@ -335,3 +335,40 @@ def test_results_of_an_earlier_release_or_another_suite_are_never_replaced(hashe
         f"--mteb-data: for an embeddings suite (`kind: embeddings`); {finetune} fine-tunes: leave "
         "the flag out")
     assert not (tmp_path / "ft").exists() and not (tmp_path / "d").exists()
+
+
+def test_r5_79_dev_evaluation_judges_a_querys_positives_together(tmp_path):
+    """`mtl train`'s dev evaluation of a retrieval task whose first query has two positives:
+    9 queries over 10 passages (each pair its own query gave 10 queries). The metric on
+    hand-made vectors: a query whose two positives rank first and second scores nDCG 1.0;
+    judged apart (no query_id: features of before it) its second positive was a miss."""
+    from mtl_framework.scoring.metrics import retrieval
+
+    from conftest import ONE_LAYER
+
+    rows = [("问题零", "段落甲", 1), ("问题零", "段落乙", 1)] + [(f"问题{i}", f"段落{i}", 1)
+                                                               for i in range(1, 9)]
+    specs, data = user_task(tmp_path, "two_positives", rows, "retrieval")
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(json.dumps({
+        "data_root": str(data), "cache_dir": str(tmp_path / "cache"), "task_specs": [str(specs)],
+        "backbone": ONE_LAYER, "tasks": ["two_positives"], "batch_size": 4, "max_length": 16,
+        "steps": 2, "checkpoint_every": 2, "eval_every": 2, "seed": 0, "precision": "float32",
+        "optimizer": {"name": "adamw", "lr": 0.003}}), encoding="utf-8")
+    assert cli.main(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
+    (line,) = [json.loads(text) for text in
+               (tmp_path / "run" / "evaluations.jsonl").read_text("utf-8").splitlines()]
+    result = line["tasks"]["two_positives"]["result"]
+    assert (result["queries"], result["documents"]) == (9.0, 10.0)
+    unit = np.eye(4, dtype=np.float32)
+    predictions = [{"query": unit[0], "positive": unit[0]},
+                   {"query": unit[0], "positive": 0.5 * unit[0] + unit[1]},
+                   {"query": unit[2], "positive": unit[2]}]
+    references = [{"score": 1.0, "positive_id": 5, "query_id": 3},
+                  {"score": 1.0, "positive_id": 6, "query_id": 3},
+                  {"score": 1.0, "positive_id": 7, "query_id": 4}]
+    grouped = retrieval(predictions, references)
+    apart = retrieval(predictions, [{k: v for k, v in r.items() if k != "query_id"} for r in references])
+    assert (grouped["queries"], grouped["ndcg_at_10"]) == (2.0, 1.0)
+    # apart: the second positive ranks 2nd for a query judging it alone, the first is not judged
+    assert apart["queries"] == 3.0 and apart["ndcg_at_10"] == pytest.approx((2 + 1 / np.log2(3)) / 3)

@@ -256,6 +256,7 @@ class ContrastiveFeaturizer(Featurizer):
         writer.add(CHOICES, np.zeros(1, np.int64))
         writer.add("score", np.zeros(0, np.float32))
         writer.add("positive_id", np.zeros(0, np.int32))
+        writer.add("query_id", np.zeros(0, np.int32))
         self.text_rows = 0
 
     def pair(self, example, report):
@@ -294,7 +295,7 @@ class ContrastiveFeaturizer(Featurizer):
             texts += [query_prefix + query, passage_prefix + positive]
             texts += [passage_prefix + n for n in negatives]
         encoded = self.encode(texts) if texts else []
-        splits, scores, ids, at = [], [], [], 0
+        splits, scores, ids, query_ids, at = [], [], [], [], 0
         for query, positive, negatives, score in pairs:
             count = 2 + len(negatives)
             if any(truncated for _, truncated in encoded[at:at + count]):
@@ -304,10 +305,12 @@ class ContrastiveFeaturizer(Featurizer):
             splits.append(self.text_rows)
             scores.append(math.nan if score is None else score)
             ids.append(text_id(positive))
+            query_ids.append(text_id(query))  # a query's positives judged together (mteb's qrels)
         self.write_tokens(writer, [encoding for encoding, _ in encoded])
         writer.add(CHOICES, np.array(splits, np.int64))
         writer.add("score", np.array(scores, np.float32))
         writer.add("positive_id", np.array(ids, np.int32))
+        writer.add("query_id", np.array(query_ids, np.int32))
 
 
 def collate_pairs(features, rows, rng, pad_to):
@@ -339,6 +342,7 @@ def collate_pairs(features, rows, rng, pad_to):
     batch["text_mask"] = (np.arange(most)[None] < counts[:, None]).astype(np.float32)
     batch["score"] = np.asarray(features["score"][rows], np.float32)
     batch["positive_id"] = np.asarray(features["positive_id"][rows], np.int32)
+    batch["query_id"] = np.asarray(features["query_id"][rows], np.int32)
     return batch
 
 
@@ -359,7 +363,8 @@ def pair_examples(texts):
 
 
 PAIR_BATCH = {"token_ids": ("int32", 3), "segment_ids": ("int32", 3),
-              "text_mask": ("float32", 2), "score": ("float32", 1), "positive_id": ("int32", 1)}
+              "text_mask": ("float32", 2), "score": ("float32", 1), "positive_id": ("int32", 1),
+              "query_id": ("int32", 1)}
 FAMILY = Family(CONTRASTIVE.name, ContrastiveFeaturizer, collate_pairs, PAIR_BATCH,
                 choice_axis=True, rows_coupled=True, head_settings=head_settings,
                 feature_settings=feature_settings,

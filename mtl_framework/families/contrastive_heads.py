@@ -97,9 +97,11 @@ class ContrastiveHead(TaskHead):
                  "negatives": v[2:][mask[2:]]} for v, mask in zip(vectors, real)]
 
     def targets(self, batch):
-        """Per row {"score": float (NaN: none), "positive_id": the positive's text id}."""
-        return [{"score": float(s), "positive_id": int(p)}
-                for s, p in zip(np.asarray(batch["score"]), np.asarray(batch["positive_id"]))]
+        """Per row {"score": float (NaN: none), "positive_id": the positive's text id,
+        "query_id": the query's}."""
+        return [{"score": float(s), "positive_id": int(p), "query_id": int(q)}
+                for s, p, q in zip(np.asarray(batch["score"]), np.asarray(batch["positive_id"]),
+                                   np.asarray(batch["query_id"]))]
 
     def get_config(self):
         return {**super().get_config(), "loss": self.loss, "temperature": self.temperature,

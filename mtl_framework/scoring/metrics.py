@@ -321,20 +321,24 @@ def pair_classification(predictions, references):
 
 
 def retrieval(predictions, references):
-    """C-MTEB's retrieval scores of the split's queries searched over its positives (each
-    distinct positive once, by positive_id): nDCG@10 (main), MRR@10, recall@10."""
+    """C-MTEB's retrieval scores of the split's distinct queries (by query_id) searched over
+    its positives (each distinct positive once, by positive_id), a query's positives judged
+    together as mteb's qrels judge them: nDCG@10 (main), MRR@10, recall@10."""
     from mtl_framework.scoring.embedding import retrieval_scores
 
     _check(predictions, references)
-    corpus, qrels = {}, []
-    for prediction, reference in zip(predictions, references):
+    corpus, judged, queries = {}, {}, {}
+    for i, (prediction, reference) in enumerate(zip(predictions, references)):
         row = corpus.setdefault(reference["positive_id"], (len(corpus), prediction["positive"]))[0]
-        qrels.append({row: 1})
+        query = reference.get("query_id", ("pair", i))  # features of before query_id: a pair each
+        queries.setdefault(query, prediction["query"])
+        judged.setdefault(query, {})[row] = 1
     documents = np.array([vector for _, vector in corpus.values()])
-    queries = np.array([p["query"] for p in predictions])
-    result = retrieval_scores(queries, documents, qrels, k_values=(1, 10, 100))
+    result = retrieval_scores(np.array(list(queries.values())), documents, list(judged.values()),
+                              k_values=(1, 10, 100))
     return {"ndcg_at_10": result["ndcg_at_10"], "mrr_at_10": result["mrr_at_10"],
-            "recall_at_10": result["recall_at_10"], "documents": float(len(documents))}
+            "recall_at_10": result["recall_at_10"], "documents": float(len(documents)),
+            "queries": float(len(queries))}
 
 
 def reranking(predictions, references):

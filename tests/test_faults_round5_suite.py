@@ -84,13 +84,13 @@ def strict_json(path):
     return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
 
 
-def user_task(tmp_path, name, rows, metric, header="s1\ts2\tscore"):
+def user_task(tmp_path, name, rows, metric, train_rows=None):
     """A spec folder with a delimited contrastive task `name` whose dev split is `rows`
-    (text, text_b, score) and train split the same."""
+    (text, text_b, score) and train split `train_rows` (default: the same)."""
     data = tmp_path / "data" / name
     data.mkdir(parents=True)
-    for split in ("train", "dev"):
-        (data / f"{split}.tsv").write_text("".join(f"{a}\t{b}\t{s}\n" for a, b, s in rows),
+    for split, written in (("train", train_rows or rows), ("dev", rows)):
+        (data / f"{split}.tsv").write_text("".join(f"{a}\t{b}\t{s}\n" for a, b, s in written),
                                            encoding="utf-8")
     specs = tmp_path / "specs"
     specs.mkdir(exist_ok=True)
@@ -297,27 +297,32 @@ def test_an_interrupted_suite_resumes_from_its_finished_tasks(hashed, tmp_path, 
 # --- R5-86: training's dev evaluation --------------------------------------------------------------
 
 def test_r5_86_a_dev_split_with_constant_gold_has_no_score_that_step_and_strict_json(tmp_path):
-    """A run evaluating an STS task whose dev gold scores are all equal beside one with graded
-    scores: the first has no score (a note), the aggregate is the second's, and
-    evaluations.jsonl holds no NaN."""
+    """A run evaluating an STS task whose dev gold scores are all equal, and a retrieval task
+    whose dev queries all share one passage (R5-45), beside one with graded scores: the first
+    two have no score (a note), the aggregate is the third's, and evaluations.jsonl holds no
+    NaN."""
     from conftest import ONE_LAYER
 
     specs, data = user_task(tmp_path, "flat_sts", [(f"句子{i}", f"另一句{i}", 3) for i in range(12)],
                             "cosine_spearman")
     user_task(tmp_path, "graded_sts", [(f"问句{i}", f"答句{i}", i % 5) for i in range(12)],
               "cosine_spearman")
+    user_task(tmp_path, "one_passage", [(f"问题{i}", "唯一的段落", 1) for i in range(6)], "retrieval",
+              train_rows=[(f"问题{i}", f"段落{i}", 1) for i in range(6)])  # R5-45 on the dev split
     experiment = tmp_path / "experiment.yaml"
     experiment.write_text(json.dumps({
         "data_root": str(data), "cache_dir": str(tmp_path / "cache"), "task_specs": [str(specs)],
-        "backbone": ONE_LAYER, "tasks": ["flat_sts", "graded_sts"], "batch_size": 4,
-        "max_length": 16, "tasks_per_update": 2, "steps": 2, "checkpoint_every": 2,
+        "backbone": ONE_LAYER, "tasks": ["flat_sts", "graded_sts", "one_passage"], "batch_size": 4,
+        "max_length": 16, "tasks_per_update": 3, "steps": 2, "checkpoint_every": 2,
         "eval_every": 2, "seed": 0, "precision": "float32",
         "optimizer": {"name": "adamw", "lr": 0.003}}), encoding="utf-8")
     assert cli.main(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
     (line,) = [json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in evaluations.jsonl"))
                for text in (tmp_path / "run" / "evaluations.jsonl").read_text("utf-8").splitlines()]
-    flat, graded = line["tasks"]["flat_sts"], line["tasks"]["graded_sts"]
-    assert flat["score"] is None and flat["note"].startswith("the score is undefined on this split")
+    flat, graded, single = (line["tasks"][name] for name in ("flat_sts", "graded_sts", "one_passage"))
+    for entry in (flat, single):
+        assert entry["score"] is None and entry["note"].startswith("the score is undefined on this split")
+    assert single["result"]["documents"] == 1.0 and single["result"]["ndcg_at_10"] is None
     assert graded["score"] is not None and line["aggregate"] == graded["score"]
 
 

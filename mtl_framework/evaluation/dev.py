@@ -148,7 +148,7 @@ def defined(entry):
     entry = cleaned(entry)
     if undefined:
         entry["note"] = ("the score is undefined on this split (constant gold scores or "
-                         "similarities): no score this step")
+                         "similarities, or a retrieval corpus of one passage): no score this step")
     return entry
 
 

@@ -218,10 +218,13 @@ def test_a_run_at_chance_warns_once_and_a_learning_run_does_not(runs):
     warnings = [line for line in err.splitlines() if "is not learning" in line]
     print(warnings)
     assert len(warnings) == 1, err[-3000:]
-    assert warnings[0].startswith("warning: task 'pairs' is not learning: its loss has stayed at chance")
+    assert warnings[0].startswith("warning: task 'pairs' is not learning: its loss has stayed at chance "
+                                  f"over its last {NotLearning.PATIENCE} micro-batches (updates 1-")
     assert f"{math.log(BATCH):.3f}" in warnings[0] and "higher learning rate" in warnings[0]
     assert "docs/embeddings.md" in warnings[0]
-    assert all(e["loss"] >= NotLearning.AT_CHANCE * e["chance"] for e in logged)
+    window = logged[:NotLearning.PATIENCE]
+    loss, chance = (np.mean([e[key] for e in window]) for key in ("loss", "chance"))
+    assert loss >= NotLearning.AT_CHANCE * chance
     assert "is not learning" not in runs.learning[2], runs.learning[2][-3000:]
 
 
@@ -229,7 +232,7 @@ def notice(entries, warmup=0):
     """The warnings NotLearning gives for one micro-batch log per update (entries: {loss,
     chance, cosine})."""
     run = SimpleNamespace(step=0, is_chief=True, model=SimpleNamespace(last_micro_logs=[]),
-                          experiment=SimpleNamespace(optimizer={"warmup_steps": warmup}))
+                          experiment=SimpleNamespace(raw={"optimizer": {"warmup_steps": warmup}}))
     watch, said = NotLearning(run), []
     for update, entry in enumerate(entries, 1):
         run.step, run.model.last_micro_logs = update, [{"task": "t", "finite": True, **entry}]
@@ -239,15 +242,24 @@ def notice(entries, warmup=0):
     return said
 
 
-def test_collapsed_vectors_warn_after_patience_in_a_row_after_the_warmup():
+def test_the_warning_reads_the_means_of_a_full_window_after_the_warmup():
+    """Collapsed: a window's mean cosine; at chance: a window's mean loss, so a noisy small
+    batch (every other micro-batch below 0.98 x chance) still counts; once a task."""
     patience = NotLearning.PATIENCE
     collapsed = {"loss": 1.0, "chance": 4.0, "cosine": 0.9995}
     apart = {**collapsed, "cosine": 0.5}
     (said,) = notice([collapsed] * patience)
-    assert "its pooled vectors have collapsed into one" in said and "since update 1" in said
+    assert "its pooled vectors have collapsed into one over its last" in said
+    assert f"(updates 1-{patience}): different texts' mean cosine 0.99950;" in said
     assert notice([collapsed] * (patience - 1) + [apart] + [collapsed] * (patience - 1)) == []
     assert notice([collapsed] * (2 * patience - 1), warmup=patience) == []  # patience - 1 after it
     assert len(notice([collapsed] * 3 * patience)) == 1  # once a task
+    noisy = [{"loss": 4.0 * (0.97 if i % 2 else 1.0), "chance": 4.0, "cosine": 0.5, "accuracy": 0.01}
+             for i in range(patience)]
+    (said,) = notice(noisy)
+    assert "its loss has stayed at chance over its last" in said and ": 3.940 against 4.000" in said
+    learning = [{**entry, "loss": 3.8} for entry in noisy]  # 0.95 x chance
+    assert notice(learning) == []
 
 
 def test_run_encode_without_training_uses_the_runs_newest_checkpoint(runs):

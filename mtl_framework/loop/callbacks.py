@@ -27,6 +27,7 @@ in HF Trainer's `metric_for_best_model` / `greater_is_better` and jiant's
 checkpoint's trainer.json, so a resumed run keeps and stops exactly as an
 uninterrupted one.
 """
+import collections
 import importlib
 import math
 import sys
@@ -196,11 +197,12 @@ class Progress(keras.callbacks.ProgbarLogger):
 
 class NotLearning(keras.callbacks.Callback):
     """One warning per task, on stderr, when a task whose head has signs (TaskHead.signs:
-    contrastive) learns nothing after the learning rate's warm-up: its loss stays at
-    chance (at least AT_CHANCE x the loss of vectors that tell no texts apart: ln of a
-    query's candidates for InfoNCE) or its pooled vectors collapse (different texts' mean
-    cosine at least COLLAPSED), on each of PATIENCE of its micro-batches in a row. The
-    thresholds come from the learning-rate runs of docs/embeddings.md."""
+    contrastive) learns nothing after the learning rate's warm-up: over its last PATIENCE
+    micro-batches its mean loss is at chance (at least AT_CHANCE x their mean loss of
+    vectors that tell no texts apart: ln of a query's candidates for InfoNCE), or its
+    pooled vectors have collapsed (different texts' mean cosine at least COLLAPSED). Means,
+    not each micro-batch: a small batch's loss is noisy. The thresholds come from the
+    learning-rate runs of docs/embeddings.md ("Learning rates")."""
 
     AT_CHANCE = 0.98
     COLLAPSED = 0.999
@@ -210,7 +212,7 @@ class NotLearning(keras.callbacks.Callback):
         super().__init__()
         self.run = run
         self.warmup = int((run.experiment.raw.get("optimizer") or {}).get("warmup_steps", 0))
-        self.streaks = {}  # (task, "chance" | "collapse") -> [(update, micro-batch log)] in a row
+        self.recent = {}  # task -> deque of its last PATIENCE (update, finite micro-batch log)
         self.warned = set()
 
     def on_train_batch_end(self, batch, logs=None):
@@ -221,30 +223,27 @@ class NotLearning(keras.callbacks.Callback):
             task = entry["task"]
             if task in self.warned or not entry["finite"] or "chance" not in entry:
                 continue
-            signs = {"chance": entry["chance"] > 0 and entry["loss"] >= self.AT_CHANCE * entry["chance"],
-                     "collapse": entry["cosine"] >= self.COLLAPSED}
-            for what, seen in signs.items():
-                streak = self.streaks.setdefault((task, what), [])
-                if not seen:
-                    streak.clear()
-                    continue
-                streak.append((update, entry))
-                if len(streak) >= self.PATIENCE:
-                    self.warned.add(task)
-                    warn(self.message(task, what, streak))
-                    break
+            recent = self.recent.setdefault(task, collections.deque(maxlen=self.PATIENCE))
+            recent.append((update, entry))
+            said = self.message(task, recent) if len(recent) == self.PATIENCE else None
+            if said:
+                self.warned.add(task)
+                warn(said)
 
-    def message(self, task, what, streak):
+    def message(self, task, recent):
+        """The warning when `recent` (a full window) is at chance or collapsed, else None."""
         def mean(key):
-            return float(np.mean([entry[key] for _, entry in streak]))
-        since = f"for its {len(streak)} micro-batches in a row since update {streak[0][0]}"
-        if what == "chance":
-            accuracy = f", in-batch accuracy {mean('accuracy'):.3f}" if "accuracy" in streak[0][1] else ""
-            seen = (f"its loss has stayed at chance {since} ({mean('loss'):.3f} against "
-                    f"{mean('chance'):.3f}, the loss of vectors that tell no texts apart{accuracy})")
+            return float(np.mean([entry[key] for _, entry in recent]))
+        over = f"over its last {len(recent)} micro-batches (updates {recent[0][0]}-{recent[-1][0]})"
+        if mean("chance") > 0 and mean("loss") >= self.AT_CHANCE * mean("chance"):
+            accuracy = f", in-batch accuracy {mean('accuracy'):.3f}" if "accuracy" in recent[0][1] else ""
+            seen = (f"its loss has stayed at chance {over}: {mean('loss'):.3f} against "
+                    f"{mean('chance'):.3f}, the loss of vectors that tell no texts apart{accuracy}")
+        elif mean("cosine") >= self.COLLAPSED:
+            seen = (f"its pooled vectors have collapsed into one {over}: different texts' mean "
+                    f"cosine {mean('cosine'):.5f}")
         else:
-            seen = (f"its pooled vectors have collapsed into one {since} (different texts' mean "
-                    f"cosine {mean('cosine'):.5f})")
+            return None
         return (f"task {task!r} is not learning: {seen}; try a higher learning rate "
                 "(optimizer.lr; docs/embeddings.md, \"Learning rates\", shows what trained)")
 

@@ -7,6 +7,7 @@ characters dropped. Adds what span tasks need: character offsets per token.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -205,6 +206,21 @@ def bert4keras_normalizer(lowercase=True):
     steps.append(normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=True,
                                             strip_accents=lowercase, lowercase=lowercase))
     return normalizers.Sequence(steps)
+
+
+def keeps_text(text, lowercase=True):
+    """Whether the tokenizer keeps any of `text` (a word, or [UNK]): False for a blank text
+    and for one of characters it drops only (U+200B and other format characters, controls
+    as \\x00, a lone combining accent), which it reads as the empty text."""
+    if not text.strip():
+        return False
+    return bool(_split_words(lowercase)(text))
+
+
+@functools.lru_cache(maxsize=2)
+def _split_words(lowercase):
+    normalizer, pre_tokenizer = bert4keras_normalizer(lowercase), pre_tokenizers.BertPreTokenizer()
+    return lambda text: pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
 
 
 @dataclass

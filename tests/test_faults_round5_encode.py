@@ -413,7 +413,7 @@ def test_point3_an_export_killed_mid_write_or_mid_swap_keeps_the_old_one(trained
     aside = [p for p in tmp_path.iterdir() if p.name.endswith("-replaced")]
     assert len(aside) == 1 and snapshot(aside[0]) == before
     # the next export puts it back; without --force it is then refused, whole
-    assert refused(capsys, export[:-1], late=True).startswith(f"{out}: not empty")
+    assert refused(capsys, export[:-1], late=True).startswith(f"{out}: holds an earlier export")
     assert snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
 
@@ -484,3 +484,93 @@ def test_point3_the_embedding_suites_results_are_written_whole(trained, tmp_path
     killed(argv)  # the same suite again: its results written again, killed half-way
     monkeypatch.undo()
     assert snapshot(out) == before
+
+
+# --- encode input read as training reads it (R5-P29, P31, P57, P58; --text -) --------------
+
+def encode_input(trained, path, out):
+    return ["encode", trained["run"], "--task", "my_mean", "--input", path, "--output", out]
+
+
+def test_p29_p31_a_lone_surrogate_or_a_text_of_dropped_characters_is_refused(trained, tmp_path,
+                                                                            capsys):
+    records, out = tmp_path / "texts.jsonl", tmp_path / "v.npy"
+    records.write_text('{"text": "花呗"}\n{"text": "\\ud83d"}\n', encoding="utf-8")  # P29
+    assert refused(capsys, encode_input(trained, records, out), tmp_path) == (
+        f"{records}:2: \"text\" holds a lone UTF-16 surrogate ('\\ud83d' at character 0, e.g. "
+        "half an emoji), which no UTF-8 text has: escape the whole character (both halves) or "
+        "leave it out")
+    records.write_text('{"text": "花呗"}\n{"text": "\\u200b\\u200b"}\n', encoding="utf-8")
+    assert refused(capsys, encode_input(trained, records, out), tmp_path) == (
+        f"{records}:2: \"text\" '\\u200b\\u200b' holds only characters the tokenizer drops "
+        "(zero-width, format or control characters): it has no text to encode; give a text "
+        "or leave the record out")
+    # P31: a line the tokenizer reads as the empty text is refused as a blank line is
+    texts = tmp_path / "texts.txt"
+    texts.write_text("花呗怎么还款\n\u200b\u200b\n借呗\n\x00\n好\n\u200b\n", encoding="utf-8")
+    assert refused(capsys, encode_input(trained, texts, out), tmp_path) == (
+        f"{texts}:2: a line of characters the tokenizer drops only ('\\u200b\\u200b') (and 1 "
+        "more: lines 4): row i of the output is the vector of line i, and a line that is blank "
+        "or holds only zero-width, format or control characters has no text to encode: remove "
+        "such lines")
+    assert refused(capsys, ["encode", trained["run"], "--task", "my_mean", "--text", "好",
+                            "--text", "\x00\u200d"]) == (
+        "--text #2 is empty (its characters '\\x00\\u200d' are all ones the tokenizer drops): "
+        "give a text (training skips empty texts, so a prediction for one means nothing)")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", [".txt", ".jsonl"])
+def test_p57_p58_a_bom_is_no_part_of_the_text(trained, tmp_path, kind):
+    path, out = tmp_path / f"texts{kind}", tmp_path / "v.jsonl"
+    lines = TEXTS if kind == ".txt" else [json.dumps({"text": t}) for t in TEXTS]
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode("utf-8") + b"\r\n")
+    assert cli.main([str(a) for a in encode_input(trained, path, out)]) == 0
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [row["text"] for row in rows] == TEXTS  # P57: the first without U+FEFF
+    expected = Encoder(trained["run"], task="my_mean", log=None).encode(TEXTS)
+    np.testing.assert_allclose([row["embedding"] for row in rows], expected, atol=1e-6)
+
+
+def test_stdin_lines_are_rows_as_input_lines_are(trained, tmp_path, capsys, monkeypatch):
+    def encode_stdin(data, *more):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode("utf-8")),
+                                                           encoding="utf-8"))
+        return ["encode", trained["run"], "--task", "my_mean", "--text", "-", *more]
+
+    assert refused(capsys, encode_stdin("花呗\n\n借呗\n")) == (
+        "--text - (stdin):2: a blank line: row i of the output is the vector of line i, and a "
+        "blank line has no text to encode: remove the blank lines (e.g. "
+        "`grep -v '^[[:space:]]*$'`)")
+    out = tmp_path / "v.npy"  # a BOM and blank lines at the end shift no row
+    assert cli.main([str(a) for a in encode_stdin("\ufeff" + "\n".join(TEXTS) + "\n\n \n",
+                                                  "--output", out)]) == 0
+    expected = Encoder(trained["run"], task="my_mean", log=None).encode(TEXTS)
+    np.testing.assert_array_equal(np.load(out), expected)
+
+
+def test_mining_a_task_not_trained_names_the_prefixes_that_differ(trained, tmp_path, capsys):
+    # the run's two tasks pool alike and prefix queries differently; the task mined is neither
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "mine.yaml").write_text(
+        "dataset: my_pairs\nformat: pairs\nfiles:\n  train: my_pairs/train.jsonl\ntasks:\n"
+        + "".join(f"  - name: {name}\n    type: contrastive\n    max_length: 32\n"
+                  f"    metric: retrieval\n    embedding: {{query_prefix: \"{prefix}\"}}\n"
+                  for name, prefix in (("p_plain", ""), ("p_asked", "问："), ("p_other", "查："))),
+        encoding="utf-8")
+    experiment = tmp_path / "experiment.json"
+    experiment.write_text(json.dumps({
+        "data_root": str(trained["data"]), "task_specs": [str(specs)], "backbone": BERT,
+        "tasks": ["p_plain", "p_asked"], "batch_size": 4, "max_length": 32, "steps": 1,
+        "checkpoint_every": 1, "eval_every": 0, "precision": "float32",
+        "cache_dir": str(trained["folder"] / "cache")}), encoding="utf-8")
+    run = tmp_path / "run"
+    assert cli.main(["train", str(experiment), "--output", str(run)]) == 0
+    argv = ["mine-negatives", run, "--data-root", trained["data"], "--specs", specs,
+            "--output", tmp_path / "n.jsonl", "--ranks", "0-5", "--negatives", "2"]
+    assert refused(capsys, [*argv, "--task", "p_other"], tmp_path, late=True) == (
+        f"{run}: its tasks prefix the query differently (p_plain '', p_asked '问：') and --task "
+        "p_other is none of them: use a model that trained p_other, or one whose tasks agree")
+    assert cli.main([str(a) for a in [*argv, "--task", "p_asked"]]) == 0  # a task it trained
+    assert len((tmp_path / "n.jsonl").read_text(encoding="utf-8").splitlines()) == 40

@@ -21,6 +21,7 @@ from mtl_framework.errors import UserError
 from mtl_framework.rundir.outputs import write_atomic
 
 OUTPUT_KINDS = (".npy", ".jsonl")
+BOM = "\ufeff"  # a UTF-8 BOM, decoded: Windows editors start a file with it
 
 
 def register(subparsers):
@@ -53,29 +54,68 @@ def register(subparsers):
 
 def input_texts(path):
     """The texts of --input: one per line of a text file, row i of the output being line
-    i; or {"text": ...} per record of a .jsonl (blank lines between records skipped). A
-    blank line before a text is refused, naming it: encoded, it would be a vector of no
-    text, the same for every blank (a prediction of one is refused too); dropped, every
-    row after it would stand against the wrong line. Blank lines at the end shift nothing."""
+    i (line_texts); or {"text": ...} per record of a .jsonl (blank lines between records
+    skipped). A UTF-8 BOM is no part of the first text (text_lines), as training reads it."""
     lines = text_lines(path, "--input")
-    while lines and not lines[-1].strip():
-        lines.pop()
-    if not lines:
-        raise UserError(f"--input {path}: no texts (every line is blank)")
     if path.endswith(".jsonl"):
-        return [record_text(path, number, line) for number, line in enumerate(lines, 1)
-                if line.strip()]
-    blank = [number for number, line in enumerate(lines, 1) if not line.strip()]
-    if blank:
-        more = f" (and {len(blank) - 1} more: lines {', '.join(map(str, blank[1:4]))}" \
-            f"{', ...' if len(blank) > 4 else ''})" if len(blank) > 1 else ""
-        raise UserError(f"{path}:{blank[0]}: a blank line{more}: row i of the output is the "
-                        "vector of line i, and a blank line has no text to encode: remove "
-                        "the blank lines (e.g. `grep -v '^[[:space:]]*$'`)")
+        texts = [record_text(path, number, line) for number, line in enumerate(lines, 1)
+                 if line.strip()]
+        if not texts:
+            raise UserError(f"--input {path}: no texts (every line is blank)")
+        return texts
+    texts = line_texts(lines, path)
+    if not texts:
+        raise UserError(f"--input {path}: no texts (every line is blank"
+                        + (" or holds only characters the tokenizer drops" if any(
+                            line.strip() for line in lines) else "") + ")")
+    return texts
+
+
+def line_texts(lines, where):
+    """Texts of lines, one each, row i of the output being line i (--input's lines and
+    `--text -`'s stdin alike): a line with no text for the tokenizer (blank, or only
+    characters it drops: U+200B, \\x00) before a text is refused naming it: encoded, it would
+    be a vector of no text, the same for every such line (a prediction of one is refused
+    too); dropped, every row after it would stand against the wrong line. Such lines at the
+    end shift nothing and are left out."""
+    from mtl_framework.tokenizer import keeps_text
+
+    lines = list(lines)
+    if lines and lines[0].startswith(BOM):  # stdin's; a file's is gone already
+        lines[0] = lines[0][len(BOM):]
+    while lines and not keeps_text(lines[-1]):
+        lines.pop()
+    textless = [number for number, line in enumerate(lines, 1) if not keeps_text(line)]
+    if textless:
+        raise UserError(textless_message(lines, textless, where))
     return lines
 
 
+def textless_message(lines, textless, where):
+    more = f" (and {len(textless) - 1} more: lines {', '.join(map(str, textless[1:4]))}" \
+        f"{', ...' if len(textless) > 4 else ''})" if len(textless) > 1 else ""
+    if not any(lines[number - 1].strip() for number in textless):
+        return (f"{where}:{textless[0]}: a blank line{more}: row i of the output is the "
+                "vector of line i, and a blank line has no text to encode: remove the blank "
+                "lines (e.g. `grep -v '^[[:space:]]*$'`)")
+    first = lines[textless[0] - 1]
+    kind = "a blank line" if not first.strip() else \
+        f"a line of characters the tokenizer drops only ({first!r})"
+    return (f"{where}:{textless[0]}: {kind}{more}: row i of the output is the vector of line "
+            "i, and a line that is blank or holds only zero-width, format or control "
+            "characters has no text to encode: remove such lines")
+
+
+def text_arguments(values):
+    """--text's texts: stdin's lines (`-`) by line_texts' rule, each text the tokenizer keeps."""
+    from mtl_framework.tokenizer import keeps_text
+
+    return read_texts(values, lambda lines: line_texts(lines, "--text - (stdin)"), keeps_text)
+
+
 def record_text(path, number, line):
+    from mtl_framework.tokenizer import keeps_text
+
     try:
         record = json.loads(line)
     except ValueError as error:
@@ -84,12 +124,24 @@ def record_text(path, number, line):
     text = record.get("text") if isinstance(record, dict) else None
     if not isinstance(text, str) or not text.strip():
         raise UserError(f"{path}:{number}: no non-empty \"text\" string")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:  # a \ud83d escape without its pair
+        raise UserError(f"{path}:{number}: \"text\" holds a lone UTF-16 surrogate "
+                        f"({text[error.start]!r} at character {error.start}, e.g. half an "
+                        "emoji), which no UTF-8 text has: escape the whole character (both "
+                        "halves) or leave it out") from None
+    if not keeps_text(text):
+        raise UserError(f"{path}:{number}: \"text\" {text!r} holds only characters the "
+                        "tokenizer drops (zero-width, format or control characters): it has "
+                        "no text to encode; give a text or leave the record out")
     return text
 
 
 def text_lines(path, flag):
-    """The lines of a UTF-8 text file (line ends removed; universal newlines); other bytes
-    are one line naming the line and byte offset."""
+    """The lines of a UTF-8 text file (line ends removed; universal newlines; a UTF-8 BOM
+    is not part of the first line, as the training adapters read it); other bytes are one
+    line naming the line and byte offset."""
     with open(path, "rb") as f:
         data = f.read()
     try:
@@ -99,7 +151,7 @@ def text_lines(path, flag):
         raise UserError(f"{path}:{line}: {flag}: not UTF-8 (byte 0x{data[error.start]:02x} at "
                         f"byte offset {error.start}): convert it, e.g. `iconv -f GBK -t "
                         "UTF-8`") from None
-    return [line.rstrip("\n") for line in io.StringIO(text, newline=None)]
+    return [line.rstrip("\n") for line in io.StringIO(text.removeprefix(BOM), newline=None)]
 
 
 def check_output(path, force, inputs, model):
@@ -123,7 +175,7 @@ def run(args):
         raise UserError(f"{args.model}: no such folder: give a run directory or a model folder")
     if args.output:
         check_output(args.output, args.force, [args.input], args.model)
-    texts = read_texts(args.text) if args.text else input_texts(args.input)
+    texts = text_arguments(args.text) if args.text else input_texts(args.input)
     from mtl_framework.console import progress_bar
     from mtl_framework.evaluation.encode import Encoder, use_encoding_threads
 

@@ -108,22 +108,26 @@ def run(args):
     return 0
 
 
-def read_texts(values):
+def read_texts(values, stdin_texts=None, has_text=str.strip):
     """The --text values in order (`mtl predict`, `mtl encode`: the messages name the flag,
     not the command), `-` replaced by stdin's lines (one text each; blank
-    lines skipped, a trailing newline or `\r` removed). Refused in one line: bytes that
-    are not UTF-8 (an argument or stdin, with the byte offset), and an empty --text
-    (training skips empty rows: its label would mean nothing)."""
+    lines skipped, a trailing newline or `\r` removed; or `stdin_texts(lines)`'s). Refused in
+    one line: bytes that are not UTF-8 (an argument or stdin, with the byte offset), and an
+    empty --text (training skips empty rows: its label would mean nothing), or one
+    `has_text` finds none in (mtl encode: only characters the tokenizer drops)."""
     from mtl_framework.errors import UserError
 
     texts = []
     for number, value in enumerate(values, 1):
         if value == "-":
-            texts += [line.rstrip("\r\n") for line in stdin_lines() if line.strip()]
+            lines = [line.rstrip("\r\n") for line in stdin_lines()]
+            texts += stdin_texts(lines) if stdin_texts else [line for line in lines if line.strip()]
             continue
         utf8_text(argument_bytes(value), f"--text #{number}")
-        if not value.strip():
-            raise UserError(f"--text #{number} is empty: give a text (training "
+        if not has_text(value):
+            dropped = f" (its characters {value!r} are all ones the tokenizer drops)" \
+                if value.strip() else ""
+            raise UserError(f"--text #{number} is empty{dropped}: give a text (training "
                             "skips empty texts, so a prediction for one means nothing)")
         texts.append(value)
     if not texts:

@@ -78,7 +78,7 @@ class Encoder:
         from mtl_framework.rundir import RunDir
         from mtl_framework.tokenizer import Tokenizer
 
-        self.source, self.log = str(source), log
+        self.source, self.log, self.task = str(source), log, task
         check_max_length(max_length)
         if RunDir(source).is_run():
             from mtl_framework.saving.trained import open_run
@@ -127,7 +127,7 @@ class Encoder:
         from mtl_framework.tokenizer import Tokenizer
 
         encoder = cls.__new__(cls)
-        encoder.source, encoder.log, encoder.precision = source, print, precision
+        encoder.source, encoder.log, encoder.precision, encoder.task = source, print, precision, task
         metadata = {name: {"family": fam, "config": config}
                     for name, (fam, config) in head_configs.items()}
         encoder.settings = {**DEFAULT, **(trained_settings(metadata, source, task) or {})}
@@ -157,9 +157,20 @@ class Encoder:
             return prompts[task][side]
         values = {p[side] for p in prompts.values()}
         if len(values) > 1:
-            raise UserError(f"{self.source}: its tasks {', '.join(prompts)} prefix the {side} "
-                            "differently: give --task NAME")
+            raise UserError(self.prefixes_differ(side))
         return values.pop() if values else ""
+
+    def prefixes_differ(self, side):
+        """The line refusing a side whose prefix the run's tasks differ on: their prefixes,
+        and --task NAME, or, where --task names a task they are not (`mtl mine-negatives`
+        of another task), a model that trained it."""
+        prompts = self.settings["prompts"]
+        shown = ", ".join(f"{name} {p[side]!r}" for name, p in prompts.items())
+        where = f"{self.source}: its tasks prefix the {side} differently ({shown})"
+        if self.task is not None and self.task not in prompts:
+            return (f"{where} and --task {self.task} is none of them: use a model that trained "
+                    f"{self.task}, or one whose tasks agree")
+        return f"{where}: give --task NAME (the task whose prefixes to use)"
 
     @property
     def model(self):

@@ -69,9 +69,9 @@ def test_the_model_calls_only_contract_methods_of_the_backend():
     assert issubclass(MultiTaskModel, BackendStep)
 
 
-# Head switches the step reads without TaskHead declaring them (issue 50 point 7 asks for
-# them to be declared); every other attribute it reads of a head is TaskHead's.
-UNDECLARED_SWITCHES = {"texts_alone", "cached_chunk"}
+# The switches by which the step runs a head's family its own way, each declared on
+# TaskHead with the default every other head keeps (the contrastive head sets each)
+SWITCHES = {"texts_alone": False, "cached_chunk": 0, "signs": ()}
 
 
 def head_reads(path):
@@ -102,12 +102,25 @@ def test_what_the_step_and_loop_read_of_a_head_is_declared_on_taskhead():
     read = set().union(*(head_reads(path) for path in [*(package / "step").glob("*.py"),
                                                        package / "loop" / "run.py",
                                                        package / "loop" / "callbacks.py"]))
-    assert {"signs", "compute_task_loss_and_signs", "trace_key", "family"} <= read  # the scan sees them
-    assert read - declared == UNDECLARED_SWITCHES
-    assert TaskHead.signs == () and "accuracy" in _contrastive_signs()
+    assert {"signs", "compute_task_loss_and_signs", "trace_key", "family", *SWITCHES} <= read
+    assert read <= declared, sorted(read - declared)
 
 
-def _contrastive_signs():
-    from mtl_framework.families.heads import build_head
+def test_the_step_reads_a_head_switch_directly_and_taskhead_gives_its_default():
+    """Each switch is a class attribute of TaskHead (no head answers it by accident of a
+    getattr default), the contrastive head sets it, and step/ reads none through getattr."""
+    from mtl_framework.families.heads import TaskHead, build_head
 
-    return build_head("contrastive", None, 8).signs
+    contrastive = build_head("contrastive", None, 8, cached_chunk=4)
+    plain = build_head("classification", 3, 8)
+    for name, default in SWITCHES.items():
+        assert name in vars(TaskHead) and getattr(TaskHead, name) == default, name
+        assert getattr(plain, name) == default, name
+    assert (contrastive.texts_alone, contrastive.cached_chunk) == (True, 4)
+    assert "accuracy" in contrastive.signs
+    for path in (REPO / "mtl_framework" / "step").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        hidden = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+                  and isinstance(n.args[0], ast.Name) and n.args[0].id in ("head", "template")]
+        assert hidden == [], f"{path.name}: getattr of a head at lines {hidden}"

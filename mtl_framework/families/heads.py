@@ -174,6 +174,14 @@ class TaskHead(keras.layers.Layer):
         head computes its signs from the tensors its loss has (no second pass)."""
         return self.compute_task_loss(outputs, batch), {}
 
+    # How the step runs the backbone for this head. True: each text of a row is encoded
+    # alone (the contrastive head: queries and passages apart, MultiTaskModel._side_vectors);
+    # False: one backbone pass over the batch's token_ids, the head on its output.
+    texts_alone = False
+    # > 0: the step computes the head's gradient by GradCache, this many texts through the
+    # backbone at a time (_cached_gradients in step/tensorflow.py, step/jax.py); 0: one tape.
+    cached_chunk = 0
+
     def decode(self, outputs, batch):
         raise NotImplementedError
 

@@ -165,7 +165,7 @@ class JaxStep(BackendStep):
                 scaled = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
                 return scaled, (raw_loss, loss, signs)
 
-            if getattr(template, "cached_chunk", 0):
+            if template.cached_chunk:
                 raw_loss, loss, backbone_grads, signs = self._cached_gradients(
                     template, batch, trainable, fixed, seeds, state)
                 own_grads = [jnp.zeros_like(v) for v in own]  # a contrastive head has none

@@ -195,7 +195,7 @@ class MultiTaskModel(Step, keras.Model):
         value)]: JAX's step differentiates them), the backbone reads those."""
         seeds = list(seeds or [])
         seeds = seeds + list(backbone_values or [])
-        if getattr(head, "texts_alone", False):
+        if head.texts_alone:
             return self._side_vectors(head, batch, training, seeds)
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
             hidden = self.backbone(backbone_inputs(batch), training=training)

@@ -189,7 +189,7 @@ class TensorFlowStep(BackendStep):
             loss = raw_loss * state["loss_weight"]
             return raw_loss, loss, loss * state["loss_scale"] if self.dynamic_loss_scale else loss
 
-        if getattr(template, "cached_chunk", 0):
+        if template.cached_chunk:
             raw_loss, loss, gradients, signs = self._cached_gradients(template, batch, count, weighted)
             gradients += [tf.zeros_like(v) for v in own_values]  # a contrastive head has none
         else:

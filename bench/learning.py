@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.learning [--data-root ../shared/data] [--quick]
         [--tasks tnews afqmc ocnli cluener] [--steps N] [--work-dir DIR]
 
-What it does, through the framework's own entry points (trainer.Run):
+What it does, through the framework's own entry points (loop.run.Run):
 1. builds a character vocab from the tasks' train text (vocab_size cap), once;
 2. featurizes every task's full train split and its dev split into a cache
    folder in the work folder (timed separately: the first run's one-off cost);
@@ -77,7 +77,7 @@ def experiment_dict(args, mode, work, vocab_path):
 
 
 def build_shared_vocab(tasks, data_root, path, size):
-    """The vocab a from-scratch Run builds (trainer.prepare_vocab), built once for both modes."""
+    """The vocab a from-scratch Run builds (prepare.pipeline.prepare_vocab), built once for both modes."""
     texts = (t for task in tasks for ex in read_task(task, "train", data_root)
              for t in example_texts(ex))
     write_vocab(build_vocab(count_units(texts), max_size=size), path)

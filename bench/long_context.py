@@ -5,7 +5,7 @@
         [--steps N] [--dev-examples N] [--work-dir DIR]
 
 1. builds a character vocab from cmrc2018's train text, trains a small RoFormerV2 from
-   scratch on cmrc2018 (mrc_span) at max_length 128 through `trainer.Run` (contexts
+   scratch on cmrc2018 (mrc_span) at max_length 128 through `loop.run.Run` (contexts
    longer than a window become several windows, as always);
 2. builds dev features at 128, 256 and 512 (cmrc2018's spec allows 512): at 128 a
    context is several overlapping windows, at 512 almost always one;

@@ -45,7 +45,7 @@ micro_step, apply_update; tracing_counts for the traces): no copy of its code.
 
 Dropped (issue 26): the profile's `masked_accumulation (before)` row and the
 `accumulation_only` table (the accumulation alone on fixed gradients, before
-and now). Both timed copies of training.py's accumulation, the older one
+and now). Both timed copies of the step's accumulation, the older one
 re-created and the current one rebuilt from private helpers, so they measured
 the copies, not the model; results written before that (bench/results/) still
 hold them.

@@ -3,7 +3,7 @@
 studies' summaries use (bench/balancing.py, bench/pretraining_value.py).
 
 A run: the experiment, a dict, is written as WORK/experiments/NAME.yaml (JSON, which is
-YAML) and trained by `trainer.Run` into WORK/runs/NAME, removed first (a run stopped
+YAML) and trained by `loop.run.Run` into WORK/runs/NAME, removed first (a run stopped
 half-way starts again). On the way out the run is closed (`Run.close`: its micro-step
 threads stop) and the Keras session cleared, so one process can train many runs in turn.
 """

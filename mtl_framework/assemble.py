@@ -35,7 +35,7 @@ from mtl_framework.step.variable_names import head_config, layer_variable_names
 def experiment_backbone(experiment, vocab_size):
     """The experiment's backbone, built at its precision: from a backbone folder (`init`
     or `checkpoint`: dims and weights from it, dropout from the experiment), or new with
-    `vocab_size` rows. preflight has checked the vocab fits the folder's embedding."""
+    `vocab_size` rows. plan.py has checked the vocab fits the folder's embedding."""
     spec = dict(experiment.backbone)
     folder = spec.get("init") or spec.get("checkpoint")
     with precision_policy(experiment.precision):

@@ -2,7 +2,7 @@
 
     plan = plan_run("experiments/demo.yaml", output=None, data_root=None, resume=False)
 
-`mtl train` calls this before TensorFlow is even imported, and `trainer.Run`
+`mtl train` calls this before TensorFlow is even imported, and `loop.run.Run`
 builds from the plan: an experiment with a mistake in it (an unknown task, a
 missing data or label file, `lr: fast`, a vocab that does not fit the
 checkpoint's embedding table, a run directory that holds another run) fails
@@ -49,7 +49,7 @@ BACKBONE_OVERRIDES = INIT_OVERRIDES + ("checkpoint", "init",
 
 @dataclass
 class Plan:
-    """A checked training run: what `trainer.Run` builds."""
+    """A checked training run: what `loop.run.Run` builds."""
     experiment: Experiment
     run: RunDir  # the run directory, as given (RunDir owns its layout and files)
     data_root: str

@@ -113,7 +113,7 @@ def tied_embedding(vocab_size):
 
 def run_on_backbone(case, backbone):
     """The case's head on a real backbone's output (`backbone` built, hidden_size HIDDEN;
-    any architecture), as training computes it (training.py `_outputs`: the choice axis
+    any architecture), as training computes it (step/model.py `_outputs`: the choice axis
     folded into the batch): a finite loss with training True and False, and finite
     gradients that reach every backbone weight a token's path uses."""
     from mtl_framework.families.heads import backbone_inputs

@@ -233,12 +233,12 @@ def test_evaluate_unknown_task_of_a_run(trained, capsys):
 
 
 def test_a_bug_of_ours_keeps_its_traceback(monkeypatch, tmp_path):
-    from mtl_framework import plan as preflight
+    from mtl_framework import plan
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(preflight, "plan_run", broken)
+    monkeypatch.setattr(plan, "plan_run", broken)
     with pytest.raises(ZeroDivisionError):
         cli.main(["train", str(experiment(tmp_path))])
 

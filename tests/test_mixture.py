@@ -31,7 +31,7 @@ def texts_features(tmp_path):
 
 
 def mixture(features, seed=7):
-    """Two tasks and an mlm round robin over two texts, seeded as trainer.Run seeds them."""
+    """Two tasks and an mlm round robin over two texts, seeded as loop.run.Run seeds them."""
     streams = {"a": TaskStream(features[0], 4, seed=seed), "b": TaskStream(features[1], 4, seed=seed + 1),
                "mlm": RoundRobin([TaskStream(f, 4, seed=seed + 1000 + i)
                                   for i, f in enumerate(features[2:])])}

@@ -180,7 +180,7 @@ def test_cli_prepare_refuses_bad_input_in_one_line(tmp_path):
     done = run_cli("data", "prepare", str(bad), env=env)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and f"{bad}:2: data_root " in done.stderr \
-        and "nowhere: no such folder" in done.stderr  # preflight's check, before any work
+        and "nowhere: no such folder" in done.stderr  # plan.py's check, before any work
     assert not (tmp_path / "cache" / "tnews").exists() or \
         not any(p.name.startswith("train-") for p in (tmp_path / "cache" / "tnews").iterdir())
 

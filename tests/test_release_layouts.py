@@ -90,7 +90,7 @@ def test_aliases_are_tried_after_the_publishers_name(pairs):
     assert [e.text for e in examples] == ["九"]
 
 
-def test_cache_key_and_preflight_know_optional_files(pairs):
+def test_cache_key_and_plan_know_optional_files(pairs):
     task, root = pairs
     before = data_files(task, "train", root)
     assert before[-1] == ("pairs/b.tsv", None, None)

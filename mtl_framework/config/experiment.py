@@ -14,7 +14,7 @@ Read with the one YAML loader (yaml_io: a key given twice is an error). Every
 unknown key, wrong type and impossible value (`lr: fast`, `keep_checkpoints:
 0`, hidden_size not divisible by num_heads) is reported at once, each problem
 as `file:line: message`, before anything is built or written. Checks that need
-other files (task specs, data, vocab, the run directory) are in preflight.py.
+other files (task specs, data, vocab, the run directory) are in plan.py.
 Nothing here imports TensorFlow.
 """
 from __future__ import annotations
@@ -483,7 +483,7 @@ def _check_backbone(backbone, error, max_length):
                              f"got {value!r}")
         elif key == "rope_scaling":
             try:
-                # the trained length is filled in when the backbone is built (trainer.py):
+                # the trained length is filled in when the backbone is built (assemble.py):
                 # any length will do to check the rest here
                 rope_scaling.normalise(value, DEFAULTS["max_length"], "backbone.rope_scaling")
             except ValueError as problem:
@@ -498,7 +498,7 @@ def _check_backbone(backbone, error, max_length):
     if backbone.get("checkpoint") and backbone.get("init"):
         error(("backbone", "init"), "backbone has both checkpoint and init: keep one")
     if backbone.get("checkpoint") or backbone.get("init"):
-        return  # the dims come from the checkpoint's config (compared in preflight)
+        return  # the dims come from the checkpoint's config (compared in plan.py)
     dims = {k: v for k, v in backbone.items() if k in BACKBONE_MINIMUM}
     if any(not _is_int(v) or v < BACKBONE_MINIMUM[k] for k, v in dims.items()) or \
             backbone.get("size") not in (None, *presets) or set(backbone) - BACKBONE_KEYS:

@@ -6,8 +6,8 @@ AVX512-BF16 in /proc/cpuinfo) and float32 elsewhere, and on JAX. It is settled o
 a run starts, and the run's experiment.yaml keeps the policy itself, so a run resumes,
 evaluates and predicts in what it trained in, on any CPU. A run from before `auto` became
 the default names no precision: it trained in float32. Nothing here imports TensorFlow
-(preflight runs before it is loaded); the Keras policy is applied by
-distributed.precision_policy.
+(plan.py runs before it is loaded); the Keras policy is applied by
+step/distributed.py's precision_policy.
 """
 from mtl_framework.config.experiment import PRECISION, PRECISION_ENV
 from mtl_framework.rundir.provenance import keras_backend

@@ -1,7 +1,7 @@
 """`mtl report`: PNG plots of a run directory's metrics.
 
 Reads RUN_DIR/metrics.jsonl (one line per optimizer update, written by
-trainer.RunLogger) and, when present, RUN_DIR/evaluations.jsonl (one line per
+loop.run.RunLogger) and, when present, RUN_DIR/evaluations.jsonl (one line per
 evaluation) and writes:
 
   loss.png            per-task training loss, raw and smoothed (one subplot per task)

@@ -200,7 +200,7 @@ class TaskHead(keras.layers.Layer):
                        "num_layers", "family")
 
     def trace_key(self):
-        """Heads with equal keys compute alike given their own weights, so training.py
+        """Heads with equal keys compute alike given their own weights, so the step
         traces one micro-step for all of them and passes each task's weights in.
         A head with state beyond its trainable weights keeps a step of its own."""
         if self.non_trainable_variables:

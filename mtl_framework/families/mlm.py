@@ -28,7 +28,7 @@ class MLMFeaturizer(Featurizer):
 
     @property
     def jieba(self):
-        # Imported, not stored: a featurizer is pickled to worker processes (prepare.py).
+        # Imported, not stored: a featurizer is pickled to worker processes (prepare/pipeline.py).
         import jieba
         jieba.setLogLevel(60)
         return jieba

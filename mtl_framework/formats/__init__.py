@@ -17,7 +17,7 @@ every architecture. A converter module has, as keras-hub's `convert_<model>.py`:
 
 and the weight-name mapping inside it; what every reader checks before building (config
 types and ranges, keys that change the model, finite and declared tensors) is one table,
-formats/checks.py. This module imports no TensorFlow (preflight and
+formats/checks.py. This module imports no TensorFlow (plan.py and
 the CLI's choices read it first), nor any architecture or backbone: converters are
 given a built backbone. Which converter reads a folder (`layout`) and building the
 backbone it holds (`load_backbone`) are in architectures/__init__.py, so the imports

@@ -7,7 +7,7 @@ the message names their key and the file. Then, while it copies weights, every t
 reads must be finite, and a tensor of the encoder that it does not read (the config
 declares one layer, the file holds two) is refused: either would load another model
 than the one the files describe, silently.
-No Keras or TensorFlow here (preflight reads configs before either is imported)."""
+No Keras or TensorFlow here (plan.py reads configs before either is imported)."""
 import math
 
 import numpy as np

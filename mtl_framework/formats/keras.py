@@ -3,7 +3,7 @@
 (+ vocab.txt), what `<backbone class>.from_preset` and `load_preset` load; the
 config's "architecture" names the architecture (absent: RoFormerV2, as every export
 made before there were others). `mtl export --with-heads` adds the task heads beside
-it (export.py)."""
+it (saving/writer.py)."""
 import json
 import os
 import shutil

@@ -6,7 +6,7 @@ EXPORTED_DIR is any folder `architectures.layout` knows: our keras export, a ber
 checkpoint folder (as released or exported), a PyTorch `roformer` folder.
 Nothing here trains or scores by itself: it writes a one-task experiment
 (`backbone: {init: EXPORTED_DIR}`, balancing `none`, one micro-batch per
-update) to RUN_DIR/finetune.yaml, trains it with `trainer.Run` and scores
+update) to RUN_DIR/finetune.yaml, trains it with `loop.run.Run` and scores
 the result with `Run.evaluate` (recorded in RUN_DIR/evaluations.jsonl).
 
 Two fine-tunes with the same `seed` and settings start from the same head

@@ -1,11 +1,11 @@
 """`mtl train`: an experiment YAML -> a run directory. The training loop, at the end of
 the core's five stages, each a module:
 
-    plan      preflight.plan_run      the checked experiment: tasks, files, vocab, run directory
-    prepare   prepare.py              the vocab and feature caches -> train streams (+ mixture.py)
+    plan      plan.plan_run           the checked experiment: tasks, files, vocab, run directory
+    prepare   prepare/pipeline.py     the vocab and feature caches -> train streams (+ mixing/)
     assemble  assemble.py             backbone, heads, optimizer (also from a checkpoint: resume,
                                       evaluate, predict, export; from a folder: finetune)
-    step      training.py + step/     one update: micro-batches, per-task gradients, balancing
+    step      step/                   one update: micro-batches, per-task gradients, balancing
     loop      here                    fit, callbacks, checkpoints, evaluations
 
 run_dir/
@@ -190,7 +190,7 @@ class RunLogger(keras.callbacks.Callback):
                 self.bad_since.setdefault(entry["task"], self.step)
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
-        # the update a Ctrl-C reports (commands/train.py) is the last one metrics.jsonl holds
+        # the update a Ctrl-C reports (cli/train.py) is the last one metrics.jsonl holds
         self.run.step = self.step
         scalars = {"loss": record["loss"] or 0.0}
         for name, stats in record["tasks"].items():
@@ -286,7 +286,7 @@ class Run:
     """A training run: `Run(EXPERIMENT, output, callbacks=[...]).train(resume=...)`, EXPERIMENT
     a YAML path or an `Experiment` (Experiment.from_dict / from_yaml), checked alike.
 
-    Everything checkable is checked first (preflight.plan_run: the experiment, tasks,
+    Everything checkable is checked first (plan.plan_run: the experiment, tasks,
     data and label files, vocab; with `resume` True/False also the run directory), then
     the model is built; nothing is written to the run directory until `train` starts
     and holds the run's lock (`Run.load`, which evaluates, writes nothing at all).

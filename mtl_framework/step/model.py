@@ -104,7 +104,7 @@ class MultiTaskModel(Step, keras.Model):
         self._threads = None
         self.last_micro_logs = []
         # Updates the current Keras epoch may still run (None: steps_per_epoch decides); a
-        # run's epochs end at its evaluation steps (trainer.Run, callbacks.EvaluationEpochs).
+        # run's epochs end at its evaluation steps (loop.run.Run, callbacks.EvaluationEpochs).
         self.epoch_updates_left = None
 
     # --- variables ------------------------------------------------------------
@@ -304,7 +304,7 @@ class MultiTaskModel(Step, keras.Model):
 
     def close(self):
         """Stops the threads that run micro-steps side by side (lanes > 1); a later
-        run_update starts them again. trainer.Run.close calls it."""
+        run_update starts them again. loop.run.Run.close calls it."""
         if self._threads is not None:
             self._threads.shutdown()
             self._threads = None

@@ -1,6 +1,6 @@
 """The TensorFlow step (step/__init__.py says what a Step provides): one tf.function per
 trace group, traced once for any lengths and label counts; under a tf.distribute
-strategy each replica computes on its slice of the micro-batch (training.py's module
+strategy each replica computes on its slice of the micro-batch (step/model.py's module
 doc: the mixed update, lanes, dropout seeds, strategies, loss scaling)."""
 import os
 

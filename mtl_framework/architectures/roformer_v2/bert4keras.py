@@ -190,7 +190,7 @@ def write_checkpoint(weights, checkpoint_path):
 
 
 def check(config, source):
-    """A bert4keras checkpoint holds every config of ours (rope_scaling aside: export.py);
+    """A bert4keras checkpoint holds every config of ours (rope_scaling aside: saving/writer.py);
     writing it takes TensorFlow (KERAS_BACKEND=jax may run without it)."""
     needs_tensorflow(source, "write")
 

@@ -18,6 +18,11 @@ among the 1,338 dev positives (the task's metric) and the Spearman of cosine on 
 AFQMC dev pairs by their labels (C-MTEB's AFQMC figure, from the run's encoder). Runs are
 kept in the work folder and skipped when present. Output: bench/results/contrastive_lr.json
 and .md.
+
+`--signs-cost`: what the signs cost the step instead: two models of the same run in one
+process (BERT tiny, lr 1e-3), one whose head gives no signs, updated on the same batches in
+interleaved rounds of 5 updates; medians of seconds per update and of the rounds' paired
+ratios; and the signs alone (losses.ranking_signs on [128, 128] logits, traced), printed.
 """
 import argparse
 import contextlib
@@ -53,7 +58,7 @@ tasks:
     type: contrastive
     max_length: 64
     metric: retrieval           # dev: each positive pair's query among the 1,338 positives
-    embedding: {{loss: infonce}}  # the pairs labelled 1 (positive_score 1.0)
+    embedding: {{loss: infonce, pooling: POOLING}}  # the pairs labelled 1 (positive_score 1.0)
 """
 BACKBONES = {  # tiny: 2 layers of 128, as the demo's; small: the released small size
     "bert": {"architecture": "bert", "num_layers": 2, "hidden_size": 128, "num_heads": 2,
@@ -64,6 +69,7 @@ BACKBONES = {  # tiny: 2 layers of 128, as the demo's; small: the released small
                     "vocab_size": 6000, "dropout": 0.1},
 }
 LAST = 20  # updates averaged for the final figures
+RUN_SUFFIX = ""  # a run's folder: <architecture>-lr<lr><suffix>, "-mean" for --pooling mean
 
 
 def experiment(work, data_root, architecture, lr, steps):
@@ -78,7 +84,7 @@ def experiment(work, data_root, architecture, lr, steps):
 
 def train(work, data_root, architecture, lr, steps):
     """The run's folder and (wall seconds, stderr) of its `mtl train` (None when kept)."""
-    run = work / f"{architecture}-lr{lr:g}"
+    run = work / f"{architecture}-lr{lr:g}{RUN_SUFFIX}"
     if (run / "evaluations.jsonl").is_file():
         return run, None
     path = work / f"{run.name}.json"
@@ -175,6 +181,55 @@ def markdown(rows, steps):
     return "\n".join(lines) + "\n"
 
 
+def signs_cost(work, data_root, rounds=24):
+    """(median s/update with the signs, without, median paired ratio) of interleaved rounds."""
+    import statistics
+    import types
+
+    from mtl_framework import Run
+
+    path = work / "signs_cost.json"
+    path.write_text(json.dumps(experiment(work, data_root, "bert", 1e-3, 300)), encoding="utf-8")
+    runs = {name: Run(str(path), str(work / f"signs_cost_{name}"), log=lambda *_: None)
+            for name in ("signs", "none")}
+    head = runs["none"].model.heads[TASK]
+    head.compute_task_loss_and_signs = types.MethodType(
+        lambda self, vectors, batch: (self._loss(vectors, batch, False)[0], {}), head)
+    times = {name: [] for name in runs}
+    for run in runs.values():  # traced first
+        run.model.run_update([run.mixture.next()])
+    for round_ in range(rounds):
+        for name in ("signs", "none") if round_ % 2 == 0 else ("none", "signs"):
+            batches = [runs[name].mixture.next() for _ in range(5)]
+            start = time.perf_counter()
+            for batch in batches:
+                runs[name].model.run_update([batch])
+            times[name].append((time.perf_counter() - start) / 5)
+    return (statistics.median(times["signs"]), statistics.median(times["none"]),
+            statistics.median(a / b for a, b in zip(times["signs"], times["none"])))
+
+
+def signs_alone(rows=128, calls=2000):
+    """Median seconds of one traced losses.ranking_signs on [rows, rows] logits."""
+    import statistics
+
+    import tensorflow as tf
+
+    from mtl_framework import losses
+
+    logits = tf.random.normal([rows, rows]) / 0.05
+    valid, target = tf.ones([rows, rows], tf.bool), tf.range(rows)
+    signs = tf.function(lambda: losses.ranking_signs(logits, valid, target, 0.05))
+    signs()
+    times = []
+    for _ in range(calls // 100):
+        start = time.perf_counter()
+        for _ in range(100):
+            signs()["accuracy"].numpy()
+        times.append((time.perf_counter() - start) / 100)
+    return statistics.median(times)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
@@ -183,11 +238,21 @@ def main():
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "contrastive_lr"))
     parser.add_argument("--output", default=str(OUTPUT), help="the results' path, less .json / .md")
+    parser.add_argument("--signs-cost", action="store_true", help="time the step with and without signs")
+    parser.add_argument("--pooling", default="cls", choices=["cls", "mean"])
     args = parser.parse_args()
+    global RUN_SUFFIX
+    RUN_SUFFIX = "" if args.pooling == "cls" else f"-{args.pooling}"
     output = Path(args.output)
     work = Path(args.work_dir)
     (work / "specs").mkdir(parents=True, exist_ok=True)
-    (work / "specs" / f"{TASK}.yaml").write_text(SPEC, encoding="utf-8")
+    (work / "specs" / f"{TASK}.yaml").write_text(SPEC.replace("POOLING", args.pooling), encoding="utf-8")
+    if args.signs_cost:
+        with_signs, without, ratio = signs_cost(work, Path(args.data_root).resolve())
+        print(f"s/update with the signs {with_signs:.4f}, without {without:.4f}, "
+              f"paired ratio {ratio:.3f}; the signs alone on [128, 128] logits "
+              f"{signs_alone() * 1e3:.3f} ms ({cpu_model()})")
+        return
     rows = []
     for architecture in args.architecture:
         for lr in args.lrs:

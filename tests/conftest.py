@@ -122,6 +122,30 @@ def write_tiny_experiment(path, **overrides):
     return path
 
 
+def afqmc_pairs():
+    """Where and how AFQMC's pairs are read (format, train and dev files, options, fields),
+    as the catalog's spec task_specs/afqmc.yaml says: for a test's own tasks on them."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "task_specs" / "afqmc.yaml").read_text(encoding="utf-8"))
+    files = {split: spec["files"][split] for split in ("train", "dev")}
+    return {"format": spec["format"], "files": files, "options": spec["options"],
+            "fields": spec["fields"]}
+
+
+def write_spec(folder, dataset, tasks, source, description="tests"):
+    """folder/DATASET.yaml: a task spec of `tasks` (each a dict, as a spec's task entry) on
+    `source` (format, files, options, fields: afqmc_pairs() or a test's own); the path."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {"dataset": dataset, "description": description, "source": "tests",
+            "license": "research use", **source, "tasks": tasks}
+    path = folder / f"{dataset}.yaml"
+    path.write_text(yaml.safe_dump(spec, allow_unicode=True, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def train_tiny(experiment):
     """`mtl train EXPERIMENT --output run` beside it (it must succeed); the run folder."""
     from mtl_framework.cli import main as mtl

@@ -16,24 +16,16 @@ def case_id(case):
     return "-".join(case)
 
 
-@pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)
-def test_backbone(architecture):
-    harness.run_backbone_test(architecture)
+# each harness check on one architecture alone: built and called, padding exactness, the
+# packed call, mixed precision
+CHECKS = {"backbone": harness.run_backbone_test, "padding": harness.run_padding_test,
+          "packed": harness.run_packed_test, "mixed_precision": harness.run_mixed_precision_test}
 
 
 @pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)
-def test_padding(architecture):
-    harness.run_padding_test(architecture)
-
-
-@pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)
-def test_packed(architecture):
-    harness.run_packed_test(architecture)
-
-
-@pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)
-def test_mixed_precision(architecture):
-    harness.run_mixed_precision_test(architecture)
+@pytest.mark.parametrize("check", CHECKS)
+def test_architecture(check, architecture):
+    CHECKS[check](architecture)
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)

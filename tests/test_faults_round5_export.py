@@ -14,41 +14,20 @@ from test_faults import DEMO_DATA, refused, snapshot
 
 from mtl_framework import cli
 
-from conftest import write_tiny_experiment
+from conftest import ONE_LAYER, afqmc_pairs, write_spec, write_tiny_experiment
 
-BERT = {"architecture": "bert", "num_layers": 1, "hidden_size": 32, "num_heads": 2,
-        "intermediate_size": 64, "dropout": 0.0, "max_positions": 64}
+BERT = {"architecture": "bert", **ONE_LAYER, "max_positions": 64}
 EMBEDDING = {"loss": "cosent", "pooling": "cls", "normalize": True, "query_prefix": "查询：",
              "matryoshka_dims": [16]}
-SPEC = f"""dataset: afqmc_embed
-description: AFQMC's pairs as a sentence embedding (tests)
-source: https://github.com/CLUEbenchmark/CLUE
-license: research use
-format: delimited
-files:
-  train: afqmc/train.txt
-  dev: afqmc/dev.txt
-options:
-  delimiter: "\\t"
-fields:
-  text: 0
-  text_b: 1
-  label: 2
-tasks:
-  - name: embed_cls
-    type: contrastive
-    max_length: 32
-    metric: cosine_spearman
-    embedding: {json.dumps(EMBEDDING, ensure_ascii=False)}
-"""
+TASK = {"name": "embed_cls", "type": "contrastive", "max_length": 32, "metric": "cosine_spearman",
+        "embedding": EMBEDDING}
 TEXTS = ["蚂蚁借呗等额还款可以换成先息后本吗", "花呗"]
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("round5_export")
-    (root / "specs").mkdir()
-    (root / "specs" / "afqmc_embed.yaml").write_text(SPEC, encoding="utf-8")
+    write_spec(root / "specs", "afqmc_embed", [TASK], afqmc_pairs())
     experiment = write_tiny_experiment(
         root / "experiment.yaml", backbone=BERT, tasks=["tnews", "embed_cls"],
         task_specs=[str(root / "specs")], precision="float32", max_length=32, steps=2)

@@ -17,7 +17,7 @@ from test_faults import refused, snapshot
 from mtl_framework import cli
 from mtl_framework.scoring import embedding as scores
 
-from conftest import DEMO_DATA, REPO
+from conftest import DEMO_DATA, REPO, afqmc_pairs, write_spec
 
 VOCAB = REPO / "tests" / "fixtures" / "run_format1" / "vocab.txt"
 PROMPTS = {"query": "问：", "passage": "文："}
@@ -92,29 +92,12 @@ def user_task(tmp_path, name, rows, metric, train_rows=None):
     for split, written in (("train", train_rows or rows), ("dev", rows)):
         (data / f"{split}.tsv").write_text("".join(f"{a}\t{b}\t{s}\n" for a, b, s in written),
                                            encoding="utf-8")
-    specs = tmp_path / "specs"
-    specs.mkdir(exist_ok=True)
     loss = "infonce" if metric in ("retrieval", "reranking") else "cosent"  # scored pairs kept
-    (specs / f"{name}.yaml").write_text(f"""\
-dataset: {name}
-description: a user's pairs
-format: delimited
-files:
-  train: {name}/train.tsv
-  dev: {name}/dev.tsv
-options:
-  delimiter: "\\t"
-fields:
-  text: 0
-  text_b: 1
-  label: 2
-tasks:
-  - name: {name}
-    type: contrastive
-    max_length: 32
-    metric: {metric}
-    embedding: {{loss: {loss}}}
-""", encoding="utf-8")
+    task = {"name": name, "type": "contrastive", "max_length": 32, "metric": metric,
+            "embedding": {"loss": loss}}
+    files = {split: f"{name}/{split}.tsv" for split in ("train", "dev")}
+    specs = tmp_path / "specs"  # AFQMC's columns, the user's files
+    write_spec(specs, name, [task], {**afqmc_pairs(), "files": files}, "a user's pairs")
     return specs, tmp_path / "data"
 
 

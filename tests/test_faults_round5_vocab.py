@@ -39,26 +39,15 @@ from mtl_framework import cli
 from mtl_framework.config.registry import load_registry
 from mtl_framework.tokenizer import Tokenizer, count_units, example_texts, load_vocab
 
-from conftest import ONE_LAYER
+from conftest import ONE_LAYER, write_spec
 
 TRANSFORMERS5 = REPO / "tests" / "fixtures" / "transformers5"
 TOKENIZER = TRANSFORMERS5 / "tokenizer"
 CURRENT_PYTHON = REPO / ".venv-current" / "bin" / "python"
 CJK = re.compile(r"[\u4e00-\u9fff]")
-PAIRS_SPEC = """\
-dataset: my_pairs
-description: a user's own pairs file
-format: pairs
-files:
-  train: my_pairs/train.jsonl
-tasks:
-  - name: my_retrieval
-    type: contrastive
-    max_length: 32
-    metric: retrieval
-    embedding:
-      hard_negatives: 1
-"""
+PAIRS_TASK = {"name": "my_retrieval", "type": "contrastive", "max_length": 32,
+              "metric": "retrieval", "embedding": {"hard_negatives": 1}}
+PAIRS_SOURCE = {"format": "pairs", "files": {"train": "my_pairs/train.jsonl"}}
 
 
 # --- every example type says its texts ------------------------------------------------------
@@ -99,8 +88,7 @@ def pairs_data(root):
                                        ensure_ascii=False) + "\n"
                             for (query, positive), title in zip(rows, titles)), encoding="utf-8")
     specs = Path(root) / "specs"
-    specs.mkdir(exist_ok=True)
-    (specs / "my_pairs.yaml").write_text(PAIRS_SPEC, encoding="utf-8")
+    write_spec(specs, "my_pairs", [PAIRS_TASK], PAIRS_SOURCE, "a user's own pairs file")
     return specs, path.parent.parent
 
 

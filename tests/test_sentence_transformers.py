@@ -19,14 +19,13 @@ from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
 from mtl_framework.formats import sentence_transformers as st
 
-from conftest import REPO, write_tiny_experiment
+from conftest import ONE_LAYER, REPO, afqmc_pairs, write_spec, write_tiny_experiment
 
 WORKER = REPO / "tests" / "interop" / "sentence_worker.py"
 # MTL_CURRENT_PYTHON / MTL_TORCH_PYTHON: another interpreter that has the packages
 VENVS = {"current": os.environ.get("MTL_CURRENT_PYTHON") or REPO / ".venv-current/bin/python",
          "pinned": os.environ.get("MTL_TORCH_PYTHON") or REPO / ".venv-torch/bin/python"}
-BERT = {"architecture": "bert", "num_layers": 1, "hidden_size": 32, "num_heads": 2,
-        "intermediate_size": 64, "dropout": 0.0, "max_positions": 64}
+BERT = {"architecture": "bert", **ONE_LAYER, "max_positions": 64}
 # what each contrastive task trains (its spec's `embedding:`), and the prompts its export holds
 TASKS = {
     "embed_cls": ({"pooling": "cls", "normalize": True, "query_prefix": "查询：",
@@ -35,27 +34,6 @@ TASKS = {
                     "passage_prefix": "答："}, {"query": "问：", "document": "答："}),
 }
 SIDE_OF_PROMPT = {"": "", "query": "query", "document": "passage"}  # `mtl encode --side`
-SPEC = """dataset: afqmc_embed
-description: AFQMC's pairs as two sentence embeddings that disagree (tests)
-source: https://github.com/CLUEbenchmark/CLUE
-license: research use
-format: delimited
-files:
-  train: afqmc/train.txt
-  dev: afqmc/dev.txt
-options:
-  delimiter: "\\t"
-fields:
-  text: 0
-  text_b: 1
-  label: 2
-tasks:
-""" + "".join(f"""  - name: {name}
-    type: contrastive
-    max_length: 32
-    metric: cosine_spearman
-    embedding: {json.dumps({"loss": "cosent", **settings}, ensure_ascii=False)}
-""" for name, (settings, _) in TASKS.items())
 # a mixed-case one (lower-cased by both tokenizers) and one past max_length 32 (cut alike)
 TEXTS = ["蚂蚁借呗等额还款可以换成先息后本吗", "花呗", "Hello World 你好",
          "我的花呗账单是***，还款怎么是***我的花呗，月结出来说让我还***元，我自己算了一下详细名单"
@@ -76,14 +54,27 @@ def worker_python(venv):
     return python
 
 
+def run_worker(python, jobs, folder):
+    """tests/interop/sentence_worker.py's `batch` of `jobs` (argument lists) in one child of
+    `python`, offline and on the CPU, written as folder/jobs.json; it must succeed."""
+    (folder / "jobs.json").write_text(json.dumps(jobs))
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRANSFORMERS_OFFLINE="1", HF_HUB_OFFLINE="1",
+               PYTHONPATH="")
+    result = subprocess.run([python, str(WORKER), "batch", str(folder / "jobs.json")], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(run, {task: export folder}, {task: {side: the run's own vectors}})."""
     from mtl_framework.evaluation.encode import Encoder
 
     root = tmp_path_factory.mktemp("sentence")
-    (root / "specs").mkdir()
-    (root / "specs" / "afqmc_embed.yaml").write_text(SPEC, encoding="utf-8")
+    write_spec(root / "specs", "afqmc_embed", [
+        {"name": name, "type": "contrastive", "max_length": 32, "metric": "cosine_spearman",
+         "embedding": {"loss": "cosent", **settings}} for name, (settings, _) in TASKS.items()],
+        afqmc_pairs())
     experiment = write_tiny_experiment(
         root / "experiment.yaml", backbone=BERT, tasks=["tnews", *TASKS],
         task_specs=[str(root / "specs")], precision="float32", max_length=32, steps=2,
@@ -242,12 +233,7 @@ def test_sentence_transformers_and_transformers_load_the_run(venv, request, tmp_
                                    "normalize": settings["normalize"], "prompts": prompts,
                                    "truncate_dims": settings.get("matryoshka_dims", [])}))
         jobs.append(["encode", str(exports[task]), str(job), str(tmp_path / f"{task}.npz")])
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRANSFORMERS_OFFLINE="1", HF_HUB_OFFLINE="1",
-               PYTHONPATH="")
-    result = subprocess.run([python, str(WORKER), "batch", str(tmp_path / "jobs.json")], env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_worker(python, jobs, tmp_path)
     for task, (settings, prompts) in TASKS.items():
         out = np.load(tmp_path / f"{task}.npz")
         versions = json.loads(str(out["versions"]))
@@ -314,12 +300,7 @@ def hub_folders(tmp_path_factory):
             "texts": HUB_TEXTS}, ensure_ascii=False), encoding="utf-8")
         jobs.append(["make", str(root / name), str(root / f"{name}.json"),
                      str(root / f"{name}.npz")])
-    (root / "jobs.json").write_text(json.dumps(jobs))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TRANSFORMERS_OFFLINE="1", HF_HUB_OFFLINE="1",
-               PYTHONPATH="")
-    result = subprocess.run([python, str(WORKER), "batch", str(root / "jobs.json")], env=env,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    run_worker(python, jobs, root)
     folders = {name: (root / name, np.load(root / f"{name}.npz")) for name in HUB_MODELS}
     nested = root / "hub_cls_0"
     shutil.copytree(root / "hub_cls", nested)

@@ -32,7 +32,6 @@ Writes bench/results/contrastive_cost.json and .md (--quick: a temporary folder 
 --output-dir says where).
 """
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -42,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import REPO
+from bench import REPO, write_results
 from bench.backbone import COMMON, CONFIGS
 from bench.load import cpu_model, load_average
 from bench.mtl_overhead import Contention, family_batch
@@ -241,10 +240,7 @@ def main(argv=None):
                         "round. Ratios within one run are what to read: the variants ran interleaved."]}
     out = Path(args.output_dir or (tempfile.mkdtemp(prefix="bench_contrastive_cost_") if args.quick
                                    else REPO / "bench" / "results"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "contrastive_cost.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out / "contrastive_cost.md").write_text(markdown(report), encoding="utf-8")
-    print(markdown(report))
+    write_results(out, "contrastive_cost", report, markdown(report))
 
 
 if __name__ == "__main__":

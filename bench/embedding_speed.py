@@ -66,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import REPO, child_env
+from bench import REPO, JsonWorker, child_env, write_results
 from bench.load import cpu_model, load_average
 from mtl_framework.evaluation.encode import ENCODING_THREADS
 
@@ -313,28 +313,15 @@ def worker_main(side, model_dir, precision, data_path, batch_size):
         print(json.dumps(out), flush=True)
 
 
-class Worker:
+class Worker(JsonWorker):
     def __init__(self, side, precision, python, model_dir, data_path, batch_size, log_path):
         self.side, self.precision = side, precision
-        self.log = open(log_path, "w")
         command = [python, "-m", "bench.embedding_speed", "--worker", side, "--model", str(model_dir),
                    "--precision", precision, "--data", str(data_path), "--batch", str(batch_size)]
         extra = ENCODING_THREADS if side == ENCODING_SIDE else ST_SIDES.get(side, (None, {}))[1]
         environment = child_env(CUDA_VISIBLE_DEVICES="", **extra)
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.log, text=True, bufsize=1, env=environment,
-                                        cwd=REPO)
+        super().__init__(command, log_path, environment, f"worker {side} {precision}", cwd=REPO)
         self.info = self.read()
-
-    def read(self):
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker {self.side} {self.precision} died: see {self.log.name}")
-        return json.loads(line)
-
-    def ask(self, **command):
-        self.process.stdin.write(json.dumps(command) + "\n")
-        return self.read()
 
     def close(self):
         self.process.stdin.close()
@@ -468,10 +455,7 @@ def main(argv=None):
                         "Training excludes collation on both sides (ours: the NumPy batch dict; ST: "
                         "the torch feature dicts); encoding includes tokenization on both sides."]}
     out = Path(args.output_dir or (workdir if args.quick else REPO / "bench" / "results"))
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "embedding_speed.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out / "embedding_speed.md").write_text(markdown(report), encoding="utf-8")
-    print(markdown(report))
+    write_results(out, "embedding_speed", report, markdown(report))
 
 
 def markdown(report):

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import REPO
+from bench import runs as scratch_runs
 from bench.load import cpu_seconds, load_average
 from bench.runs import open_run, progress_lines, scratch_experiment
 
@@ -60,12 +61,10 @@ from mtl_framework.tokenizer import (  # noqa: E402
 TASKS = ["tnews", "afqmc", "ocnli", "cluener"]
 MODES = ["gradient_norm", "none"]
 # Chosen so each mode trains ~4-5 min on 2 busy cores (~0.6 s per update of 4 x 32 rows).
-FULL = dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512, steps=350,
-            batch_size=32, tasks_per_update=4, max_length=64, lr=1e-3, warmup_steps=35,
-            alpha_warmup_steps=50, vocab_size=6000, eval_examples=1000)
-QUICK = dict(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, steps=12,
-             batch_size=16, tasks_per_update=4, max_length=64, lr=1e-3, warmup_steps=4,
-             alpha_warmup_steps=4, vocab_size=6000, eval_examples=64)
+FULL = dict(**scratch_runs.TINY_BACKBONE, steps=350, batch_size=32, tasks_per_update=4, max_length=64,
+            lr=1e-3, warmup_steps=35, alpha_warmup_steps=50, vocab_size=6000, eval_examples=1000)
+QUICK = dict(**scratch_runs.SMOKE_BACKBONE, steps=12, batch_size=16, tasks_per_update=4, max_length=64,
+             lr=1e-3, warmup_steps=4, alpha_warmup_steps=4, vocab_size=6000, eval_examples=64)
 QUICK_WORK = REPO / ".cache" / "bench_learning_quick"  # kept: later smoke checks reuse its features
 
 
@@ -205,9 +204,7 @@ def main():
     parser.add_argument("--tasks", nargs="+", default=TASKS)
     parser.add_argument("--modes", nargs="+", default=MODES)
     parser.add_argument("--quick", action="store_true", help="tiny smoke check (~1 min)")
-    for key, value in FULL.items():
-        parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None,
-                            help=f"default {value} ({QUICK[key]} with --quick)")
+    scratch_runs.add_size_options(parser, FULL, QUICK)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--render", metavar="JSON", default=None,
                         help="only rewrite the .md beside a learning.json (no training)")
@@ -226,10 +223,7 @@ def main():
         path.with_suffix(".md").write_text(text, encoding="utf-8")
         print(text)
         return
-    defaults = QUICK if args.quick else FULL
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    scratch_runs.fill_sizes(args, FULL, QUICK)
     args.print_every = args.print_every or max(1, args.steps // 10)
     if args.quick and not args.work_dir:
         args.work_dir = str(QUICK_WORK)

@@ -60,14 +60,13 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench import REPO, child_env
+from bench import REPO, JsonWorker, child_env, write_results
 from bench.backbone import COMMON, CONFIGS  # the same backbones as the throughput benchmark
 from bench.load import cpu_model, machine_busy_seconds, proc_cpu_seconds
 
@@ -417,35 +416,21 @@ class Contention:
                 "per_round": self.per_round}
 
 
-class WorkerProcess:
+class WorkerProcess(JsonWorker):
     def __init__(self, config_name, num_tasks, extra_one_batch, log_path, threads=None):
-        self.log = open(log_path, "w")
         command = [sys.executable, "-m", "bench.mtl_overhead", "--worker", config_name, str(num_tasks)]
         if extra_one_batch:
             command.append("--one-batch")
         if threads:
             command += ["--threads", str(threads)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=self.log, text=True, bufsize=1,
-                                        env=child_env(CUDA_VISIBLE_DEVICES=""))
+        super().__init__(command, log_path, child_env(CUDA_VISIBLE_DEVICES=""))
         self.started = time.perf_counter()
-        self._read()
+        self.read()
         self.ready_s = time.perf_counter() - self.started  # interpreter + TF import + build
 
     @property
     def pid(self):
         return self.process.pid
-
-    def _read(self):
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"benchmark worker died; see {self.log.name}")
-        return json.loads(line)
-
-    def ask(self, **command):
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-        return self._read()
 
     def close(self):
         try:
@@ -813,10 +798,7 @@ def main(argv=None):
         "entry gives the cores they used per round. Wall-time medians over interleaved rounds; "
         "cpu_s is this worker's process CPU time per update (all TF threads), less sensitive "
         "to the others' load."]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "mtl_overhead.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out / "mtl_overhead.md").write_text(markdown(report), encoding="utf-8")
-    print(markdown(report))
+    write_results(out, "mtl_overhead", report, markdown(report))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ character vocab built from the benchmark tasks' texts (RoFormerV2's size);
 building it is not timed.
 """
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import REPO
+from bench import REPO, write_results
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -185,10 +184,7 @@ def main():
     }
     shutil.rmtree(work, ignore_errors=True)
     out = Path(args.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "pipeline.json").write_text(json.dumps(output, indent=1) + "\n", encoding="utf-8")
-    (out / "pipeline.md").write_text(markdown(output), encoding="utf-8")
-    print(markdown(output))
+    write_results(out, "pipeline", output, markdown(output))
 
 
 def markdown(output):

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from bench import REPO
+from bench import runs as scratch_runs
 from bench.learning import build_shared_vocab, featurize
 from bench.load import cpu_model, load_average
 from bench.runs import interval, progress_lines, scratch_experiment, train_and_evaluate
@@ -43,12 +44,10 @@ from mtl_framework.tokenizer import Tokenizer  # noqa: E402
 
 TASKS = ["tnews", "cluener"]
 PRECISIONS = ["float32", "mixed_bfloat16"]
-FULL = dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512, steps=300,
-            batch_size=32, tasks_per_update=2, max_length=64, lr=1e-3, warmup_steps=30,
-            alpha_warmup_steps=50, vocab_size=6000, eval_examples=1000)
-QUICK = dict(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128, steps=6,
-             batch_size=8, tasks_per_update=2, max_length=32, lr=1e-3, warmup_steps=2,
-             alpha_warmup_steps=2, vocab_size=3000, eval_examples=32)
+FULL = dict(**scratch_runs.TINY_BACKBONE, steps=300, batch_size=32, tasks_per_update=2, max_length=64,
+            lr=1e-3, warmup_steps=30, alpha_warmup_steps=50, vocab_size=6000, eval_examples=1000)
+QUICK = dict(**scratch_runs.SMOKE_BACKBONE, steps=6, batch_size=8, tasks_per_update=2, max_length=32,
+             lr=1e-3, warmup_steps=2, alpha_warmup_steps=2, vocab_size=3000, eval_examples=32)
 QUICK_WORK = REPO / ".cache" / "bench_precision_quick"
 
 
@@ -134,17 +133,13 @@ def main():
     parser.add_argument("--study", default=None,
                         help="the study's name in precision.json (default: `mixture` or the one "
                              "task, then the updates, e.g. mixture600)")
-    for key, value in FULL.items():
-        parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None,
-                            help=f"default {value} ({QUICK[key]} with --quick)")
+    scratch_runs.add_size_options(parser, FULL, QUICK)
     parser.add_argument("--work-dir", default=None,
                         help="vocab, features and runs (default .cache/bench_precision, kept)")
     parser.add_argument("--output-dir", default=None,
                         help="default bench/results (--quick: the work folder)")
     args = parser.parse_args()
-    for key, value in (QUICK if args.quick else FULL).items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    scratch_runs.fill_sizes(args, FULL, QUICK)
     work = Path(args.work_dir or (QUICK_WORK if args.quick else REPO / ".cache" / "bench_precision"))
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)

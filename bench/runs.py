@@ -92,6 +92,26 @@ def train_and_evaluate(experiment: dict, work_dir: Path, name: str, eval_example
             "run_dir": str(run.run_dir)}
 
 
+# A from-scratch study's backbone: the demo's (experiments/demo.yaml), and its smoke check's
+TINY_BACKBONE = dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512)
+SMOKE_BACKBONE = dict(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=128)
+
+
+def add_size_options(parser: Any, full: dict, quick: dict) -> None:
+    """An option --KEY for each setting of `full` (scratch_experiment's `args`), default None:
+    fill_sizes gives what is left out."""
+    for key, value in full.items():
+        parser.add_argument("--" + key.replace("_", "-"), type=type(value), default=None,
+                            help=f"default {value} ({quick[key]} with --quick)")
+
+
+def fill_sizes(args: Any, full: dict, quick: dict) -> None:
+    """Each setting no --KEY gave: `quick`'s with --quick, else `full`'s."""
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+
+
 def scratch_experiment(name: str, args: Any, work_dir: Path, vocab: Path, **settings: Any) -> dict:
     """A from-scratch model's experiment sized by `args` (num_layers, hidden_size, num_heads,
     intermediate_size, alpha_warmup_steps, lr, warmup_steps, batch_size, steps, data_root),

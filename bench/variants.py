@@ -20,7 +20,14 @@ from mtl_framework.architectures.roformer_v2.layers import (
     SelfAttention,
     scaled,
 )
-from mtl_framework.layers import dense, rotate_by_swap_matmul, softmax_with_exact_sum, swap_pairs
+from mtl_framework.layers import (
+    dense,
+    dense_product,
+    rotate_by_swap_matmul,
+    softmax_with_exact_sum,
+    swap_pairs,
+    transposed,
+)
 
 
 def apply_rotary(x, cos, sin):
@@ -302,20 +309,7 @@ def dense_weight_grad_copy(x, kernel):
     return _dense_dw_copy(x, ops.cast(kernel, x.dtype))
 
 
-@ops.custom_gradient
-def _dense_dw_copy(x, kernel):
-    from mtl_framework.layers import transposed
-
-    y = ops.matmul(x, kernel)
-
-    def grad(*args, upstream=None):
-        if upstream is None:
-            (upstream,) = args
-        inputs = ops.reshape(x, (-1, kernel.shape[0]))
-        outputs = ops.reshape(upstream, (-1, kernel.shape[1]))
-        return ops.matmul(upstream, transposed(kernel)), ops.matmul(transposed(inputs), outputs)
-
-    return y, grad
+_dense_dw_copy = dense_product(transposed)
 
 
 def scores_einsum(q, k):

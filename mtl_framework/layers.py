@@ -223,18 +223,28 @@ def dense(x, kernel):
     return _dense(x, ops.cast(kernel, x.dtype))
 
 
-@ops.custom_gradient
-def _dense(x, kernel):
-    y = ops.matmul(x, kernel)
+def dense_product(transpose_inputs):
+    """`dense`'s product and its gradients, the kernel's gradient X^T dY taking X^T by
+    `transpose_inputs` (ops.transpose here; bench/variants.py times a transposed copy)."""
 
-    def grad(*args, upstream=None):
-        if upstream is None:
-            (upstream,) = args
-        inputs = ops.reshape(x, (-1, kernel.shape[0]))
-        outputs = ops.reshape(upstream, (-1, kernel.shape[1]))
-        return ops.matmul(upstream, transposed(kernel)), ops.matmul(ops.transpose(inputs), outputs)
+    @ops.custom_gradient
+    def product(x, kernel):
+        y = ops.matmul(x, kernel)
 
-    return y, grad
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            inputs = ops.reshape(x, (-1, kernel.shape[0]))
+            outputs = ops.reshape(upstream, (-1, kernel.shape[1]))
+            return (ops.matmul(upstream, transposed(kernel)),
+                    ops.matmul(transpose_inputs(inputs), outputs))
+
+        return y, grad
+
+    return product
+
+
+_dense = dense_product(ops.transpose)
 
 
 @ops.custom_gradient

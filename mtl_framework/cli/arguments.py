@@ -1,5 +1,6 @@
-"""Command modules of `mtl` (see cli.py), and the argument types they share."""
+"""Command modules of `mtl` (see cli.py), and the argument types and options they share."""
 import argparse
+import os
 
 
 def at_least(minimum, kind=int, maximum=None):
@@ -21,6 +22,20 @@ def at_least(minimum, kind=int, maximum=None):
 
 
 SEED = at_least(0, int, 2**32 - 1)  # numpy's seeds are 32-bit
+
+
+def add_experiment_data_root(parser):
+    """--data-root of a command that reads an experiment (plan.plan_run's order of places)."""
+    parser.add_argument("--data-root", metavar="DIR", default=None,
+                        help="folder the task specs' file paths are relative to (default: the "
+                             "experiment's data_root, else $MTL_DATA_ROOT, else ./data)")
+
+
+def add_task_sources(parser):
+    """--data-root and --specs of a command that reads tasks without an experiment."""
+    parser.add_argument("--data-root", default=os.environ.get("MTL_DATA_ROOT"),
+                        help="dataset root (default: $MTL_DATA_ROOT)")
+    parser.add_argument("--specs", nargs="+", default=[], metavar="DIR", help="extra task spec folders")
 
 
 def positive_float(text):

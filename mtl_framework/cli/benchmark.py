@@ -6,6 +6,7 @@ instead (mtl_framework.evaluation.embedding_suite)."""
 import os
 
 from mtl_framework import cli
+from mtl_framework.cli.arguments import add_task_sources
 from mtl_framework.errors import UserError
 from mtl_framework.formats import loadable
 
@@ -19,11 +20,9 @@ def register(subparsers):
                              "more, each pair is compared as the earlier export minus the later "
                              "one, paired by seed")
     parser.add_argument("--suite", required=True, help="suite YAML (e.g. suites/clue_small.yaml)")
-    parser.add_argument("--data-root", default=os.environ.get("MTL_DATA_ROOT"),
-                        help="dataset root (default: $MTL_DATA_ROOT)")
+    add_task_sources(parser)
     parser.add_argument("--output", required=True,
                         help="results folder; run again with the same folder to resume")
-    parser.add_argument("--specs", nargs="+", default=[], metavar="DIR", help="extra task spec folders")
     parser.add_argument("--cache-dir", default=None, help="features cache (default: OUTPUT/cache)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each fine-tune's checkpoint (default: removed once scored)")

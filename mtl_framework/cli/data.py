@@ -22,7 +22,7 @@ unknown task name or invalid specs.
 import sys
 
 from mtl_framework.cli import strict_json
-from mtl_framework.cli.arguments import at_least
+from mtl_framework.cli.arguments import add_experiment_data_root, at_least
 from mtl_framework.config import registry as reg
 from mtl_framework.prepare import stats as data_stats
 
@@ -69,9 +69,7 @@ def register(subparsers):
     prepare.add_argument("experiment", help="experiment YAML (see experiments/demo.yaml)")
     prepare.add_argument("--workers", type=int, default=None, metavar="N",
                          help="worker processes (default: this machine's cores; 1 = this process)")
-    prepare.add_argument("--data-root", metavar="DIR", default=None,
-                         help="folder the specs' file paths are relative to (default: the "
-                              "experiment's data_root, else $MTL_DATA_ROOT, else ./data)")
+    add_experiment_data_root(prepare)
     prepare.set_defaults(func=run_prepare)
 
 

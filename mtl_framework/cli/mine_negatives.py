@@ -7,7 +7,7 @@ import os
 import sys
 
 from mtl_framework import cli
-from mtl_framework.cli.arguments import SEED, at_least
+from mtl_framework.cli.arguments import SEED, add_task_sources, at_least
 from mtl_framework.errors import UserError
 from mtl_framework.rundir.outputs import write_atomic
 
@@ -21,9 +21,7 @@ def register(subparsers):
                         help="the pairs with their negatives; replaced only with --force")
     parser.add_argument("--force", action="store_true", help="replace an existing --output")
     parser.add_argument("--split", default="train", help="the task's split to mine (default: train)")
-    parser.add_argument("--data-root", default=os.environ.get("MTL_DATA_ROOT"),
-                        help="dataset root (default: $MTL_DATA_ROOT)")
-    parser.add_argument("--specs", nargs="+", default=[], metavar="DIR", help="extra task spec folders")
+    add_task_sources(parser)
     parser.add_argument("--corpus", metavar="FILE",
                         help="passages to draw negatives from, one per line (default: the "
                              "split's distinct positives)")

@@ -12,6 +12,7 @@ import sys
 
 import yaml
 
+from mtl_framework.cli.arguments import add_experiment_data_root
 from mtl_framework.config.experiment import DISTRIBUTION
 from mtl_framework.errors import Interrupted
 from mtl_framework.rundir import RunDir
@@ -23,9 +24,7 @@ def register(subparsers):
     parser.add_argument("--output", default=None, help="run directory (default: output_dir or runs/NAME)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the run directory's latest checkpoint")
-    parser.add_argument("--data-root", metavar="DIR", default=None,
-                        help="folder the task specs' file paths are relative to (default: the "
-                             "experiment's data_root, else $MTL_DATA_ROOT, else ./data)")
+    add_experiment_data_root(parser)
     parser.add_argument("--distribution", choices=DISTRIBUTION, default=None,
                         help="override the experiment's `distribution`: mirrored = all local "
                              "devices, multi_worker = the cluster in $TF_CONFIG (run it on every host)")

@@ -123,6 +123,7 @@ def plan_run(experiment, output=None, data_root=None, resume=None, overrides=())
         _check_mlm_tie(experiment)
     _check_matryoshka(experiment, tasks)
     _check_prefixes(experiment, tasks)
+    _check_batches(experiment, tasks)
     run = RunDir(run_dir)
     checkpoints = run.checkpoint_names()
     precision = run_precision(experiment, run.stored_experiment() if checkpoints else None)
@@ -209,6 +210,18 @@ def _check_prefixes(experiment, tasks):
             for _, message in prefix_problems(task, min(task.max_length, experiment.max_length)):
                 raise ExperimentError(f"{task.spec_path}:{task.line}: task {task.name!r}: "
                                       f"{message}")
+
+
+def _check_batches(experiment, tasks):
+    """A contrastive task whose only candidates are its batch-mates' positives needs a batch
+    of two or more (its train rows are checked once read: contrastive.train_problem)."""
+    from mtl_framework.families.contrastive import batch_problem
+
+    for task in tasks:
+        problem = batch_problem(task, experiment.batch_size) if task.type == EMBEDDING_TYPE \
+            else None
+        if problem:
+            raise ExperimentError(f"{experiment.where('batch_size')}: {problem}")
 
 
 def _check_mlm_tie(experiment):

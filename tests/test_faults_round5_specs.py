@@ -290,3 +290,63 @@ def test_the_same_settings_resume_and_an_older_run_resumes_with_a_note(trained, 
                                      "only") == 1
     assert json.loads((run / "checkpoints" / "step-00000004" / "trainer.json").read_text()
                       )["record"]["experiment"]["optimizer"]["lr"] == 0.01
+
+
+# --- no candidate besides the positive, by the batch or by the data (R5-P39, P37, P38, P53) ------
+
+def test_p53_a_contrastive_task_on_a_text_format_without_text_b_is_refused_at_validate(
+        tmp_path, capsys):
+    specs = pairs_spec(tmp_path / "specs", fields={"text": 0, "label": 1}, task_format="delimited")
+    assert refused(capsys, ["tasks", "validate", specs]) == (
+        f"{specs}:{spec_line(specs, 'fields:')}: task 'my_pairs_task': a contrastive task learns "
+        "from pairs, and `fields:` maps no text_b (the positive, beside text: the query): map "
+        "text_b to the second text's column or key, or use format: pairs")
+    paired = pairs_spec(tmp_path / "paired", fields={"text": 0, "text_b": 1, "label": 2},
+                        task_format="delimited")
+    assert registry.validate_paths([paired]) == []
+
+
+def test_p39_a_batch_of_one_without_hard_negatives_is_refused_naming_batch_size(tmp_path, capsys):
+    from mtl_framework.plan import plan_run
+
+    specs = pairs_spec(tmp_path / "specs", {"hard_negatives": 0})
+    pairs_data(tmp_path / "data")
+    path = pairs_experiment(tmp_path, specs.parent, batch_size=1)
+    assert refused(capsys, ["train", path, "--output", tmp_path / "run"]) == (
+        f"{path}:{line_of(path, 'batch_size')}: batch_size: 1 leaves task 'my_pairs_task' "
+        "(in-batch negatives, hard_negatives: 0) no candidate besides a query's positive: its "
+        "batch-mates' positives are its negatives (the loss is 0, nothing is learned): give "
+        "batch_size >= 2, or embedding.hard_negatives >= 1 with a `pairs` file's negatives")
+    assert not (tmp_path / "run").exists()
+    drawn = pairs_spec(tmp_path / "drawn", {"hard_negatives": 1})  # PAIRS hold a negative each
+    assert plan_run(str(pairs_experiment(tmp_path, drawn.parent, batch_size=1))).tasks
+
+
+@pytest.mark.parametrize("records, embedding, why", [
+    # P37: classification-style rows, each query's positive the same text
+    ([{"query": f"问题{i}", "pos": ["花呗"]} for i in range(40)], None,
+     "every row has the same positive text (a batch-mate with it is no negative); no row has "
+     "a hard negative"),
+    # P38: one row repeated
+    ([{"query": "花呗怎么还", "pos": ["花呗还款"]}] * 40, None,
+     "every row has the same positive text (a batch-mate with it is no negative); no row has "
+     "a hard negative"),
+    ([{"query": f"问题{i}", "pos": ["花呗"], "neg": [f"无关{i}"]} for i in range(40)],
+     {"hard_negatives": 0}, "every row has the same positive text (a batch-mate with it is no "
+     "negative); hard_negatives: 0 draws none of the 40 rows' negatives"),
+    # each row's own negative is a candidate, in-batch negatives or not: it trains
+    (PAIRS, {"in_batch_negatives": False, "hard_negatives": 1}, None)])
+def test_p37_p38_rows_with_one_positive_and_no_negative_are_refused_before_the_run(
+        tmp_path, capsys, records, embedding, why):
+    specs = pairs_spec(tmp_path / "specs", embedding)
+    pairs_data(tmp_path / "data", records)
+    path = pairs_experiment(tmp_path, specs.parent)
+    if why is None:
+        assert cli.main(["train", str(path), "--output", str(tmp_path / "run")]) == 0
+        return
+    assert refused(capsys, ["train", path, "--output", tmp_path / "run"], late=True) == (
+        f"{specs}:{spec_line(specs, '- name')}: task 'my_pairs_task': its {len(records)} train "
+        f"rows leave a query no candidate besides its positive ({why}): the loss is 0, nothing "
+        "is learned: give rows with different positives, or hard negatives (`neg`) with "
+        "embedding.hard_negatives >= 1")
+    assert not (tmp_path / "run").exists()

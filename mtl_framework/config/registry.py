@@ -491,7 +491,11 @@ class _SpecLoader:
         if contrastive.settings_problems(settings):
             return  # each reported at its own line already
         for key, message in contrastive.data_problems(settings, adapter, fields):
-            spec.error(where + ("embedding", key), f"{label}: {message}")
+            at = where + ("embedding", key)
+            if key == "fields":  # the task's own fields:, else the dataset's, else the task
+                at = where + ("fields",) if "fields" in entry else \
+                    ("fields",) if "fields" in spec.data else where
+            spec.error(at, f"{label}: {message}")
 
     def check_keys(self, spec, where, data, keys, place):
         """Unknown, missing and mistyped keys; returns the entries that passed."""

@@ -86,6 +86,9 @@ class Family:
     tied_embedding: bool = False  # the head is the backbone's token embedding (pass embeddings=)
     choice_axis: bool = False  # batches are [B, C, L]: choices folded into the batch axis
     loss_denominator: Callable = batch_rows  # what the head's loss is a mean over
+    # (task, train features, batch_size) -> a line when no batch of them can teach anything
+    # (contrastive: no candidate besides a query's positive), else None; checked before a run
+    train_problem: Optional[Callable] = None
     # the loss couples a batch's rows (in-batch negatives, CoSENT's pairs): under a
     # tf.distribute strategy each replica computes it on the whole micro-batch (shard_batch)
     rows_coupled: bool = False

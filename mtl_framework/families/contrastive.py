@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from data_adapters.examples import PairExample, SpanQAExample, TextExample
-from data_adapters.task_types import CONTRASTIVE
+from data_adapters.task_types import CONTRASTIVE, MRC_SPAN
 from mtl_framework.config.yaml_io import yaml_number
 from mtl_framework.families.base import Family
 from mtl_framework.families.features import CHOICES, Featurizer, batch_length, pad_rows
@@ -132,6 +132,49 @@ def _without_candidates(settings):
             and settings["hard_negatives"] == 0)
 
 
+def batch_problem(task, batch_size):
+    """A line when an InfoNCE task that draws no hard negative trains in batches of one: a
+    query's only candidates are its batch-mates' positives, and a batch of one has none
+    (R5-15's case, by the experiment's batch_size); None otherwise."""
+    settings = embedding_settings(task)
+    if (batch_size < 2 and settings["loss"] == "infonce" and settings["in_batch_negatives"]
+            and settings["hard_negatives"] == 0):
+        return (f"batch_size: {batch_size} leaves task {task.name!r} (in-batch negatives, "
+                "hard_negatives: 0) no candidate besides a query's positive: its batch-mates' "
+                "positives are its negatives (the loss is 0, nothing is learned): give "
+                "batch_size >= 2, or embedding.hard_negatives >= 1 with a `pairs` file's negatives")
+    return None
+
+
+def train_problem(task, features, batch_size):
+    """A line when no train batch can give an InfoNCE query a candidate besides its positive
+    (the loss is 0 every update, nothing is learned): every row with the same positive text
+    (a batch-mate with it is masked, not a negative: docs/embeddings.md), or no batch-mate,
+    and no hard negative drawn. Said before the run, not after NotLearning's 100
+    micro-batches at loss 0; None otherwise."""
+    settings = embedding_settings(task)
+    if settings["loss"] != "infonce":
+        return None
+    positives = len(np.unique(np.asarray(features["positive_id"])))
+    with_negatives = int(np.count_nonzero(np.diff(np.asarray(features[CHOICES])) > 2))
+    if settings["hard_negatives"] >= 1 and with_negatives:
+        return None
+    if not settings["in_batch_negatives"]:
+        mates = "in_batch_negatives: false"
+    elif batch_size < 2:
+        mates = f"batch_size {batch_size}: no batch-mate"
+    elif positives < 2:
+        mates = "every row has the same positive text (a batch-mate with it is no negative)"
+    else:
+        return None
+    drawn = (f"hard_negatives: 0 draws none of the {with_negatives} rows' negatives"
+             if with_negatives else "no row has a hard negative")
+    return (f"{task.spec_path}:{task.line}: task {task.name!r}: its {len(features)} train rows "
+            f"leave a query no candidate besides its positive ({mates}; {drawn}): the loss "
+            "is 0, nothing is learned: give rows with different positives, or hard negatives "
+            "(`neg`) with embedding.hard_negatives >= 1")
+
+
 # The fields a format may read a pair's score from (pairs: `score`; text-pair formats: the label).
 SCORE_FIELDS = ("score", "label")
 
@@ -144,7 +187,7 @@ def data_problems(value, adapter, fields):
     settings = embedding_settings(value)
     declared = tuple(getattr(adapter, "field_keys", ()) or ())
     mapped = {**(getattr(adapter, "field_defaults", None) or {}), **fields}
-    reading_comprehension = "mrc_span" in (getattr(adapter, "task_types", ()) or ())
+    reading_comprehension = MRC_SPAN.name in (getattr(adapter, "task_types", ()) or ())
     problems = []
     if settings["loss"] == "cosent":
         source = next((key for key in SCORE_FIELDS if key in declared), None)
@@ -155,6 +198,10 @@ def data_problems(value, adapter, fields):
         elif source is None and reading_comprehension:
             problems.append(("loss", "embedding.loss cosent learns from each pair's score, and a "
                              "question and its passage have none: use loss: infonce"))
+    if "text_b" in declared and mapped.get("text_b") is None:  # every row would be dropped
+        problems.append(("fields", "a contrastive task learns from pairs, and `fields:` maps no "
+                         "text_b (the positive, beside text: the query): map text_b to the "
+                         "second text's column or key, or use format: pairs"))
     if (settings["loss"] == "infonce" and not settings["in_batch_negatives"]
             and "negatives" not in declared and (declared or reading_comprehension)):
         problems.append(("in_batch_negatives", "embedding.in_batch_negatives: false, and this "
@@ -369,5 +416,5 @@ FAMILY = Family(CONTRASTIVE.name, ContrastiveFeaturizer, collate_pairs, PAIR_BAT
                 choice_axis=True, rows_coupled=True, head_settings=head_settings,
                 feature_settings=feature_settings,
                 output=similarity_output, from_texts=pair_examples, two_texts=True,
-                hub_task="sentence-similarity")
+                hub_task="sentence-similarity", train_problem=train_problem)
 FAMILIES = (FAMILY,)

@@ -597,6 +597,7 @@ def train_streams(plan, tokenizer, log):
     """({task: TaskStream}, {task: examples}) of the run's tasks, in run order, and the
     reserved mlm task's RoundRobin when the experiment has it: the feature caches built
     first (cold ones in worker processes), then loaded, one summary line."""
+    from mtl_framework.families import family as family_of
     from mtl_framework.mixing.mixture import task_streams
     from mtl_framework.plan import MLM_TASK, mlm_corpus_task, mlm_settings
     from mtl_framework.prepare.cache import CacheNotes
@@ -612,6 +613,10 @@ def train_streams(plan, tokenizer, log):
                                                              experiment.max_length), log=notes)
         if len(features[task.name]) == 0:
             raise UserError(no_rows_message(task, features[task.name], plan.data_root))
+        problem = family_of(task.type).train_problem
+        line = problem and problem(task, features[task.name], experiment.batch_size)
+        if line:
+            raise UserError(line)
     mlm = None
     if MLM_TASK in plan.entries:  # MLM rows, masked per batch: from the entry's own `corpus`
         entry = plan.entries[MLM_TASK]  # (text_lines), else from every task's train texts

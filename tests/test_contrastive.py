@@ -581,29 +581,23 @@ RESUME_STEPS, RESUME_EVERY = 12, 4
 def killed_and_resumed(tmp_path, python=None):
     """tests/test_resume.py's check on MIXED: run A uninterrupted, run B SIGKILLed after its
     first checkpoint and resumed; both end with the same named state (each within 1e-6)."""
-    from run_harness import (
-        RESUMABLE,
-        assert_same_final_state,
-        finished,
-        kill_between_checkpoints,
-        mtl,
-        updates_logged,
-        write_experiment,
-    )
+    import run_harness as harness
 
-    run = (lambda *a, **k: mtl(*a, python=python, **k)) if python else mtl
-    experiment = write_experiment(tmp_path / "experiment.yaml", **{**RESUMABLE, "tasks": MIXED},
-                                  steps=RESUME_STEPS, checkpoint_every=RESUME_EVERY)
+    run = (lambda *a, **k: harness.mtl(*a, python=python, **k)) if python else harness.mtl
+    experiment = harness.write_experiment(tmp_path / "experiment.yaml",
+                                          **{**harness.RESUMABLE, "tasks": MIXED},
+                                          steps=RESUME_STEPS, checkpoint_every=RESUME_EVERY)
     a, b = tmp_path / "A", tmp_path / "B"
     uninterrupted = run("train", experiment, "--output", a, log=tmp_path / "A.log")
     killed = run("train", experiment, "--output", b, log=tmp_path / "B.log")
-    steps_at_kill = kill_between_checkpoints(killed, b, RESUME_EVERY, 300)
+    steps_at_kill = harness.kill_between_checkpoints(killed, b, RESUME_EVERY, 300)
     assert steps_at_kill and RESUME_STEPS not in steps_at_kill
-    assert updates_logged(b) < RESUME_STEPS
-    finished(uninterrupted, tmp_path / "A.log")
-    finished(run("train", experiment, "--output", b, "--resume", log=tmp_path / "B.log"), tmp_path / "B.log")
+    assert harness.updates_logged(b) < RESUME_STEPS
+    harness.finished(uninterrupted, tmp_path / "A.log")
+    harness.finished(run("train", experiment, "--output", b, "--resume", log=tmp_path / "B.log"),
+                     tmp_path / "B.log")
     assert f"resumed from {b / 'checkpoints'}" in (tmp_path / "B.log").read_text(errors="replace")
-    trainer, _, differences = assert_same_final_state(a, b, RESUME_STEPS, steps_at_kill)
+    trainer, _, differences = harness.assert_same_final_state(a, b, RESUME_STEPS, steps_at_kill)
     assert trainer["step"] == RESUME_STEPS
     logged = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines()]
     for task in MIXED:  # every task trained, with finite losses

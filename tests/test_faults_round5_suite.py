@@ -360,3 +360,35 @@ def test_r5_79_dev_evaluation_judges_a_querys_positives_together(tmp_path):
     assert (grouped["queries"], grouped["ndcg_at_10"]) == (2.0, 1.0)
     # apart: the second positive ranks 2nd for a query judging it alone, the first is not judged
     assert apart["queries"] == 3.0 and apart["ndcg_at_10"] == pytest.approx((2 + 1 / np.log2(3)) / 3)
+
+
+def test_p52_mtl_evaluate_of_one_passage_says_why_it_has_no_score(tmp_path, capsys):
+    """`mtl evaluate --max-examples 1` on a retrieval task: one query over one passage found
+    first, 1.0000 before; now no score, and the embeddings suite's note (one rule,
+    scoring.embedding.one_passage_corpus). Without the limit its 6 passages are scored."""
+    from conftest import ONE_LAYER
+
+    specs, data = user_task(tmp_path, "my_retrieval", [(f"问题{i}", f"段落{i}", 1) for i in range(6)],
+                            "retrieval")
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(json.dumps({
+        "data_root": str(data), "cache_dir": str(tmp_path / "cache"), "task_specs": [str(specs)],
+        "backbone": ONE_LAYER, "tasks": ["my_retrieval"], "batch_size": 4, "max_length": 16,
+        "steps": 1, "checkpoint_every": 1, "eval_every": 0, "precision": "float32"}),
+        encoding="utf-8")
+    run = tmp_path / "run"
+    assert cli.main(["train", str(experiment), "--output", str(run)]) == 0
+    capsys.readouterr()
+    assert cli.main(["evaluate", str(run), "--max-examples", "1", "--json"]) == 0
+    entry = json.loads(capsys.readouterr().out)["tasks"]["my_retrieval"]
+    assert entry["score"] is None and entry["result"]["documents"] == 1.0
+    assert entry["note"] == ("the score is undefined on this split: its corpus holds one passage: "
+                             "every query finds it first (nDCG 1.0 for any encoder); no score this "
+                             "step")
+    assert cli.main(["evaluate", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "my_retrieval" in out and "undefined" not in out
+    (scored,) = [json.loads(text) for text in (run / "evaluations.jsonl").read_text("utf-8")
+                 .splitlines()][-1:]
+    assert scored["tasks"]["my_retrieval"]["result"]["documents"] == 6.0
+    assert 0 < scored["tasks"]["my_retrieval"]["score"] <= 1

@@ -147,9 +147,19 @@ def defined(entry):
     undefined = isinstance(entry.get("score"), float) and not math.isfinite(entry["score"])
     entry = cleaned(entry)
     if undefined:
-        entry["note"] = ("the score is undefined on this split (constant gold scores or "
-                         "similarities, or a retrieval corpus of one passage): no score this step")
+        entry["note"] = f"the score is undefined on this split: {undefined_why(entry)}; no " \
+                        "score this step"
     return entry
+
+
+def undefined_why(entry):
+    """Why a task's score is undefined: a retrieval corpus of one passage (the embeddings
+    suite's note, scoring.embedding.one_passage_corpus), else a figure without a value."""
+    from mtl_framework.scoring.embedding import one_passage_corpus
+
+    documents = (entry.get("result") or {}).get("documents")
+    return (entry.get("metric") == "retrieval" and one_passage_corpus(documents)) or \
+        "constant gold scores or similarities"
 
 
 def _evaluate_features(model, task, features, predictor, batch_size, max_examples,

@@ -239,9 +239,9 @@ class TaskScorer:
             if self.kind == "retrieval":
                 self.queries, self.passages, self.qrels = grouped_queries(self.queries, self.passages)
                 self.size = len(self.queries)
-                if len(self.passages) == 1:
-                    self.note = ("its corpus holds one passage: every query finds it first "
-                                 "(nDCG 1.0 for any encoder)")
+                from mtl_framework.scoring.embedding import one_passage_corpus
+
+                self.note = one_passage_corpus(len(self.passages))
             elif self.kind == "sts" and len(set(self.scores[np.isfinite(self.scores)])) < 2:
                 self.note = ("its gold scores are all equal (or missing): Spearman is undefined")
             elif self.kind == "reranking" and not any(self.negatives):

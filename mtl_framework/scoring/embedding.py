@@ -424,6 +424,15 @@ def _check_k_values(k_values):
     return k_values
 
 
+def one_passage_corpus(passages):
+    """Why a retrieval corpus of `passages` distinct passages has no score, or None (R5-45):
+    with one, every query finds it first, 1.0 for any encoder. The one rule for the
+    embeddings suite and for training's and `mtl evaluate`'s dev retrieval."""
+    if passages == 1:
+        return "its corpus holds one passage: every query finds it first (nDCG 1.0 for any encoder)"
+    return None
+
+
 def retrieval_scores(query_embeddings, corpus_embeddings, qrels, *, corpus_ids=None,
                      k_values=RETRIEVAL_K_VALUES, per_query=False):
     """nDCG, MAP, recall, precision, hit rate and MRR at each k for queries searched over a corpus.

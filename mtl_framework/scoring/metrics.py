@@ -324,7 +324,7 @@ def retrieval(predictions, references):
     """C-MTEB's retrieval scores of the split's distinct queries (by query_id) searched over
     its positives (each distinct positive once, by positive_id), a query's positives judged
     together as mteb's qrels judge them: nDCG@10 (main), MRR@10, recall@10."""
-    from mtl_framework.scoring.embedding import retrieval_scores
+    from mtl_framework.scoring.embedding import one_passage_corpus, retrieval_scores
 
     _check(predictions, references)
     corpus, judged, queries = {}, {}, {}
@@ -335,7 +335,7 @@ def retrieval(predictions, references):
         judged.setdefault(query, {})[row] = 1
     documents = np.array([vector for _, vector in corpus.values()])
     counts = {"documents": float(len(documents)), "queries": float(len(queries))}
-    if len(documents) == 1:  # every query finds it first: 1.0 for any model, so no score (R5-45)
+    if one_passage_corpus(len(documents)):  # 1.0 for any model: no score (dev.py's note says why)
         return {"ndcg_at_10": np.nan, "mrr_at_10": np.nan, "recall_at_10": np.nan, **counts}
     result = retrieval_scores(np.array(list(queries.values())), documents, list(judged.values()),
                               k_values=(1, 10, 100))

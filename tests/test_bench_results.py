@@ -23,6 +23,7 @@ RESULT_OF = {
     "cache_key.py": "cache_key.json",
     "embedding_gain.py": "embedding_gain.json",
     "contrastive_cost.py": "contrastive_cost.json",
+    "contrastive_lr.py": "contrastive_lr.json",
     "contrastive_memory.py": "contrastive_memory.json",
     "embedding_speed.py": "embedding_speed.json",
     "exact_padding.py": "exact_padding.json",

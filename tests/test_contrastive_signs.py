@@ -258,8 +258,12 @@ def test_the_warning_reads_the_means_of_a_full_window_after_the_warmup():
              for i in range(patience)]
     (said,) = notice(noisy)
     assert "its loss has stayed at chance over its last" in said and ": 3.940 against 4.000" in said
+    assert "try a higher learning rate" in said
     learning = [{**entry, "loss": 3.8} for entry in noisy]  # 0.95 x chance
     assert notice(learning) == []
+    # at 0.9 x chance once (in the warm-up too), then at chance: too high a rate, not too low
+    (said,) = notice([{**noisy[0], "loss": 3.0}] + noisy, warmup=1)
+    assert "it had learnt (loss 0.75 x chance at update 1) and lost it: try a lower learning rate" in said
 
 
 def test_run_encode_without_training_uses_the_runs_newest_checkpoint(runs):

@@ -201,27 +201,36 @@ class NotLearning(keras.callbacks.Callback):
     micro-batches its mean loss is at chance (at least AT_CHANCE x their mean loss of
     vectors that tell no texts apart: ln of a query's candidates for InfoNCE), or its
     pooled vectors have collapsed (different texts' mean cosine at least COLLAPSED). Means,
-    not each micro-batch: a small batch's loss is noisy. The thresholds come from the
+    not each micro-batch: a small batch's loss is noisy. A task whose loss had once been
+    at most LEARNT x chance (from the first update on) learnt, then lost it: the warning
+    then says to lower the learning rate, else to raise it. The thresholds come from the
     learning-rate runs of docs/embeddings.md ("Learning rates")."""
 
     AT_CHANCE = 0.98
     COLLAPSED = 0.999
     PATIENCE = 100
+    LEARNT = 0.9
 
     def __init__(self, run):
         super().__init__()
         self.run = run
         self.warmup = int((run.experiment.raw.get("optimizer") or {}).get("warmup_steps", 0))
         self.recent = {}  # task -> deque of its last PATIENCE (update, finite micro-batch log)
+        self.lowest = {}  # task -> (its lowest loss / chance so far, the update)
         self.warned = set()
 
     def on_train_batch_end(self, batch, logs=None):
         update = self.run.step  # RunLogger has counted this update
-        if update <= self.warmup or not self.run.is_chief:
+        if not self.run.is_chief:
             return
         for entry in self.run.model.last_micro_logs:
             task = entry["task"]
             if task in self.warned or not entry["finite"] or "chance" not in entry:
+                continue
+            if entry["chance"] > 0:
+                self.lowest[task] = min(self.lowest.get(task, (math.inf, 0)),
+                                        (entry["loss"] / entry["chance"], update))
+            if update <= self.warmup:
                 continue
             recent = self.recent.setdefault(task, collections.deque(maxlen=self.PATIENCE))
             recent.append((update, entry))
@@ -244,8 +253,14 @@ class NotLearning(keras.callbacks.Callback):
                     f"cosine {mean('cosine'):.5f}")
         else:
             return None
-        return (f"task {task!r} is not learning: {seen}; try a higher learning rate "
-                "(optimizer.lr; docs/embeddings.md, \"Learning rates\", shows what trained)")
+        lowest, when = self.lowest.get(task, (math.inf, 0))
+        if lowest <= self.LEARNT:
+            advice = (f"it had learnt (loss {lowest:.2f} x chance at update {when}) and lost it: "
+                      "try a lower learning rate")
+        else:
+            advice = "try a higher learning rate"
+        return (f"task {task!r} is not learning: {seen}; {advice} (optimizer.lr; "
+                "docs/embeddings.md, \"Learning rates\", shows what trained)")
 
 
 class BestTracker:

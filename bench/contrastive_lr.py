@@ -2,9 +2,11 @@
 "Learning rates"), CPU.
 
     PYTHONPATH=. .venv/bin/python -m bench.contrastive_lr [--data-root ../shared/data]
-        [--lrs 1e-5 1e-4 5e-4 1e-3 2e-3] [--architecture bert] [--steps 300]
+        [--architecture bert roformer_v2 bert_small] [--lrs ...] [--steps N]
         [--work-dir runs/contrastive_lr]
 
+The plan (PLAN): BERT and RoFormerV2 tiny at lr 1e-5, 1e-4, 5e-4, 1e-3, 2e-3, 300 updates
+each; BERT small at 1e-4 and 2e-3, 150 updates (a run of it is 4 to 12 minutes here).
 One `mtl train` per learning rate, everything else equal: a backbone from scratch (random
 weights: the case where a wrong learning rate leaves the loss at chance), one InfoNCE task
 on AFQMC's train pairs labelled 1 (query -> its positive, the other 127 rows' positives
@@ -68,6 +70,8 @@ BACKBONES = {  # tiny: 2 layers of 128, as the demo's; small: the released small
     "roformer_v2": {"num_layers": 2, "hidden_size": 128, "num_heads": 2, "intermediate_size": 512,
                     "vocab_size": 6000, "dropout": 0.1},
 }
+LRS = (1e-5, 1e-4, 5e-4, 1e-3, 2e-3)
+PLAN = {"bert": (LRS, 300), "roformer_v2": (LRS, 300), "bert_small": ((1e-4, 2e-3), 150)}
 LAST = 20  # updates averaged for the final figures
 RUN_SUFFIX = ""  # a run's folder: <architecture>-lr<lr><suffix>, "-mean" for --pooling mean
 
@@ -129,6 +133,7 @@ def figures(run, architecture, lr, trained, data_root):
     seconds = trained[0] if trained else float(kept.read_text()) if kept.is_file() else None
     warned = replayed_warning(logged, experiment(run.parent, None, architecture, lr, len(logged)))
     return {"architecture": architecture, "lr": lr, "updates": len(logged),
+            "warmup": len(logged) // 10,
             **{key: float(np.mean([entry[key] for entry in last]))
                for key in ("loss", "chance", "accuracy", "cosine")},
             "first": {key: logged[0][key] for key in ("loss", "chance", "accuracy", "cosine")},
@@ -154,30 +159,34 @@ def replayed_warning(logged, config):
     return said.getvalue().strip() or None
 
 
-def markdown(rows, steps):
+def markdown(rows):
     lines = [f"# Learning rates for a sentence embedding from scratch ({cpu_model()}, 2 cores)", "",
              f"One InfoNCE task on AFQMC's positive train pairs, batch 128 (chance ln 128 = "
-             f"{np.log(128):.3f}), {steps} updates, AdamW, warm-up {steps // 10} updates then "
+             f"{np.log(128):.3f}), AdamW, warm-up 10% of the updates then "
              f"linear decay, float32; final figures: the mean of the last {LAST} updates; dev: "
              "nDCG@10 of each dev query's positive among the 1,338 dev positives, and the "
              "Spearman of cosine on AFQMC's 4,316 dev pairs.", "",
              "Wall time: `mtl train` whole, on a machine shared with other jobs (load 5-10 on its 2 "
              "cores): compare nothing by it.", "",
-             "| backbone | lr | contrastive loss | in-batch accuracy | mean cosine | below 0.98 x "
-             "chance from update | dev nDCG@10 | AFQMC dev Spearman | warned | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| backbone | lr | updates | contrastive loss | in-batch accuracy | mean cosine | below "
+             "0.98 x chance from update | dev nDCG@10 | AFQMC dev Spearman | warned | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         wall = f"{row['seconds']:.0f}" if row["seconds"] else ""
         size = "" if row["architecture"].endswith("_small") else " tiny"
-        lines.append(f"| {row['architecture']}{size} | {row['lr']:g} | {row['loss']:.3f} | "
+        lines.append(f"| {row['architecture']}{size} | {row['lr']:g} | {row['updates']} | "
+                     f"{row['loss']:.3f} | "
                      f"{row['accuracy']:.3f} | {row['cosine']:.4f} | {row['left_chance_at'] or 'never'} | "
                      f"{row['dev_ndcg_at_10']:.4f} | {row['afqmc_dev_spearman']:.4f} | "
                      f"{'yes' if row['warned'] else 'no'} | {wall} |")
-    warned = [row["warned"] for row in rows if row["warned"]]
-    if warned:
-        lines += ["", "The first warning (NotLearning fed the run's metrics.jsonl: with one "
-                  "micro-batch an update, what the run says with today's thresholds):", "", "```",
-                  warned[0], "```"]
+    advice = {}  # what a warning tells to try -> the first warning that says it
+    for row in rows:
+        if row["warned"]:
+            advice.setdefault(row["warned"].split(" (optimizer.lr;")[0].rsplit("; ", 1)[-1], row["warned"])
+    if advice:
+        lines += ["", "The warnings (NotLearning fed each run's metrics.jsonl: with one micro-batch "
+                  "an update, what the run says with today's thresholds), the first of each kind:",
+                  "", "```", *advice.values(), "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -233,9 +242,9 @@ def signs_alone(rows=128, calls=2000):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
-    parser.add_argument("--lrs", type=float, nargs="+", default=[1e-5, 1e-4, 5e-4, 1e-3, 2e-3])
-    parser.add_argument("--architecture", nargs="+", default=["bert"], choices=sorted(BACKBONES))
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--architecture", nargs="+", default=list(PLAN), choices=sorted(BACKBONES))
+    parser.add_argument("--lrs", type=float, nargs="+", help="in place of the plan's")
+    parser.add_argument("--steps", type=int, help="in place of the plan's")
     parser.add_argument("--work-dir", default=str(REPO / "runs" / "contrastive_lr"))
     parser.add_argument("--output", default=str(OUTPUT), help="the results' path, less .json / .md")
     parser.add_argument("--signs-cost", action="store_true", help="time the step with and without signs")
@@ -254,15 +263,16 @@ def main():
               f"{signs_alone() * 1e3:.3f} ms ({cpu_model()})")
         return
     rows = []
+    data_root = Path(args.data_root).resolve()
     for architecture in args.architecture:
-        for lr in args.lrs:
-            data_root = Path(args.data_root).resolve()
-            run, trained = train(work, data_root, architecture, lr, args.steps)
+        lrs, steps = PLAN.get(architecture, (LRS, 300))
+        for lr in args.lrs or lrs:
+            run, trained = train(work, data_root, architecture, lr, args.steps or steps)
             rows.append(figures(run, architecture, lr, trained, data_root))
             print(json.dumps(rows[-1]), flush=True)
     output.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-    output.with_suffix(".md").write_text(markdown(rows, args.steps), encoding="utf-8")
-    print(markdown(rows, args.steps))
+    output.with_suffix(".md").write_text(markdown(rows), encoding="utf-8")
+    print(markdown(rows))
 
 
 if __name__ == "__main__":

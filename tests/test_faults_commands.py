@@ -363,13 +363,10 @@ def test_resume_after_the_train_data_changed(trained, tmp_path, capsys):
 
 
 def test_disk_full_when_the_run_files_are_written(tmp_path, capsys, monkeypatch):
-    from mtl_framework.loop import run as trainer
+    from test_faults_round4_cli import full_disk_under  # (it imports this module)
 
-    def full(source, target, *args, **kwargs):
-        Path(target).write_text("[PAD]\n")  # a partial copy, then the disk is full
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(trainer.shutil, "copyfile", full)
+    # the vocab's write stops half-way with ENOSPC, as on a full disk
+    full_disk_under(monkeypatch, tmp_path / "run", "vocab.txt")
     path = experiment(tmp_path, cache_dir=str(tmp_path / "cache"))
     message = refused_late(capsys, ["train", path, "--output", tmp_path / "run"])
     assert "cannot write the run's files (No space left on device)" in message

@@ -216,7 +216,7 @@ def test_export_refuses_a_non_empty_folder_unless_forced_and_force_keeps_nothing
     assert "heads.json" in heads_export
     capsys.readouterr()
     assert mtl(["export", str(run), "--format", "bert4keras", "--output", str(out)]) == 2
-    assert "not empty" in one_line_error(capsys) and snapshot(out) == heads_export
+    assert "holds an earlier export" in one_line_error(capsys) and snapshot(out) == heads_export
     (tmp_path / f"export{records.TEMPORARY}dead").mkdir()  # a killed export's folder
     assert mtl(["export", str(run), "--format", "bert4keras", "--output", str(out),
                 "--force"]) == 0

@@ -37,6 +37,7 @@ RESULT_OF = {
     "prepare.py": "prepare.json",
     "pretraining_value.py": "pretraining_value.json",
     "speed_ab.py": "speed_ab.json",
+    "train_loop.py": "train_loop.json",
     "transfer.py": "transfer/results.json",
 }
 # bench/results/mixed_value*: another study's folder, kept by its own author.

@@ -12,11 +12,11 @@ twice is a problem naming both lines, and the data is then constructed from
 the same nodes (the values are exactly safe_load's).
 """
 import dataclasses
-import math
 
 import yaml
 
 from mtl_framework.errors import UserError
+from mtl_framework.numbers import yaml_number  # noqa: F401 (config reads it from here)
 
 # The longest YAML file read (the largest built-in spec is ~10 KB): /dev/zero named as
 # a file would otherwise be read until memory runs out.
@@ -103,22 +103,6 @@ def read_yaml(path):
         raise UserError(f"{path}: more than {MAX_CHARACTERS:,} characters: not an experiment, "
                         "spec or suite file")
     return parse_yaml(text, path)
-
-
-def yaml_number(value):
-    """A finite number from an int, a float or a numeric string, else None: the one rule for
-    the numbers of every YAML file read here (experiments, task specs). YAML 1.1 reads `1e-3`
-    (no dot) as a string, which is meant as a number; `.inf`, `.nan` and `true` are not."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    if isinstance(value, int) or isinstance(value, float) and math.isfinite(value):
-        return value
-    return None
 
 
 def load_yaml(path):

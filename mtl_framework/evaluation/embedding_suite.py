@@ -402,9 +402,9 @@ def checked_models(models):
 
 def model_fingerprint(path):
     """SHA-256 of what the encoder reads: a run's newest checkpoint folder, or the folder's
-    files (loop.benchmark.export_fingerprint); a model's scores are reused for these only."""
-    from mtl_framework.loop.benchmark import export_fingerprint
+    files (rundir.trained_on.export_fingerprint); a model's scores are reused for these only."""
     from mtl_framework.rundir import RunDir
+    from mtl_framework.rundir.trained_on import export_fingerprint
 
     run = RunDir(path)
     if run.is_run():

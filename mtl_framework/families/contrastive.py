@@ -23,9 +23,9 @@ import numpy as np
 
 from data_adapters.examples import PairExample, SpanQAExample, TextExample
 from data_adapters.task_types import CONTRASTIVE, MRC_SPAN
-from mtl_framework.config.yaml_io import yaml_number
 from mtl_framework.families.base import Family
 from mtl_framework.families.features import CHOICES, Featurizer, batch_length, pad_rows
+from mtl_framework.numbers import yaml_number
 
 LOSSES = ("infonce", "cosent")
 POOLINGS = ("cls", "mean")

@@ -28,6 +28,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from mtl_framework.formats.json_file import PROVENANCE_FILE  # noqa: F401 (read from here)
+
 
 @dataclass(frozen=True)
 class Format:
@@ -130,7 +132,6 @@ def _token(tokens, at):
     return repr(tokens[at]) if at < len(tokens) else "past the end"
 
 
-PROVENANCE_FILE = "provenance.json"  # every export of ours (saving/model_card.py)
 
 
 def recorded_vocab(directory):

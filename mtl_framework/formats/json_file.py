@@ -4,6 +4,8 @@ import json
 
 from mtl_framework.errors import UserError
 
+PROVENANCE_FILE = "provenance.json"  # every export of ours (saving/model_card.py)
+
 
 def read_json(path):
     try:

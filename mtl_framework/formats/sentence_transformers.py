@@ -24,7 +24,7 @@ import os
 
 from data_adapters.task_types import CONTRASTIVE
 from mtl_framework.errors import UserError
-from mtl_framework.formats.json_file import read_json
+from mtl_framework.formats.json_file import PROVENANCE_FILE, read_json
 
 POOLING_DIR = "1_Pooling"
 NORMALIZE_DIR = "2_Normalize"  # named in modules.json; sentence-transformers reads nothing in it
@@ -68,8 +68,6 @@ def recorded_heads(embedding):
 def recorded_embedding(directory):
     """(provenance.json's "embedding" record, that file) of an export of ours; (None, None)
     for a folder without one (an export older than the record, a release)."""
-    from mtl_framework.formats import PROVENANCE_FILE
-
     path = os.path.join(directory, PROVENANCE_FILE)
     if not os.path.isfile(path):
         return None, None

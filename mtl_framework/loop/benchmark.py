@@ -35,7 +35,6 @@ OUTPUT/
   cache/          features (per vocab), shared by every fine-tune
 """
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -53,6 +52,7 @@ from mtl_framework.formats import OURS
 from mtl_framework.loop.finetune import DEFAULTS as FINETUNE_DEFAULTS
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.outputs import check_folder, write_text_atomic
+from mtl_framework.rundir.trained_on import export_fingerprint
 from mtl_framework.scoring.scorers import score_name
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
@@ -256,23 +256,6 @@ def export_label(path):
 
 def export_slug(label):
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_.") or "export"
-
-
-def export_fingerprint(path):
-    """SHA-256 over the folder's files (names and bytes; the README model card left out):
-    a row is reused only for the same weights and config."""
-    digest = hashlib.sha256()
-    for root, dirs, names in os.walk(path):
-        dirs.sort()
-        for name in sorted(names):
-            if name == "README.md":
-                continue
-            full = os.path.join(root, name)
-            digest.update(os.path.relpath(full, path).encode() + b"\0")
-            with open(full, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-    return digest.hexdigest()
 
 
 def check_exports(paths):

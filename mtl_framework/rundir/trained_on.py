@@ -12,6 +12,7 @@ be checked: one line says so.
 """
 import dataclasses
 import hashlib
+import os
 
 NO_VOCAB_RECORD = "recorded no vocab hash: cannot check the vocab by content"
 NO_LABELS_RECORD = ("recorded no label names: cannot check the task specs' labels against its "
@@ -132,3 +133,20 @@ def matched_task(task, head, data_root, source, log=print, reorder=True,
         return dataclasses.replace(task, labels=list(recorded), label_file=None)
     raise UserError(f"{task.spec_path}:{task.line}: task {task.name!r}: "
                     f"{first_difference(recorded, labels)} ({source}): {fix}")
+
+
+def export_fingerprint(path):
+    """SHA-256 over the folder's files (names and bytes; the README model card left out):
+    a row is reused only for the same weights and config."""
+    digest = hashlib.sha256()
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for name in sorted(names):
+            if name == "README.md":
+                continue
+            full = os.path.join(root, name)
+            digest.update(os.path.relpath(full, path).encode() + b"\0")
+            with open(full, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()

@@ -57,6 +57,9 @@ class EvaluationEpochs(keras.callbacks.Callback):
         self.run.model.epoch_updates_left = None
 
 
+SIGNS = ("accuracy", "chance", "cosine")  # every head's signs (TaskHead.signs) that are logged
+
+
 class TaskMeans:
     """Per task, the means of its finite micro-batches' values (loss and the head's signs)
     since the last reset: what TaskLogs gives per epoch and Progress per line."""
@@ -77,9 +80,6 @@ class TaskMeans:
         """NaN while the task has had no finite micro-batch since the reset."""
         total, count = self.sums.get((task, key), (0.0, 0))
         return total / count if count else math.nan
-
-
-SIGNS = ("accuracy", "chance", "cosine")  # every head's signs (TaskHead.signs) that are logged
 
 
 class TaskLogs(keras.callbacks.Callback):

@@ -87,7 +87,7 @@ demo: install interop
 	$(BIN)/mtl export runs/demo --format keras-hub --output runs/demo/export/keras-hub
 	$(BIN)/mtl export runs/demo --format roformer-pytorch --output runs/demo/export/roformer-pytorch
 	@# The same initial weights without the training, what README's `mtl benchmark` compares with.
-	$(BIN)/python -c "from mtl_framework.loop.benchmark import initial_export; \
+	$(BIN)/python -c "from mtl_framework.transfer.benchmark import initial_export; \
 	  initial_export('runs/demo', 'runs/demo/export/initial')"
 	@# What the model says about a few dev sentences (needs `mtl predict`).
 	@if $(BIN)/mtl predict --help >/dev/null 2>&1; then \

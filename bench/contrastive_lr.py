@@ -110,7 +110,7 @@ def afqmc_spearman(run, data_root):
     """Spearman of the run's cosines on AFQMC's dev pairs against their labels (mteb's STS)."""
     from scipy.stats import spearmanr
 
-    from mtl_framework.evaluation.encode import Encoder
+    from mtl_framework.embedding.encode import Encoder
 
     rows = [line.split("\t") for line in
             (data_root / "afqmc" / "dev.txt").read_text(encoding="utf-8").splitlines()]

@@ -42,7 +42,7 @@ load: 0.8 against 3.8 CPU seconds for the same 128 sentences).
 
 Each side and precision is a worker process (ours in this Python, sentence-transformers
 in `--st-python`; ours twice: training with `mtl train`'s TensorFlow threads, encoding in
-a process set up as `mtl encode` sets itself, evaluation/encode.py ENCODING_THREADS),
+a process set up as `mtl encode` sets itself, embedding/encode.py ENCODING_THREADS),
 built and warmed up once (ours traces its step); the parent then runs rounds, and in each
 round every measurement runs on both sides in turn, A B then B A
 (the shared machine's load hits both alike). Medians per side; ratios of the medians and
@@ -68,7 +68,7 @@ import numpy as np
 
 from bench import REPO, JsonWorker, child_env, write_results
 from bench.load import cpu_model, load_average
-from mtl_framework.evaluation.encode import ENCODING_THREADS
+from mtl_framework.embedding.encode import ENCODING_THREADS
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -95,7 +95,7 @@ SIDES = ("ours", "st", "st_1thread", "st_passive")
 ST_SIDES = {"st": (None, {}), "st_1thread": (1, {}), "st_passive": (None, {"OMP_WAIT_POLICY": "PASSIVE"})}
 PRECISIONS = ("float32", "auto")
 # Our encoding runs in a worker of its own, with the TensorFlow threads `mtl encode` sets
-# (evaluation/encode.py ENCODING_THREADS); training in the "ours" worker, with `mtl train`'s.
+# (embedding/encode.py ENCODING_THREADS); training in the "ours" worker, with `mtl train`'s.
 ENCODING_SIDE = "ours_encode"
 
 
@@ -159,7 +159,7 @@ class OursWorker:
         import tensorflow as tf
 
         from mtl_framework import saving
-        from mtl_framework.evaluation.encode import Encoder
+        from mtl_framework.embedding.encode import Encoder
         from mtl_framework.families.heads import build_head
         from mtl_framework.step.distributed import precision_policy
         from mtl_framework.step.model import MultiTaskModel

@@ -32,7 +32,7 @@ def main():
     args = parser.parse_args()
 
     from mtl_framework.cli import main as mtl
-    from mtl_framework.loop.benchmark import initial_export
+    from mtl_framework.transfer.benchmark import initial_export
 
     started, load_start = time.perf_counter(), load_average()
     trained = os.path.join(args.run_dir, "export", "keras")

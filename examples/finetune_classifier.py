@@ -22,7 +22,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     from mtl_framework.evaluation.predict import load_model
-    from mtl_framework.loop.finetune import finetune
+    from mtl_framework.transfer.finetune import finetune
 
     run, scores = finetune(args.export, "chnsenticorp", output=args.output, data_root=DEMO_DATA,
                            steps=args.steps, batch_size=16, lr=1e-3, max_length=64)

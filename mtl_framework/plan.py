@@ -28,9 +28,9 @@ from mtl_framework.config.registry import UnknownTaskError, load_registry
 from mtl_framework.config.spec_schema import EMBEDDING_TYPE
 from mtl_framework.families import MLM
 from mtl_framework.families.contrastive import embedding_settings
+from mtl_framework.files import check_folder
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.checkpoint import read_trainer
-from mtl_framework.rundir.outputs import check_folder
 from mtl_framework.rundir.trained_on import check_vocab, matched_task
 
 # What a resumed run may change: how long it goes on, how it checkpoints and scores,

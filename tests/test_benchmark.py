@@ -10,7 +10,7 @@ import pytest
 
 from mtl_framework.cli import main as mtl
 from mtl_framework.errors import UserError
-from mtl_framework.loop.benchmark import initial_export, load_suite, mean_ci, t_quantile
+from mtl_framework.transfer.benchmark import initial_export, load_suite, mean_ci, t_quantile
 
 from conftest import write_tiny_experiment
 
@@ -252,7 +252,7 @@ def test_cli_errors_are_one_line_and_write_nothing(exports, tmp_path, capsys):
 
 def test_shipped_suites_are_valid(shared_data):
     from mtl_framework.config.registry import load_registry
-    from mtl_framework.loop.benchmark import check_task_files
+    from mtl_framework.transfer.benchmark import check_task_files
 
     registry = load_registry()
     small = load_suite(str(REPO / "suites" / "clue_small.yaml"), registry)

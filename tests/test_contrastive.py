@@ -808,7 +808,7 @@ def test_a_users_pairs_task_scored_by_reranking_ranks_each_positive_among_its_ne
     hard_negatives: 2 of the 3); MAP with one positive a query is the mean of 1 / its rank
     (a negative tied with it ranked above it, as mteb breaks ties), MRR@10 the same here (4
     candidates at most), recomputed from the run's encoder."""
-    from mtl_framework.evaluation.encode import Encoder
+    from mtl_framework.embedding.encode import Encoder
 
     records, scored = train_users_pairs_task(tmp_path, "reranking")
     assert scored["metric"] == "reranking" and scored["score"] == scored["result"]["map"]
@@ -825,7 +825,7 @@ def test_a_users_pairs_task_scored_by_reranking_ranks_each_positive_among_its_ne
     assert scored["result"]["mrr_at_10"] == pytest.approx(np.mean(reciprocal), abs=1e-6)
 
     # the local suite's reranking kind scores the same dev split the same way
-    from mtl_framework.evaluation.embedding_suite import embedding_benchmark
+    from mtl_framework.embedding.suite import embedding_benchmark
 
     suite = tmp_path / "suite.yaml"
     suite.write_text("kind: embeddings\ntasks:\n  - my_retrieval\nbootstrap: 50\n", encoding="utf-8")

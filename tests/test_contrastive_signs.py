@@ -271,8 +271,8 @@ def test_run_encode_without_training_uses_the_runs_newest_checkpoint(runs):
     checkpoint's vectors (Encoder of the run directory), said in one line; a run without a
     checkpoint is refused in one line."""
     from mtl_framework import Run
+    from mtl_framework.embedding.encode import Encoder
     from mtl_framework.errors import UserError
-    from mtl_framework.evaluation.encode import Encoder
 
     said = []
     run = Run(str(runs.folder / "learning.json"), str(runs.folder / "learning"), log=said.append)

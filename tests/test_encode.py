@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from mtl_framework.cli import main as mtl
+from mtl_framework.embedding.encode import Encoder, folder_settings, trained_settings
+from mtl_framework.embedding.mine_negatives import mine_negatives
 from mtl_framework.errors import UserError
-from mtl_framework.evaluation.encode import Encoder, folder_settings, trained_settings
-from mtl_framework.evaluation.mine_negatives import mine_negatives
 
 from conftest import DEMO_DATA, REPO, train_tiny, write_tiny_experiment
 
@@ -176,7 +176,7 @@ def test_the_suite_scores_as_the_scorers_do(run, tmp_path):
     import shutil
 
     from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation.embedding_suite import TaskScorer, embedding_benchmark
+    from mtl_framework.embedding.suite import TaskScorer, embedding_benchmark
     from mtl_framework.scoring import embedding as scores
 
     suite = tmp_path / "suite.yaml"
@@ -204,7 +204,7 @@ def test_the_suite_scores_as_the_scorers_do(run, tmp_path):
 
 def test_the_shipped_suite_names_scorable_tasks():
     from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation.embedding_suite import read_suite
+    from mtl_framework.embedding.suite import read_suite
 
     settings, entries = read_suite(str(REPO / "suites" / "embeddings.yaml"), load_registry())
     assert {e["kind"] for e in entries} == {"sts", "pair_classification", "classification",
@@ -221,7 +221,7 @@ def test_the_mtl_program_encodes_with_one_tensorflow_thread_an_op_and_a_batch_a_
     import subprocess
     import sys
 
-    probe = ("import os; from mtl_framework.evaluation.encode import use_encoding_threads, "
+    probe = ("import os; from mtl_framework.embedding.encode import use_encoding_threads, "
              "encoding_lanes; set_ = use_encoding_threads(); import tensorflow as tf; tf.constant(1); "
              "print(set_, os.environ['TF_NUM_INTRAOP_THREADS'], encoding_lanes(), os.cpu_count(), "
              "use_encoding_threads())")

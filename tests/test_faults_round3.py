@@ -25,11 +25,11 @@ from data_adapters import ReadReport, get_adapter, read_files
 from mtl_framework import cli
 from mtl_framework.config.registry import LabelFileError, load_registry, read_label_file
 from mtl_framework.errors import UserError
-from mtl_framework.loop.benchmark import load_suite
 from mtl_framework.prepare import cache
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.lock import RunLock
 from mtl_framework.saving import model_card
+from mtl_framework.transfer.benchmark import load_suite
 
 
 @pytest.fixture(scope="module")
@@ -520,7 +520,7 @@ def test_data_stats_names_the_alias_it_read(capsys):
 
 
 def test_two_exports_whose_names_slug_alike_are_named_as_such(tmp_path):
-    from mtl_framework.loop.benchmark import check_exports
+    from mtl_framework.transfer.benchmark import check_exports
 
     first, second = tmp_path / "my export", tmp_path / "my_export"
     with pytest.raises(UserError) as refusal:

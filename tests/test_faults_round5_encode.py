@@ -27,8 +27,8 @@ from test_faults_commands import refused_late
 from test_faults_round4_cli import BERT, full_disk_under, no_temporaries
 
 from mtl_framework import cli
+from mtl_framework.embedding.encode import Encoder
 from mtl_framework.errors import UserError
-from mtl_framework.evaluation.encode import Encoder
 
 SPEC = """\
 dataset: my_pairs
@@ -418,7 +418,7 @@ def test_point3_an_export_killed_mid_write_or_mid_swap_keeps_the_old_one(trained
 
 
 def test_point3_the_finetune_suites_results_are_written_whole(tmp_path, monkeypatch):
-    from mtl_framework.loop import benchmark
+    from mtl_framework.transfer import benchmark
 
     suite = {"path": str(tmp_path / "suite.yaml"), "description": "", "seeds": [0],
              "tasks": [{"name": "tnews"}]}

@@ -52,7 +52,7 @@ class HashEncoder:
 @pytest.fixture
 def hashed(monkeypatch, tmp_path):
     """Two model folders scored by HashEncoder (they differ only in name: the same vectors)."""
-    import mtl_framework.evaluation.encode as encode
+    import mtl_framework.embedding.encode as encode
 
     monkeypatch.setattr(encode, "Encoder", HashEncoder)
     HashEncoder.calls = []
@@ -195,7 +195,7 @@ def test_sts_and_pairs_are_encoded_without_a_prefix_retrieval_with_query_and_pas
     results = strict_json(tmp_path / "out" / "results.json")
     afqmc = next(r for r in results["rows"] if r["task"] == "afqmc_sts")
     from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation.embedding_suite import task_texts
+    from mtl_framework.embedding.suite import task_texts
 
     gold = task_texts(load_registry().tasks["afqmc_sts"], "dev", DEMO_DATA, HashEncoder("").tokenizer, 40)[2]
     expected = scores.sts_scores(np.array([HashEncoder.vector(t) for t in first]),
@@ -205,7 +205,7 @@ def test_sts_and_pairs_are_encoded_without_a_prefix_retrieval_with_query_and_pas
 
 def test_max_examples_all_scores_the_whole_split(hashed, tmp_path):
     from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation.embedding_suite import task_texts
+    from mtl_framework.embedding.suite import task_texts
 
     suite = write_suite(tmp_path / "s.yaml", "max_examples: 30\ntasks:\n"
                         "  - {task: afqmc_sts, max_examples: all}\n  - cmrc2018_retrieval\n")
@@ -222,7 +222,7 @@ def test_clustering_is_mtebs_k_means_v_measure_of_a_classification_tasks_texts(h
     from sklearn.metrics.cluster import v_measure_score
 
     from mtl_framework.config.registry import load_registry
-    from mtl_framework.evaluation.embedding_suite import labelled_texts
+    from mtl_framework.embedding.suite import labelled_texts
 
     suite = write_suite(tmp_path / "s.yaml",
                         "tasks:\n  - {task: tnews, kind: clustering, max_examples: 300}\n")

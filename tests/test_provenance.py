@@ -75,7 +75,7 @@ def test_report_without_matplotlib_is_one_line_and_writes_nothing(tmp_path, monk
     run.mkdir()
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0, "tasks": {}}) + "\n")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails
-    monkeypatch.delitem(sys.modules, "mtl_framework.evaluation.report", raising=False)
+    monkeypatch.delitem(sys.modules, "mtl_framework.plots", raising=False)
     assert cli.main(["report", str(run)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: plots need matplotlib, which is not installed: pip install mtl_framework[plots]"]

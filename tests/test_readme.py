@@ -116,9 +116,9 @@ def after_make_demo(tmp_path_factory):
     """What `make demo` leaves, at the tiny scale: runs/demo trained on the tasks README's
     commands use, its keras export with heads and the initial export; `../shared` beside
     it when this checkout has one."""
-    from mtl_framework.loop.benchmark import initial_export
     from mtl_framework.loop.run import Run
     from mtl_framework.saving.writer import export
+    from mtl_framework.transfer.benchmark import initial_export
 
     base = tmp_path_factory.mktemp("readme-shell")
     folder = base / "repo"

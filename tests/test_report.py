@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from mtl_framework import cli
-from mtl_framework.evaluation.report import ReportError, smooth, write_report
+from mtl_framework.plots import ReportError, smooth, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TRAINING_PLOTS = {"loss.png", "gradient_norm.png", "sampling.png", "schedule.png"}
@@ -139,7 +139,7 @@ def test_smooth_follows_a_falling_loss_drawn_at_unequal_steps():
 @pytest.fixture
 def figures(monkeypatch):
     """The figures the report draws, kept open for inspection instead of only saved."""
-    from mtl_framework.evaluation import report
+    from mtl_framework import plots as report
 
     kept = []
     original = report.save
@@ -172,7 +172,7 @@ def test_dev_scores_bounded_axes_and_baselines(run_dir, figures):
 
 
 def test_benchmark_plot_bars_and_intervals(tmp_path, figures):
-    from mtl_framework.evaluation.report import plot_benchmark
+    from mtl_framework.plots import plot_benchmark
 
     results = {
         "seeds": [0, 1],

@@ -100,7 +100,9 @@ def test_the_top_level_rooms_have_no_cycle():
     graph = {room: (targets - {room}) & set(rooms) for room, targets in rooms.items()}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle between top-level rooms: " + " -> ".join(cycle)
-    assert len(graph) < 25, sorted(graph)
+    # 27 rooms since embedding/, transfer/, files.py and plots.py left loop/, evaluation/ and
+    # rundir/ (issue 50): a new one should be as deliberate
+    assert len(graph) <= 27, sorted(graph)
 
 
 # --- names, write, read ---------------------------------------------------------------------

@@ -7,7 +7,7 @@ exported with `--embedding-task`. The folders are loaded as users load them, in 
 process of each torch venv (tests/interop/sentence_worker.py): `.venv-current` (`make
 interop-current`: sentence-transformers 6, transformers 5) and `.venv-torch` (`make
 interop-torch`: 3.4.1, 4.50.3); each check skips where its venv is absent. The reference
-is the run itself: `Encoder(run, task=...)` (evaluation/encode.py)."""
+is the run itself: `Encoder(run, task=...)` (embedding/encode.py)."""
 import json
 import os
 import subprocess
@@ -68,7 +68,7 @@ def run_worker(python, jobs, folder):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(run, {task: export folder}, {task: {side: the run's own vectors}})."""
-    from mtl_framework.evaluation.encode import Encoder
+    from mtl_framework.embedding.encode import Encoder
 
     root = tmp_path_factory.mktemp("sentence")
     write_spec(root / "specs", "afqmc_embed", [

@@ -1,8 +1,8 @@
 """`mtl benchmark EXPORT [EXPORT...] --suite SUITE.yaml --data-root DIR --output DIR`:
 fine-tune each exported backbone on each task of a suite for each seed; scores with 95%
-intervals and paired differences (see mtl_framework.loop.benchmark). A suite of `kind:
+intervals and paired differences (see mtl_framework.transfer.benchmark). A suite of `kind:
 embeddings` (suites/embeddings.yaml) scores each run or folder zero-shot as C-MTEB does
-instead (mtl_framework.evaluation.embedding_suite)."""
+instead (mtl_framework.embedding.suite)."""
 import os
 
 from mtl_framework import cli
@@ -40,11 +40,11 @@ def suite_kind(path):
 
 
 def run(args):
-    from mtl_framework.loop.benchmark import benchmark
+    from mtl_framework.transfer.benchmark import benchmark
 
     if suite_kind(args.suite) == "embeddings":
-        from mtl_framework.evaluation.embedding_suite import embedding_benchmark
-        from mtl_framework.evaluation.encode import use_encoding_threads
+        from mtl_framework.embedding.encode import use_encoding_threads
+        from mtl_framework.embedding.suite import embedding_benchmark
 
         if cli.PROGRAM:  # the `mtl` program: its own process, started for this
             use_encoding_threads()

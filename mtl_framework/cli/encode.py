@@ -2,7 +2,7 @@
 `mtl encode RUN_OR_FOLDER --input TEXTS.txt --output OUT.npy|OUT.jsonl`.
 
 Sentence embeddings, pooled and normalised as the run's contrastive tasks were trained
-(evaluation/encode.py): from a run directory (its newest checkpoint, or --checkpoint), an
+(embedding/encode.py): from a run directory (its newest checkpoint, or --checkpoint), an
 export of ours, or any folder we read (a `--format transformers` export reads its
 sentence-transformers pooling). Texts come from --text (repeatable; `-` reads stdin, one
 text per line) or --input (one text per line, or a .jsonl of {"text": ...} objects). Out:
@@ -18,7 +18,7 @@ from mtl_framework import cli
 from mtl_framework.cli.arguments import at_least
 from mtl_framework.cli.predict import read_texts
 from mtl_framework.errors import UserError
-from mtl_framework.rundir.outputs import write_atomic
+from mtl_framework.files import write_atomic
 
 OUTPUT_KINDS = (".npy", ".jsonl")
 BOM = "\ufeff"  # a UTF-8 BOM, decoded: Windows editors start a file with it
@@ -177,7 +177,7 @@ def run(args):
         check_output(args.output, args.force, [args.input], args.model)
     texts = text_arguments(args.text) if args.text else input_texts(args.input)
     from mtl_framework.console import progress_bar
-    from mtl_framework.evaluation.encode import Encoder, use_encoding_threads
+    from mtl_framework.embedding.encode import Encoder, use_encoding_threads
 
     if cli.PROGRAM:  # the `mtl` program: its own process, started for this
         use_encoding_threads()
@@ -198,7 +198,7 @@ def run(args):
 
 
 def write_vectors(path, texts, vectors):
-    """OUT.npy or OUT.jsonl written beside and renamed (rundir/outputs.py): a full disk or
+    """OUT.npy or OUT.jsonl written beside and renamed (files.py): a full disk or
     a kill leaves an earlier file whole, never cut."""
     import numpy as np
 

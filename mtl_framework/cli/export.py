@@ -26,7 +26,7 @@ def register(subparsers):
 
 
 def run(args):
-    from mtl_framework.rundir.outputs import not_stdout
+    from mtl_framework.files import not_stdout
     from mtl_framework.saving.writer import export
 
     not_stdout(args.output, "--output")

@@ -45,7 +45,7 @@ def register(subparsers):
 
 def run(args):
     check_rope_scaling(args.rope_scaling)  # before anything is read or written
-    from mtl_framework.loop.finetune import finetune
+    from mtl_framework.transfer.finetune import finetune
 
     log = (lambda message: print(message, file=sys.stderr)) if args.json else print
     # --json: stdout holds only the JSON (Keras's progress bar goes to stderr)

@@ -1,6 +1,6 @@
 """`mtl mine-negatives MODEL --task TASK --output NEGATIVES.jsonl [--ranks 10-100] [--negatives 7]`:
 hard negatives for a contrastive task's pairs, mined with MODEL's current encoder
-(evaluation/mine_negatives.py), written as FlagEmbedding's {"query", "pos", "neg"} lines
+(embedding/mine_negatives.py), written as FlagEmbedding's {"query", "pos", "neg"} lines
 that a `format: pairs` task reads (docs/embeddings.md)."""
 import json
 import os
@@ -9,7 +9,7 @@ import sys
 from mtl_framework import cli
 from mtl_framework.cli.arguments import SEED, add_task_sources, at_least
 from mtl_framework.errors import UserError
-from mtl_framework.rundir.outputs import write_atomic
+from mtl_framework.files import write_atomic
 
 
 def register(subparsers):
@@ -124,9 +124,9 @@ def run(args):
                  args.force, what="negatives")
     corpus = read_corpus(args.corpus) if args.corpus else None
     from mtl_framework.console import progress_bar
-    from mtl_framework.evaluation.embedding_suite import task_texts
-    from mtl_framework.evaluation.encode import Encoder, use_encoding_threads
-    from mtl_framework.evaluation.mine_negatives import mine_negatives
+    from mtl_framework.embedding.encode import Encoder, use_encoding_threads
+    from mtl_framework.embedding.mine_negatives import mine_negatives
+    from mtl_framework.embedding.suite import task_texts
 
     if cli.PROGRAM:  # the `mtl` program: its own process, started for this
         use_encoding_threads()

@@ -11,7 +11,7 @@ def register(subparsers):
 
 
 def run(args):
-    from mtl_framework.evaluation.report import write_report
+    from mtl_framework.plots import write_report
 
     for path in write_report(args.run_dir, args.output, force=args.force):
         print(path)

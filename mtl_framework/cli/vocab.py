@@ -4,7 +4,7 @@ import os
 from mtl_framework import tokenizer as vocab
 from mtl_framework.cli.arguments import at_least
 from mtl_framework.errors import UserError
-from mtl_framework.rundir.outputs import check_file, write_text_atomic
+from mtl_framework.files import check_file, write_text_atomic
 
 
 def register(subparsers):

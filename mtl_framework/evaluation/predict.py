@@ -50,8 +50,8 @@ from mtl_framework.errors import UserError
 from mtl_framework.evaluation import clue
 from mtl_framework.evaluation import dev as evaluation
 from mtl_framework.families import FAMILIES, family, featurizer_for_task
+from mtl_framework.files import check_file, check_folder, usual_mode
 from mtl_framework.prepare.stats import default_data_root
-from mtl_framework.rundir.outputs import check_file, check_folder, usual_mode
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence

@@ -39,13 +39,8 @@ from keras import ops
 
 from mtl_framework import losses
 from mtl_framework.families import FAMILIES
-from mtl_framework.layers import (
-    NEG_INF,
-    EfficientGlobalPointer,
-    GlobalPointer,
-    RoFormerV2Initializer,
-    rotary_lengths,
-)
+from mtl_framework.families.pointers import EfficientGlobalPointer, GlobalPointer
+from mtl_framework.layers import NEG_INF, RoFormerV2Initializer, rotary_lengths
 
 
 def backbone_inputs(batch):

@@ -8,7 +8,8 @@ from keras import ops
 from data_adapters.task_types import MRC_SPAN
 from mtl_framework import losses
 from mtl_framework.families.heads import TaskHead, _np, _real_lengths, head_for
-from mtl_framework.layers import NEG_INF, GlobalPointer
+from mtl_framework.families.pointers import GlobalPointer
+from mtl_framework.layers import NEG_INF
 
 
 @head_for(MRC_SPAN.name)

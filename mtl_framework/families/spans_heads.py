@@ -18,7 +18,7 @@ from mtl_framework.families.heads import (
     pointer_loss,
     spans_from_scores,
 )
-from mtl_framework.layers import EfficientGlobalPointer
+from mtl_framework.families.pointers import EfficientGlobalPointer
 
 
 @head_for(EXTRACTION_NER.name)

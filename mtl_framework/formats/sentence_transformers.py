@@ -1,5 +1,5 @@
 """A sentence embedding as sentence-transformers keeps it beside a transformers folder, and
-as a run trained it: the one place both are read (evaluation/encode.py, `mtl encode`) and
+as a run trained it: the one place both are read (embedding/encode.py, `mtl encode`) and
 written (`mtl export --format transformers`, architectures/bert/transformers.py).
 
     modules.json                       Transformer -> Pooling [-> Normalize]

@@ -1,2 +1,1 @@
-"""Stage 5, the loop: `mtl train`'s Run (run.py), its callbacks, and the commands that
-train again from an export (finetune.py, benchmark.py)."""
+"""Stage 5, the loop: `mtl train`'s Run (run.py) under model.fit, and its callbacks."""

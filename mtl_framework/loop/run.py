@@ -415,11 +415,11 @@ class Run:
 
     def encode(self, texts, side=None, task=None, batch_size=32):
         """Sentence embeddings (float32 [n, H]) from the backbone as it is now, pooled and
-        normalised as its contrastive tasks train it (evaluation/encode.py); `side` "query" /
+        normalised as its contrastive tasks train it (embedding/encode.py); `side` "query" /
         "passage" adds that task's prefix. A Run that has neither trained nor restored a
         checkpoint in this process encodes with the run's newest checkpoint (said in one
         line), not its initial weights; without a checkpoint it refuses."""
-        from mtl_framework.evaluation.encode import Encoder
+        from mtl_framework.embedding.encode import Encoder
 
         if getattr(self, "model", None) is None:
             self.build()

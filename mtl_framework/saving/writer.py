@@ -30,10 +30,10 @@ from mtl_framework.architectures import architecture_of
 from mtl_framework.architectures import rope_scaling as rope
 from mtl_framework.config.experiment import DEFAULTS
 from mtl_framework.errors import UserError
+from mtl_framework.files import check_folder
 from mtl_framework.formats.keras import save_heads
 from mtl_framework.formats.sentence_transformers import export_settings
 from mtl_framework.rundir import RunDir
-from mtl_framework.rundir.outputs import check_folder
 from mtl_framework.rundir.records import TEMPORARY
 from mtl_framework.saving.model_card import relative_checkpoint, sentence_embedding_lines, write_card
 from mtl_framework.saving.trained import open_run

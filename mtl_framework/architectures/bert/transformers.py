@@ -19,10 +19,10 @@ from mtl_framework.architectures.bert.weights import (
     transformers_names,
 )
 from mtl_framework.errors import UserError
+from mtl_framework.files import usual_mode
 from mtl_framework.formats import sentence_transformers
 from mtl_framework.formats.json_file import read_json
 from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, has_weights, read_tensors
-from mtl_framework.rundir.outputs import usual_mode
 
 CONFIG_FILE = "config.json"
 CARD_USE = [

@@ -25,9 +25,9 @@ import numpy as np
 
 from mtl_framework.architectures.roformer_v2 import bert4keras as checkpoint_names
 from mtl_framework.errors import UserError
+from mtl_framework.files import usual_mode
 from mtl_framework.formats.checks import BERT_CONFIG_KEYS, check_keys, check_unused, check_values, finite
 from mtl_framework.formats.torch_files import SAFETENSORS, TORCH_BIN, has_weights, read_tensors
-from mtl_framework.rundir.outputs import usual_mode
 
 CONFIG_FILE = CONFIG = "config.json"
 PREFIX = "roformer."  # RoFormerForMaskedLM's names; a bare RoFormerModel saves without it

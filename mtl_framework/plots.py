@@ -18,8 +18,8 @@ import math
 import os
 
 from mtl_framework.errors import UserError
+from mtl_framework.files import check_folder, write_atomic
 from mtl_framework.rundir import RunDir
-from mtl_framework.rundir.outputs import check_folder, write_atomic
 from mtl_framework.rundir.records import other_settings
 from mtl_framework.scoring.metrics import RANGES
 

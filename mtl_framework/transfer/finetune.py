@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from mtl_framework.errors import UserError
+from mtl_framework.files import not_inside
 from mtl_framework.prepare.stats import default_data_root
-from mtl_framework.rundir.outputs import not_inside
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -184,7 +184,7 @@ def write_yaml(path, experiment):
 def write_record(output, experiment):
     """finetune.yaml into `output`, whole or not at all: a failed write (a full disk)
     leaves no file (nor a folder it made), which would refuse the retry as a run."""
-    from mtl_framework.rundir.outputs import write_text_atomic
+    from mtl_framework.files import write_text_atomic
 
     made = not os.path.exists(output)
     try:

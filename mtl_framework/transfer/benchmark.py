@@ -48,12 +48,12 @@ import yaml
 from mtl_framework.config.experiment import OPTIMIZERS
 from mtl_framework.config.yaml_io import parse_yaml
 from mtl_framework.errors import UserError
+from mtl_framework.files import check_folder, write_text_atomic
 from mtl_framework.formats import OURS
-from mtl_framework.loop.finetune import DEFAULTS as FINETUNE_DEFAULTS
 from mtl_framework.rundir import RunDir
-from mtl_framework.rundir.outputs import check_folder, write_text_atomic
 from mtl_framework.rundir.trained_on import export_fingerprint
 from mtl_framework.scoring.scorers import score_name
+from mtl_framework.transfer.finetune import DEFAULTS as FINETUNE_DEFAULTS
 
 # What a suite may set per task (or in `defaults`): the fine-tune's settings, and how
 # many dev examples to score (default: the whole dev split).
@@ -439,7 +439,7 @@ def finetune_one(path, label, task, seed, settings, data_root, output, task_spec
     """One fine-tune, its output in its run directory's finetune.log; returns its row."""
     import keras
 
-    from mtl_framework.loop.finetune import finetune
+    from mtl_framework.transfer.finetune import finetune
 
     run_dir = os.path.join(output, "runs", export_slug(label), task, f"seed-{seed}")
     shutil.rmtree(run_dir, ignore_errors=True)  # an interrupted attempt starts again
@@ -489,7 +489,7 @@ def write_results(output, suite, labels, paths, rows, log=print):
                       json.dumps(results, indent=1, ensure_ascii=False))
     write_text_atomic(os.path.join(output, "results.md"), markdown(results))
     try:
-        from mtl_framework.evaluation.report import plot_benchmark
+        from mtl_framework.plots import plot_benchmark
     except UserError as error:  # no [plots] extra: results.json and .md are the results
         log(f"warning: no results.png: {error}")
     else:

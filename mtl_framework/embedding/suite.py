@@ -471,7 +471,7 @@ def earlier_records(output, entries, scorers, fingerprints):
 
 def write_json(path, value):
     """`value` as strict JSON (no NaN: a figure that is undefined is null), whole or not at all."""
-    from mtl_framework.rundir.outputs import write_text_atomic
+    from mtl_framework.files import write_text_atomic
 
     write_text_atomic(path, json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
 
@@ -511,8 +511,8 @@ def embedding_benchmark(models, suite_path, data_root, output, task_specs=(), lo
     mteb."""
     from mtl_framework.config.registry import load_registry
     from mtl_framework.console import progress_bar
-    from mtl_framework.evaluation.encode import Encoder
-    from mtl_framework.rundir.outputs import check_folder
+    from mtl_framework.embedding.encode import Encoder
+    from mtl_framework.files import check_folder
 
     if data_root is None:
         raise UserError("no data root: pass --data-root DIR (the folder holding the datasets, "
@@ -559,7 +559,7 @@ def embedding_benchmark(models, suite_path, data_root, output, task_specs=(), lo
     results = summarised(suite_path, settings, entries, scorers, labels, fingerprints, records,
                          {label: trained_datasets(path, registry) for path, label in zip(models, labels)})
     write_json(os.path.join(output, "results.json"), results)
-    from mtl_framework.rundir.outputs import write_text_atomic
+    from mtl_framework.files import write_text_atomic
 
     write_text_atomic(os.path.join(output, "results.md"), markdown(results))
     return results

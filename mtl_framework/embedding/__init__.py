@@ -1,0 +1,4 @@
+"""The sentence embedding: texts -> vectors from a run, an export or a folder (encode.py),
+hard negatives mined with it (mine_negatives.py) and the C-MTEB-style suite that scores it
+(suite.py). The contrastive family trains it (families/contrastive.py); scoring/embedding.py
+holds the suite's scorers."""

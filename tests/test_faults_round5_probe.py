@@ -199,3 +199,21 @@ def test_p53_rows_the_featurizer_leaves_out_are_named_in_the_no_rows_line(tmp_pa
         "by the featurizer: score below positive_score (not a positive pair): 400): fix its train "
         f"file ({DEMO_DATA / 'afqmc' / 'train.txt'}) or leave the task out")
     assert not (tmp_path / "run").exists()
+
+
+def test_p08_train_names_the_skipped_rows_count_reason_and_first_line(tmp_path, capsys):
+    rows = PAIRS + [{"query": "空正例", "pos": []}, {"query": "坏", "pos": ["文本", 5]},
+                    {"query": 123, "pos": ["数字"]}]
+    specs, data_root, path = pairs_task(tmp_path, rows)
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(yaml.safe_dump({
+        "data_root": str(data_root), "task_specs": [str(specs)], "cache_dir": str(tmp_path / "c"),
+        "backbone": BERT, "tasks": ["my_pairs"], "batch_size": 4, "max_length": 24, "steps": 1,
+        "checkpoint_every": 1, "eval_every": 0, "precision": "float32"}), encoding="utf-8")
+    assert cli.main(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "skipped" in line]
+    assert lines == [
+        f"my_pairs: skipped 3 of 15 train rows: positive ('pos') empty (no text that is not "
+        f"blank): 1 (e.g. {path}:13); positive ('pos') missing or not a string or list of "
+        f"strings: 1 (e.g. {path}:14); and 1 other reason(s) (`mtl data stats my_pairs "
+        f"--split train` lists them)"]

@@ -613,6 +613,9 @@ def train_streams(plan, tokenizer, log):
                                                              experiment.max_length), log=notes)
         if len(features[task.name]) == 0:
             raise UserError(no_rows_message(task, features[task.name], plan.data_root))
+        skipped = skipped_rows_line(task, features[task.name])
+        if skipped:
+            log(skipped)
         problem = family_of(task.type).train_problem
         line = problem and problem(task, features[task.name], experiment.batch_size)
         if line:
@@ -641,8 +644,7 @@ def no_rows_message(task, features=None, data_root=None, read=None):
     read = features.meta.get("read", {}) if read is None else read
     files = "" if data_root is None else " (" + ", ".join(
         str(path) for path in split_paths(task, "train", data_root)[0]) + ")"
-    reasons = "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
-                        for reason, entry in list(read.get("skipped", {}).items())[:2])
+    reasons = skipped_reasons(read)
     # examples read but each left out by the featurizer (a contrastive task on rows without
     # a text_b): its reasons, or the line would say 400 were read and none used, not why
     dropped = {} if features is None else features.meta.get("report", {}).get("dropped", {})
@@ -652,3 +654,22 @@ def no_rows_message(task, features=None, data_root=None, read=None):
             + (f"; skipped {read.get('skipped_total')}: {reasons}" if reasons else "")
             + (f"; left out by the featurizer: {left_out}" if left_out else "")
             + f"): fix its train file{files} or leave the task out")
+
+
+def skipped_reasons(read, shown=2):
+    """The first `shown` reasons rows were skipped for, each with its count and first lines."""
+    return "; ".join(f"{reason}: {entry['count']} (e.g. {', '.join(entry['first'][:2])})"
+                     for reason, entry in list(read.get("skipped", {}).items())[:shown])
+
+
+def skipped_rows_line(task, features):
+    """The line `mtl train` prints for a task whose train rows were partly skipped (bad rows
+    are counted with their line and reason, never dropped in silence), else None."""
+    read = features.meta.get("read", {})
+    total = read.get("skipped_total", 0)
+    if not total:
+        return None
+    more = len(read.get("skipped", {})) - 2
+    return (f"{task.name}: skipped {total} of {total + read.get('examples', 0)} train rows: "
+            f"{skipped_reasons(read)}{f'; and {more} other reason(s)' if more > 0 else ''} "
+            f"(`mtl data stats {task.name} --split train` lists them)")

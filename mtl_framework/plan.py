@@ -312,9 +312,23 @@ def check_run_dir(plan, resume):
         raise ExperimentError(
             f"{own}: {_vocab_size(own, own)} tokens, but the checkpoint {plan.checkpoints[-1]} "
             f"has {rows} embedding rows: the run's vocab was cut or replaced; restore it")
-    if trainer is not None:  # else the resume falls back past it and checks the one it uses
+    if trainer is not None:  # else the resume falls back past it: check_fallback
         _check_trained_on(plan, trainer, checkpoint)
         _check_record(plan, trainer, checkpoint)
+
+
+def check_fallback(plan, checkpoint, trainer):
+    """A resume that fell back past damaged newer checkpoints starts from `checkpoint`: the
+    experiment, what it trained on and its recorded settings are checked against that one's
+    trainer.json, as check_run_dir checks the newest (before anything is moved aside)."""
+    source = os.path.join(checkpoint, "trainer.json")
+    recorded = trainer.get("record")
+    problems = _differences(plan, plan.run.experiment_path,
+                            recorded if isinstance(recorded, dict) else None, source)
+    if problems:
+        raise ExperimentError("\n".join(problems))
+    _check_trained_on(plan, trainer, checkpoint)
+    _check_record(plan, trainer, checkpoint)
 
 
 def _check_record(plan, trainer, checkpoint):

@@ -217,3 +217,30 @@ def test_p08_train_names_the_skipped_rows_count_reason_and_first_line(tmp_path, 
         f"blank): 1 (e.g. {path}:13); positive ('pos') missing or not a string or list of "
         f"strings: 1 (e.g. {path}:14); and 1 other reason(s) (`mtl data stats my_pairs "
         f"--split train` lists them)"]
+
+
+def test_a_resume_falling_back_past_a_damaged_checkpoint_checks_the_one_it_uses(tmp_path, capsys):
+    """The newest checkpoint's trainer.json is unreadable, so the run's check had only
+    experiment.yaml to compare; the older checkpoint it resumes from records max_length 24,
+    and the spec now says 20: refused naming that checkpoint, nothing moved aside."""
+    specs, data_root, _ = pairs_task(tmp_path, PAIRS)
+    experiment = tmp_path / "experiment.yaml"
+    experiment.write_text(yaml.safe_dump({
+        "data_root": str(data_root), "task_specs": [str(specs)], "cache_dir": str(tmp_path / "c"),
+        "backbone": BERT, "tasks": ["my_pairs"], "batch_size": 4, "max_length": 24, "steps": 2,
+        "checkpoint_every": 1, "eval_every": 0, "precision": "float32"}), encoding="utf-8")
+    run = tmp_path / "run"
+    assert cli.main(["train", str(experiment), "--output", str(run)]) == 0
+    newest, older = (run / "checkpoints" / f"step-0000000{n}" for n in (2, 1))
+    (newest / "trainer.json").write_text("{", encoding="utf-8")  # a cut write
+    spec = specs / "my_pairs.yaml"
+    spec.write_text(spec.read_text(encoding="utf-8").replace("max_length: 24", "max_length: 20"),
+                    encoding="utf-8")
+    before = snapshot(run)
+    capsys.readouterr()
+    assert cli.main(["train", str(experiment), "--output", str(run), "--resume", "--set",
+                     "steps=3"]) == 2
+    error = capsys.readouterr().err
+    assert (f"task 'my_pairs': max_length is 20, the run trained with 24 ({older}/trainer.json)"
+            in error)
+    assert snapshot(run) == before

@@ -63,7 +63,7 @@ from mtl_framework.loop.callbacks import (
     TaskMeans,
 )
 from mtl_framework.mixing.mixture import Mixture
-from mtl_framework.plan import MLM_TASK, check_run_dir, plan_run
+from mtl_framework.plan import MLM_TASK, check_fallback, check_run_dir, plan_run
 from mtl_framework.prepare.cache import CacheNotes
 from mtl_framework.prepare.pipeline import prepare_vocab, train_streams
 from mtl_framework.rundir import RunDir
@@ -526,6 +526,8 @@ class Run:
         checkpoint = self.run.latest_checkpoint(log=self.log)
         if checkpoint is None:
             return 0
+        if checkpoint.damaged:  # plan.py checked the newest; this older one is what resumes
+            check_fallback(self.plan, checkpoint.path, checkpoint.trainer)
         assemble.load_state(self.model, checkpoint)
         if checkpoint.damaged and self.lock is not None:  # only the run's writer moves files
             set_aside(checkpoint.damaged, self.log)

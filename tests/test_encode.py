@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from mtl_framework.cli import main as mtl
-from mtl_framework.embedding.encode import Encoder, folder_settings, trained_settings
+from mtl_framework.embedding.encode import Encoder
 from mtl_framework.embedding.mine_negatives import mine_negatives
 from mtl_framework.errors import UserError
+from mtl_framework.families.embedding import EmbeddingSettings
+from mtl_framework.formats.sentence_transformers import folder_settings
 
 from conftest import DEMO_DATA, REPO, train_tiny, write_tiny_experiment
 
@@ -41,7 +43,7 @@ def pooled_by_hand(encoder, texts, pooling):
 
 def test_vectors_are_the_backbone_pooled_as_trained(run):
     encoder = Encoder(run, log=None)
-    assert encoder.settings["pooling"] == "cls" and encoder.normalize
+    assert encoder.settings.pooling == "cls" and encoder.normalize
     vectors = encoder.encode(TEXTS, batch_size=3)  # batches of mixed lengths: padding
     assert vectors.dtype == np.float32 and vectors.shape == (4, 64)
     np.testing.assert_allclose(vectors, pooled_by_hand(encoder, TEXTS, "cls"), atol=1e-5)
@@ -77,13 +79,13 @@ def test_settings_come_from_the_heads_and_disagreement_needs_a_task():
             "b": {"family": "contrastive", "config": {"pooling": "cls", "normalize": True}},
             "t": {"family": "classification", "config": {}}}
     with pytest.raises(UserError, match="pool or normalise differently: give --task"):
-        trained_settings(meta, "RUN")
-    assert trained_settings(meta, "RUN", task="a") == {
+        EmbeddingSettings.from_heads(meta, "RUN")
+    assert EmbeddingSettings.from_heads(meta, "RUN", task="a").to_json() == {
         "pooling": "mean", "normalize": False, "prompts": {"a": {"query": "问：", "passage": ""}},
         "matryoshka_dims": []}
-    assert trained_settings({"t": meta["t"]}, "RUN") is None
+    assert EmbeddingSettings.from_heads({"t": meta["t"]}, "RUN") is None
     with pytest.raises(UserError, match="--task t: not a contrastive task"):
-        trained_settings(meta, "RUN", task="t")
+        EmbeddingSettings.from_heads(meta, "RUN", task="t")
 
 
 def test_a_sentence_transformers_folder_declares_its_settings(tmp_path):

@@ -40,7 +40,7 @@ def register(subparsers):
                         "(when the run trained several that differ)")
     parser.add_argument("--checkpoint", default=None,
                         help="a run's checkpoint: best, or a step number (default: the newest)")
-    parser.add_argument("--pooling", choices=("cls", "mean"), default=None,
+    parser.add_argument("--pooling", default=None, metavar="cls|mean",
                         help="instead of the trained pooling")
     parser.add_argument("--batch-size", type=at_least(1), default=32)
     parser.add_argument("--max-length", type=at_least(4), default=None, metavar="N",

@@ -142,7 +142,7 @@ def run(args):
     check_reach(passages, ranks, f"--corpus {args.corpus}" if corpus else
                 f"the {args.split} split's distinct positives")
     texts = len(dict.fromkeys(q for q, _ in pairs)) + len(passages)
-    prefixed = args.task if args.task in encoder.settings["prompts"] else None
+    prefixed = args.task if args.task in encoder.settings.prompts else None
     with progress_bar("encode", texts, leave=False, unit="text") as bar:
         records = mine_negatives(encoder, pairs, corpus, ranks, args.negatives, args.seed,
                                  args.batch_size, bar.update, task=prefixed)

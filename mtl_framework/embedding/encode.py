@@ -16,17 +16,13 @@ import os
 import numpy as np
 
 from mtl_framework.errors import UserError
+from mtl_framework.families.embedding import EmbeddingSettings, check_pooling
 from mtl_framework.formats.sentence_transformers import (
     BERT_CONFIG,
     folder_length,
-    folder_settings,
-    recorded_embedding,
-    recorded_heads,
-    trained_settings,
     transformer_folder,
 )
 
-DEFAULT = {"pooling": "mean", "normalize": False, "prompts": {}, "matryoshka_dims": []}
 # TensorFlow's intra-op threads while encoding: one, so each lane (one per core) computes its
 # batch on a core of its own; TF's default (every core on each op, 2 lanes) left a core idle
 # between the small ops of short texts: 0.77x these sentences/s at bfloat16, 0.86x at float32
@@ -80,6 +76,7 @@ class Encoder:
 
         self.source, self.log, self.task = str(source), log, task
         check_max_length(max_length)
+        check_pooling(pooling)
         if RunDir(source).is_run():
             from mtl_framework.saving.trained import open_run
 
@@ -87,12 +84,14 @@ class Encoder:
             trained.check_length(max_length)  # before anything is built
             trained.precision = self.precision = encoding_precision(trained.precision)
             self._build = lambda: trained.backbone
-            settings = trained_settings(trained.head_metadata, source, task, any_task=any_task)
+            settings = EmbeddingSettings.from_heads(trained.head_metadata, source, task,
+                                                    any_task=any_task) or EmbeddingSettings()
             vocab, length = trained.vocab, trained.max_length
         else:
             from mtl_framework import saving
             from mtl_framework.formats import keras as preset
             from mtl_framework.formats import vocab_path
+            from mtl_framework.saving.trained import folder_embedding
 
             if checkpoint is not None:
                 raise UserError(f"{source}: --checkpoint is for a run directory, not a folder")
@@ -111,11 +110,7 @@ class Encoder:
             check_folder_length(source, max_length, None if length else folder_length(source))
             length = length or folder_length(source)
             self.precision = encoding_precision(precision or "float32")
-        self.settings = {**DEFAULT, **(settings or {})}
-        if pooling is not None:
-            self.settings["pooling"] = pooling
-        if normalize is not None:
-            self.settings["normalize"] = normalize
+        self.settings = settings.replaced(pooling, normalize)
         self.tokenizer = Tokenizer(vocab)
         self.max_length = max_length or length
         self._model = None
@@ -130,18 +125,18 @@ class Encoder:
         encoder.source, encoder.log, encoder.precision, encoder.task = source, print, precision, task
         metadata = {name: {"family": fam, "config": config}
                     for name, (fam, config) in head_configs.items()}
-        encoder.settings = {**DEFAULT, **(trained_settings(metadata, source, task) or {})}
+        encoder.settings = EmbeddingSettings.from_heads(metadata, source, task) or EmbeddingSettings()
         encoder.tokenizer, encoder.max_length, encoder._model = Tokenizer(vocab), max_length, None
         encoder._build = lambda: backbone
         return encoder
 
     @property
     def pooling(self):
-        return self.settings["pooling"]
+        return self.settings.pooling
 
     @property
     def normalize(self):
-        return self.settings["normalize"]
+        return self.settings.normalize
 
     def prefix(self, side, task=None):
         """The prefix of `side` ("query" / "passage" / None) of `task` (default: the only set)."""
@@ -149,7 +144,7 @@ class Encoder:
             return ""
         if side not in ("query", "passage"):
             raise UserError(f"side {side!r}: give query, passage or none")
-        prompts = self.settings["prompts"]
+        prompts = self.settings.prompts
         if task is not None:
             if task not in prompts:
                 raise UserError(f"{self.source}: no contrastive task {task!r}; its tasks: "
@@ -164,7 +159,7 @@ class Encoder:
         """The line refusing a side whose prefix the run's tasks differ on: their prefixes,
         and --task NAME, or, where --task names a task they are not (`mtl mine-negatives`
         of another task), a model that trained it."""
-        prompts = self.settings["prompts"]
+        prompts = self.settings.prompts
         shown = ", ".join(f"{name} {p[side]!r}" for name, p in prompts.items())
         where = f"{self.source}: its tasks prefix the {side} differently ({shown})"
         if self.task is not None and self.task not in prompts:
@@ -271,14 +266,14 @@ class Encoder:
             raise UserError(f"--dim {dim!r}: the vector has {hidden} features: give a width "
                             f"from 1 to {hidden}"
                             + self.trained_dims_note())
-        if dim != hidden and dim not in self.settings["matryoshka_dims"] and self.log:
+        if dim != hidden and dim not in self.settings.matryoshka_dims and self.log:
             self.log(f"--dim {dim}: not a width the model was trained at"
                      + self.trained_dims_note() + f"; its first {dim} features are given "
                      "all the same, untested")
         return dim
 
     def trained_dims_note(self):
-        dims = self.settings["matryoshka_dims"]
+        dims = self.settings.matryoshka_dims
         return f" (its Matryoshka dims: {', '.join(map(str, dims))})" if dims else \
             " (it trained no Matryoshka dims)"
 
@@ -294,35 +289,6 @@ def check_recorded_vocab(source, vocab, log=print):
     if recorded is not None:
         check_vocab(vocab, recorded, holder, "copy the vocab.txt of the export (or of its "
                     "run) back", log)
-
-
-def folder_embedding(source, task=None, log=print, any_task=False, pooling=None):
-    """The settings of a folder's sentence embedding: its heads' (a keras export with
-    --with-heads), else its sentence-transformers files' (1_Pooling, Normalize, prompts;
-    Matryoshka dims from the record), else what its export recorded (provenance.json
-    "embedding"); None, said in one line, when it has none (then DEFAULT)."""
-    from mtl_framework.formats import keras as preset
-
-    heads = preset.load_heads(source)[0] if os.path.isfile(
-        os.path.join(source, preset.HEADS_CONFIG)) else None
-    if heads:
-        return trained_settings(heads, source, task, any_task=any_task)
-    recorded, holder = recorded_embedding(source)
-    from_record = trained_settings(recorded_heads(recorded), holder, task,
-                                   any_task=any_task) if recorded else None
-    declared = folder_settings(source, pooling)
-    if declared is not None:
-        return {**declared, "matryoshka_dims": (from_record or {}).get("matryoshka_dims", [])}
-    if from_record is not None:
-        return from_record
-    if log:
-        log(f"{holder}: the run trained no sentence embedding (no contrastive task): mean "
-            "pooling, not normalised (sentence-transformers' default for a plain encoder)"
-            if recorded is not None else
-            f"{source}: declares no sentence embedding (no heads.json, 1_Pooling/ or "
-            "provenance.json \"embedding\"): mean pooling, not normalised (sentence-"
-            "transformers' default for a plain encoder); give --pooling to choose")
-    return None
 
 
 # [CLS], one token of the text, [SEP]: a shorter length leaves no text, every vector the same

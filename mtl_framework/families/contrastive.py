@@ -24,11 +24,11 @@ import numpy as np
 from data_adapters.examples import PairExample, SpanQAExample, TextExample
 from data_adapters.task_types import CONTRASTIVE, MRC_SPAN
 from mtl_framework.families.base import Family
+from mtl_framework.families.embedding import POOLINGS, TRAINED
 from mtl_framework.families.features import CHOICES, Featurizer, batch_length, pad_rows
 from mtl_framework.numbers import yaml_number
 
 LOSSES = ("infonce", "cosent")
-POOLINGS = ("cls", "mean")
 
 
 def _choice(options):
@@ -81,14 +81,15 @@ def _dims(value):
 # key -> (checker, default, where it acts: "head" (the loss, the pooled output),
 # "features" (what the cache holds) or both (the loss: InfoNCE keeps positive pairs only)).
 # Defaults follow sentence-transformers' MultipleNegativesRankingLoss (cosine / 0.05, its
-# scale 20) with BGE's CLS pooling.
+# scale 20); the embedding's own (pooling, normalize, prefixes, Matryoshka dims) are
+# families/embedding.py's TRAINED.
 EMBEDDING_SETTINGS = {
     "loss": (_choice(LOSSES), "infonce", "head features"),
     "temperature": (_positive_number, 0.05, "head"),
     "in_batch_negatives": (_flag, True, "head"),
-    "pooling": (_choice(POOLINGS), "cls", "head"),
-    "normalize": (_flag, True, "head"),
-    "matryoshka_dims": (_dims, [], "head"),
+    "pooling": (_choice(POOLINGS), TRAINED["pooling"], "head"),
+    "normalize": (_flag, TRAINED["normalize"], "head"),
+    "matryoshka_dims": (_dims, TRAINED["matryoshka_dims"], "head"),
     # GradCache (sentence-transformers' CachedMultipleNegativesRankingLoss, its
     # mini_batch_size): texts per chunk through the backbone; 0 = every text at once
     "cached_chunk": (_whole, 0, "head"),
@@ -96,8 +97,8 @@ EMBEDDING_SETTINGS = {
     "positive_score": (_number, 1.0, "features"),
     # the head records the prefixes (it does not use them): encoding a run or an export
     # reads them from there, as it reads the pooling
-    "query_prefix": (_text, "", "features head"),
-    "passage_prefix": (_text, "", "features head"),
+    "query_prefix": (_text, TRAINED["query_prefix"], "features head"),
+    "passage_prefix": (_text, TRAINED["passage_prefix"], "features head"),
 }
 
 

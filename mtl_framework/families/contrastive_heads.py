@@ -7,6 +7,7 @@ from keras import ops
 
 from data_adapters.task_types import CONTRASTIVE
 from mtl_framework import losses
+from mtl_framework.families.embedding import TRAINED
 from mtl_framework.families.heads import TaskHead, _np, head_for
 
 
@@ -32,9 +33,12 @@ class ContrastiveHead(TaskHead):
     # chunk (cached_chunk)
     texts_alone = True
 
+    # the embedding's settings default to TRAINED (families/embedding.py, their one place)
     def __init__(self, num_labels=None, loss="infonce", temperature=0.05, in_batch_negatives=True,
-                 pooling="cls", normalize=True, matryoshka_dims=(), cached_chunk=0,
-                 query_prefix="", passage_prefix="", **kwargs):
+                 pooling=TRAINED["pooling"], normalize=TRAINED["normalize"],
+                 matryoshka_dims=TRAINED["matryoshka_dims"], cached_chunk=0,
+                 query_prefix=TRAINED["query_prefix"], passage_prefix=TRAINED["passage_prefix"],
+                 **kwargs):
         super().__init__(num_labels, **kwargs)
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.loss, self.temperature = loss, float(temperature)

@@ -16,14 +16,15 @@ wrote) stands for `document`.
 
 A run's settings are what its contrastive tasks trained: their heads record pooling,
 normalize, query_prefix, passage_prefix and matryoshka_dims (ContrastiveHead's config,
-trainer.json); every export records them too (provenance.json "embedding": `record`).
-Imports nothing of TensorFlow, Keras or torch.
+trainer.json); every export records them too (provenance.json "embedding"). The value and
+its defaults are families/embedding.py's EmbeddingSettings; this module reads and writes
+its files. Imports nothing of TensorFlow, Keras or torch.
 """
 import json
 import os
 
-from data_adapters.task_types import CONTRASTIVE
 from mtl_framework.errors import UserError
+from mtl_framework.families.embedding import SIDES, EmbeddingSettings
 from mtl_framework.formats.json_file import PROVENANCE_FILE, read_json
 
 POOLING_DIR = "1_Pooling"
@@ -31,38 +32,13 @@ NORMALIZE_DIR = "2_Normalize"  # named in modules.json; sentence-transformers re
 MODULES = "modules.json"
 ST_CONFIG = "config_sentence_transformers.json"
 BERT_CONFIG = "sentence_bert_config.json"
-SIDES = ("query", "passage")  # `mtl encode --side`: the task's query_prefix, passage_prefix
 # each side's prompt name in sentence-transformers 6 (encode_query / encode_document use
 # these), and the names older folders gave it (read, never written)
 PROMPT_NAMES = {"query": "query", "passage": "document"}
 OLD_PROMPT_NAMES = {"passage": ("passage",)}
-# what a contrastive head records of its embedding (its config keys), the record an export
-# keeps in provenance.json "embedding"
-EMBEDDING_KEYS = ("pooling", "normalize", "query_prefix", "passage_prefix", "matryoshka_dims")
 # The oldest releases the folder is tested with (docs/export.md): sentence-transformers
 # warns when a folder names a newer one than it is, so these and not today's.
 TESTED_WITH = {"sentence_transformers": "3.4.1", "transformers": "4.50.3", "pytorch": "2.13.0"}
-
-
-def contrastive_configs(head_metadata, tasks=None):
-    """{task: its head config} of the contrastive heads in `head_metadata` (of `tasks` only,
-    when given)."""
-    return {name: meta["config"] for name, meta in head_metadata.items()
-            if meta.get("family", meta.get("type")) == CONTRASTIVE.name
-            and (tasks is None or name in tasks)}
-
-
-def record(head_metadata, tasks=None):
-    """{task: {EMBEDDING_KEYS}} of the contrastive heads: what an export records of the
-    sentence embeddings the run trained (empty: it trained none)."""
-    return {name: {key: config[key] for key in EMBEDDING_KEYS if key in config}
-            for name, config in contrastive_configs(head_metadata, tasks).items()}
-
-
-def recorded_heads(embedding):
-    """A `record` as head metadata, what trained_settings reads."""
-    return {name: {"family": CONTRASTIVE.name, "config": config}
-            for name, config in embedding.items()}
 
 
 def recorded_embedding(directory):
@@ -81,53 +57,23 @@ def recorded_embedding(directory):
     return embedding, path
 
 
-def trained_settings(head_metadata, source, task=None, flag="--task", any_task=False):
-    """{"pooling", "normalize", "prompts": {task: {"query", "passage"}}, "matryoshka_dims"}
-    from the heads' metadata of a run (or an export with heads, or an export's `record` as
-    recorded_heads); None when no head is contrastive. Tasks that pooled or normalised
-    differently make a UserError (give `flag` NAME). matryoshka_dims: every dim one of the
-    tasks trained, widest first. any_task: `task` may be one these heads did not train
-    (`mtl mine-negatives --task`: the task mined); then theirs apply."""
-    heads = contrastive_configs(head_metadata)
-    untrained = task is not None and task not in heads
-    if task is not None and not (any_task and untrained):
-        if untrained:
-            raise UserError(f"{source}: {flag} {task}: not a contrastive task of this run; "
-                            f"its contrastive tasks: {', '.join(heads) or 'none'}")
-        heads = {task: heads[task]}
-    if not heads:
-        return None
-    kinds = {(c.get("pooling", "cls"), c.get("normalize", True)) for c in heads.values()}
-    if len(kinds) > 1:
-        raise UserError(f"{source}: its contrastive tasks {', '.join(heads)} pool or normalise "
-                        + (f"differently and {flag} {task} is none of them: use a model that "
-                           f"trained {task}, or one whose tasks agree" if untrained else
-                           f"differently: give {flag} NAME (the task whose settings to use)"))
-    pooling, normalize = kinds.pop()
-    prompts = {name: {"query": c.get("query_prefix", ""), "passage": c.get("passage_prefix", "")}
-               for name, c in heads.items()}
-    dims = sorted({int(d) for c in heads.values() for d in c.get("matryoshka_dims") or ()},
-                  reverse=True)
-    return {"pooling": pooling, "normalize": normalize, "prompts": prompts,
-            "matryoshka_dims": dims}
-
-
 def export_settings(head_metadata, source, task=None, flag="--embedding-task"):
-    """trained_settings with one set of prompts under sentence-transformers' names,
-    {"query": ..., "document": ...} (the empty ones left out), and "tasks": whose settings
-    they are; None without a contrastive task. A folder holds one embedding: tasks whose
-    prefixes differ make a UserError."""
-    settings = trained_settings(head_metadata, source, task, flag)
+    """The embedding a folder declares, from its run's heads (EmbeddingSettings.from_heads),
+    with one set of prompts under sentence-transformers' names, {"query": ...,
+    "document": ...} (the empty ones left out), and "tasks": whose settings they are; None
+    without a contrastive task. A folder holds one embedding: tasks whose prefixes differ
+    make a UserError."""
+    settings = EmbeddingSettings.from_heads(head_metadata, source, task, flag)
     if settings is None:
         return None
-    tasks = list(settings["prompts"])
-    sides = {tuple(p[side] for side in SIDES) for p in settings["prompts"].values()}
+    tasks = list(settings.prompts)
+    sides = {tuple(p[side] for side in SIDES) for p in settings.prompts.values()}
     if len(sides) > 1:
         raise UserError(f"{source}: its contrastive tasks {', '.join(tasks)} prefix queries or "
                         f"passages differently: give {flag} NAME (the task whose prefixes to use)")
     prompts = {PROMPT_NAMES[side]: prefix for side, prefix in zip(SIDES, sides.pop()) if prefix}
-    return {"pooling": settings["pooling"], "normalize": settings["normalize"],
-            "prompts": prompts, "tasks": tasks, "matryoshka_dims": settings["matryoshka_dims"]}
+    return {"pooling": settings.pooling, "normalize": settings.normalize,
+            "prompts": prompts, "tasks": tasks, "matryoshka_dims": list(settings.matryoshka_dims)}
 
 
 def modules(directory):
@@ -257,9 +203,9 @@ def folder_length(directory):
 
 def write(directory, hidden_size, max_length, settings=None):
     """The sentence-transformers files of a transformers folder: `settings` (export_settings)
-    or, for a run that trained no embedding, mean pooling (sentence-transformers' default
-    for a plain encoder), not normalised, no prompts."""
-    settings = settings or {"pooling": "mean", "normalize": False, "prompts": {}}
+    or, for a run that trained no embedding, EmbeddingSettings' PLAIN one (sentence-
+    transformers' default for a plain encoder)."""
+    settings = settings or EmbeddingSettings().to_json()
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": POOLING_DIR, "type": "sentence_transformers.models.Pooling"}]

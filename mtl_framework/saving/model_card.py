@@ -20,7 +20,7 @@ from mtl_framework import architectures, formats
 from mtl_framework.architectures import architecture_of
 from mtl_framework.errors import UserError
 from mtl_framework.families import FAMILIES
-from mtl_framework.formats import sentence_transformers
+from mtl_framework.families.embedding import SIDES, export_record, trained_config
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.provenance import describe, provenance
 from mtl_framework.rundir.records import other_settings
@@ -72,13 +72,13 @@ def export_provenance(run_dir, state, fmt, embedding=None):
             "embedding": embedding_record(state, embedding)}
 
 
-def embedding_record(state, embedding=None):
+def embedding_record(state, settings=None):
     """{task: pooling, normalize, prefixes, matryoshka_dims} of the contrastive tasks the
-    export's embedding is (`embedding`: export_settings of a transformers folder: its
+    export's embedding is (`settings`: export_settings of a transformers folder: its
     tasks), or of every one the run trained; {} for a run that trained none (`mtl encode`
     then says the pooling is a default, not trained)."""
-    tasks = embedding["tasks"] if embedding else None
-    return sentence_transformers.record(state.get("heads") or {}, tasks)
+    tasks = settings["tasks"] if settings else None
+    return export_record(state.get("heads") or {}, tasks)
 
 
 def experiment_sources(run_dir):
@@ -257,11 +257,12 @@ def recorded_embedding_lines(embedding):
                  "applies them, `--task NAME` where they differ):")
     lines.append("")
     for task, config in embedding.items():
-        prefixes = [f"{side} prompt {json.dumps(config.get(side + '_prefix'), ensure_ascii=False)}"
-                    for side in sentence_transformers.SIDES if config.get(side + "_prefix")]
-        dims = config.get("matryoshka_dims")
-        lines.append(f"- `{task}`: pooling `{config.get('pooling', 'cls')}`, "
-                     + ("L2-normalised" if config.get("normalize", True) else "not normalised")
+        config = trained_config(config)  # a record older than a key: what was trained then
+        prefixes = [f"{side} prompt {json.dumps(config[side + '_prefix'], ensure_ascii=False)}"
+                    for side in SIDES if config[side + "_prefix"]]
+        dims = config["matryoshka_dims"]
+        lines.append(f"- `{task}`: pooling `{config['pooling']}`, "
+                     + ("L2-normalised" if config["normalize"] else "not normalised")
                      + "".join(", " + p for p in prefixes)
                      + (f", Matryoshka dims {', '.join(map(str, dims))}" if dims else ""))
     return lines

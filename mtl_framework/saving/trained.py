@@ -13,8 +13,10 @@ from mtl_framework.assemble import checkpoint_backbone, prediction_model, saved_
 from mtl_framework.config.experiment import load_experiment
 from mtl_framework.config.precision import run_precision
 from mtl_framework.errors import UserError
+from mtl_framework.families.embedding import EmbeddingSettings, as_heads
 from mtl_framework.formats import VOCAB_FILE
 from mtl_framework.formats import keras as preset
+from mtl_framework.formats import sentence_transformers as st
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.trained_on import check_vocab, matched_task
 from mtl_framework.step.distributed import precision_policy
@@ -162,6 +164,37 @@ def _open_export(directory, rope_scaling, log=print):
                    lambda: architectures.load_preset(directory, **overrides), heads, None, scaling,
                    max_positions=preset.read_config(directory).get("max_positions"),
                    heads_file=os.path.join(directory, preset.HEADS_CONFIG), log=log)
+
+
+def folder_embedding(directory, task=None, log=print, any_task=False, pooling=None):
+    """The EmbeddingSettings a folder declares: its heads' (a keras export with
+    --with-heads), else its sentence-transformers files' (1_Pooling, Normalize, prompts;
+    Matryoshka dims from the export's record), else what its export recorded
+    (provenance.json "embedding"); else the PLAIN one, said in one line. `pooling`: the
+    one asked for instead of the folder's (which then need not be one we read)."""
+    if os.path.isfile(os.path.join(directory, preset.HEADS_CONFIG)):
+        heads = preset.load_heads(directory)[0]
+        if heads:
+            return EmbeddingSettings.from_heads(heads, directory, task, any_task=any_task) \
+                or EmbeddingSettings()
+    recorded, holder = st.recorded_embedding(directory)
+    from_record = EmbeddingSettings.from_heads(as_heads(recorded), holder, task,
+                                               any_task=any_task) if recorded else None
+    declared = st.folder_settings(directory, pooling)
+    if declared is not None:
+        return EmbeddingSettings(declared["pooling"], declared["normalize"], declared["prompts"],
+                                 from_record.matryoshka_dims if from_record else ())
+    if from_record is not None:
+        return from_record
+    plain = EmbeddingSettings()
+    if log:
+        log(f"{holder}: the run trained no sentence embedding (no contrastive task): "
+            f"{plain.described()} (sentence-transformers' default for a plain encoder)"
+            if recorded is not None else
+            f"{directory}: declares no sentence embedding (no heads.json, 1_Pooling/ or "
+            f"provenance.json \"embedding\"): {plain.described()} (sentence-transformers' "
+            "default for a plain encoder); give --pooling to choose")
+    return plain
 
 
 def _parsed_rope_scaling(value, trained_length, source):

@@ -4,6 +4,7 @@ it declares; and MultiTaskModel calls no backend method the contract does not ho
 import ast
 import inspect
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -124,3 +125,68 @@ def test_the_step_reads_a_head_switch_directly_and_taskhead_gives_its_default():
                   and isinstance(n.func, ast.Name) and n.func.id == "getattr"
                   and isinstance(n.args[0], ast.Name) and n.args[0].id in ("head", "template")]
         assert hidden == [], f"{path.name}: getattr of a head at lines {hidden}"
+
+
+# --- backend checks live in step/ -----------------------------------------------------------
+
+# Where code outside step/ may still ask which backend runs: {file: (checks, why)}. Each
+# reason is why step/ cannot hold the check (the import order: step/ imports config/,
+# families/ and, through them, layers.py and rundir/, so none of those may import step/).
+BACKEND_CHECKS_OUTSIDE_STEP = {
+    "mtl_framework/rundir/provenance.py": (
+        1, "records the backend's name in provenance, read without importing Keras "
+           "(`mtl --version` stays fast): a name, no behaviour"),
+    "mtl_framework/config/precision.py": (
+        1, "settles precision `auto` (float32 on JAX) at plan time, before Keras is "
+           "imported, by that name (provenance.keras_backend)"),
+    "mtl_framework/layers.py": (
+        4, "the layers' numerics per backend, each measured where it is chosen (exact "
+           "padding's float64, the rotary, attention's context, dropout); step/ builds on "
+           "layers.py"),
+}
+# (not jax.default_backend(): the platform, cpu or gpu, inside a JAX branch)
+BACKEND_CHECK = re.compile(r"keras\.backend\.backend\(\)|(?<!default_)backend\(\)\s*[!=]=|"
+                           r"\bBACKEND\s*[!=]=")
+
+
+def backend_checks_outside_step():
+    """{file: how many lines ask which Keras backend runs}, for the package outside step/."""
+    found = {}
+    for path in sorted((REPO / "mtl_framework").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        if name.startswith("mtl_framework/step/"):
+            continue
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines()
+                 if BACKEND_CHECK.search(line)]
+        if lines:
+            found[name] = len(lines)
+    return found
+
+
+def test_backend_checks_live_in_step():
+    """A new `keras.backend.backend()` (or `backend() ==`, `BACKEND ==`) outside step/ fails
+    here: the behaviour goes into step/ (a BackendStep method, step/distributed.py, ...)
+    and the caller uses its backend-neutral face; an allowed file that stopped checking is
+    named too, so the list only shrinks."""
+    allowed = {name: count for name, (count, _) in BACKEND_CHECKS_OUTSIDE_STEP.items()}
+    assert backend_checks_outside_step() == allowed
+
+
+def test_the_backend_check_pattern_finds_each_spelling():
+    for line in ('if keras.backend.backend() == "jax":', "    if keras_backend() != 'jax':",
+                 'on_tf = BACKEND == "tensorflow"'):
+        assert BACKEND_CHECK.search(line), line
+    assert not BACKEND_CHECK.search("record['keras_backend'] = name")
+    assert not BACKEND_CHECK.search('on_cpu = jax.default_backend() == "cpu"')
+
+
+def test_balancing_asks_the_model_only_through_its_public_face():
+    """mixing/balancing.py builds no backend's variables and reads nothing private of the
+    model (pcgrad's buffers and Gram matrix come from BackendStep.gradient_buffer /
+    gradient_gram)."""
+    source = (REPO / "mtl_framework" / "mixing" / "balancing.py").read_text(encoding="utf-8")
+    private = sorted({node.attr for node in ast.walk(ast.parse(source))
+                      if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                      and node.value.id == "model" and node.attr.startswith("_")})
+    assert private == []
+    assert "tensorflow" not in source and "jax" not in source

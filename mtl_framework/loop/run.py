@@ -34,7 +34,6 @@ many runs one after another.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -58,7 +57,6 @@ from mtl_framework.loop.callbacks import (
     EvaluationEpochs,
     NotLearning,
     Progress,
-    ScalarLog,
     TaskLogs,
     TaskMeans,
 )
@@ -76,8 +74,10 @@ from mtl_framework.step.distributed import (
     describe_jax_distribution,
     is_chief,
     make_strategy,
+    update_counter,
 )
 from mtl_framework.step.model import NonFiniteLossError
+from mtl_framework.step.scalar_log import ScalarLog
 from mtl_framework.step.variable_names import head_metadata
 from mtl_framework.tokenizer import is_tokenizer_json, vocab_bytes
 
@@ -87,30 +87,6 @@ if TYPE_CHECKING:
 
     from mtl_framework.config.experiment import Experiment
     from mtl_framework.plan import Plan
-
-
-def update_counter(updates, strategy=None):
-    """What fit iterates: its elements are never read (the mixture draws the micro-batches),
-    it only counts updates. On TensorFlow a repeated tf.data range (NumPy input made fit
-    stall seconds per epoch, ../shared/PITFALLS.md), batched by the strategy's replicas; on
-    JAX an endless generator with one element per data-parallel device."""
-    if keras.backend.backend() != "tensorflow":
-        rows = keras.distribution.distribution()
-        rows = rows.device_mesh.shape[0] if rows is not None else 1
-
-        def counter():
-            while True:
-                yield (np.zeros((rows,), "float32"),)
-        return counter()
-    tf = importlib.import_module("tensorflow")
-    steps = tf.data.Dataset.range(updates).repeat()
-    if strategy is not None:  # a strategy distributes batches; fit's elements go unread
-        steps = steps.batch(strategy.num_replicas_in_sync)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = \
-            tf.data.experimental.AutoShardPolicy.OFF
-        steps = steps.with_options(options)
-    return steps
 
 
 def task_settings(plan):
@@ -570,10 +546,6 @@ class Run:
             self.release()  # on every way out: another process may write the run now
 
     def _train(self, resume):
-        if keras.backend.backend() == "tensorflow":
-            # Each task's micro-step traces once on its first batch; TF's generic
-            # "N calls triggered retracing" warning counts those as a problem.
-            importlib.import_module("tensorflow").get_logger().setLevel("ERROR")
         if self.is_chief:  # before writing anything (again: cheap, and it may have changed)
             self.plan.checkpoints = self.checkpoint_dirs()
             said = len(self.plan.notes)

@@ -43,16 +43,6 @@ class _Deferred:
 
 
 ops = _Deferred("keras.ops")  # traced scales: the backend's ops (TensorFlow's or JAX's)
-tf = _Deferred("tensorflow")  # pcgrad's TensorFlow accumulators (step/tensorflow.py)
-
-
-def _on_tensorflow():
-    return importlib.import_module("keras").backend.backend() == "tensorflow"
-
-
-def _read(variable):
-    """A state variable's value as the traced step takes it."""
-    return tf.convert_to_tensor(variable) if _on_tensorflow() else variable.value
 
 
 class BalancingError(ValueError):
@@ -89,7 +79,7 @@ class Method:
 
     def per_task(self, field, value=0.0):
         """{task: scalar variable} named `balancing/<method>/<field>/<task>`."""
-        keras = importlib.import_module("keras")  # after TensorFlow, as `tf` above
+        keras = importlib.import_module("keras")  # on first use, as `ops` above
         made = {}
         for i, task in enumerate(self.tasks):
             made[task] = keras.Variable(float(value), trainable=False, dtype="float32",
@@ -105,7 +95,8 @@ class Method:
         return dict(self._variables)
 
     def state(self, task):
-        """Scalars the traced step reads for a micro-batch of `task`."""
+        """The scalar variables the traced step reads for a micro-batch of `task` (the step
+        takes their values as its backend does)."""
         return {}
 
     # --- the update ---------------------------------------------------------------
@@ -189,7 +180,7 @@ class InitialLoss(Method):
         self.initial = model.initial_losses
 
     def state(self, task):
-        return {"initial_loss": _read(self.initial[task])}
+        return {"initial_loss": self.initial[task]}
 
     def scale(self, loss, norm, finite, state):
         initial = state["initial_loss"]
@@ -211,7 +202,7 @@ class WeightMethod(Method):
         self.weight = self.per_task("weight", 1.0)
 
     def state(self, task):
-        return {"weight": _read(self.weight[task])}
+        return {"weight": self.weight[task]}
 
     def scale(self, loss, norm, finite, state):
         return state["weight"], {}
@@ -472,9 +463,8 @@ class PCGrad(Method):
                                  "are not replicated)")
         self.slots = min(len(self.tasks), model.tasks_per_update)
         self.task_accumulators = [
-            [tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False, name=f"pcgrad_{s}_{i}")
-             if _on_tensorflow() else model._accumulator(v, f"pcgrad_{s}_{i}")
-             for i, v in enumerate(variables)] for s in range(self.slots)]
+            [model.gradient_buffer(v, f"pcgrad_{s}_{i}") for i, v in enumerate(variables)]
+            for s in range(self.slots)]
         self.shared = model.accumulators[:len(variables)]
         self._slot_of = {}
         self._combine_fn = None
@@ -493,33 +483,20 @@ class PCGrad(Method):
         if not order:
             return
         slots = [s for _, s in order]
-        gram = np.asarray(self._gram(slots), np.float64)
+        gram = np.asarray(model.gradient_gram([self.task_accumulators[s] for s in slots]),
+                          np.float64)
         update = int(model.optimizer.iterations.numpy()) + 1
         orders = pcgrad_orders(len(slots), np.random.default_rng([self.seed, update]))
         coefficients = pcgrad_coefficients(gram, orders)
         self._combine(slots, coefficients)
 
-    def _gram(self, slots):
-        grads = [self.task_accumulators[s] for s in slots]
-        if not _on_tensorflow():  # JAX: float64 in NumPy (JAX has no float64 without x64)
-            flat = [np.concatenate([np.asarray(a.value, np.float64).ravel() for a in g]) for g in grads]
-            return np.array([[a @ b for b in flat] for a in flat])
-        return tf.stack([tf.stack([tf.add_n([tf.reduce_sum(tf.cast(a, tf.float64) * tf.cast(b, tf.float64))
-                                            for a, b in zip(gi, gj)]) for gj in grads]) for gi in grads])
-
     def _combine(self, slots, coefficients):
-        """shared += Σ_j c_j g_j; every slot used is zeroed."""
+        """shared += Σ_j c_j g_j (float32, as the accumulators); every slot used is zeroed."""
         for j, slot in enumerate(slots):
-            if not _on_tensorflow():
-                c = np.float32(coefficients[j])
-                for shared, g in zip(self.shared, self.task_accumulators[slot]):
-                    shared.assign(shared.value + g.value * c)
-                    g.assign(ops.zeros_like(g.value))
-                continue
-            c = tf.constant(coefficients[j], tf.float32)
+            c = np.float32(coefficients[j])
             for shared, g in zip(self.shared, self.task_accumulators[slot]):
                 shared.assign_add(g * c)
-                g.assign(tf.zeros_like(g))
+                g.assign(ops.zeros_like(ops.convert_to_tensor(g)))
 
 
 def pcgrad_orders(k, rng):

@@ -18,6 +18,17 @@ class BackendStep(ABC):
     def _accumulator(self, variable, name):
         """A zeroed buffer shaped as `variable`, where micro-batch gradients add up."""
 
+    def gradient_buffer(self, variable, name):
+        """A zeroed gradient buffer shaped as `variable`, as the shared accumulators are
+        (balancing's: pcgrad keeps one per task of an update)."""
+        return self._accumulator(variable, name)
+
+    @staticmethod
+    @abstractmethod
+    def gradient_gram(groups):
+        """[k, k] float64 dot products of k gradient groups (each a list of buffers shaped
+        as the backbone's variables), summed in float64 whatever the buffers' dtype."""
+
     @staticmethod
     @abstractmethod
     def _constant(value):

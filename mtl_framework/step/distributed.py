@@ -70,9 +70,32 @@ def _jax_data_parallel(distribution):
         raise ExperimentError(f"distribution must be one of {DISTRIBUTION}, got {distribution!r}")
     if distribution == "multi_worker":
         join_jax_cluster(os.environ.get("TF_CONFIG"))
-    # fit's data only counts updates (trainer.update_counter): nothing for Keras to shard
+    # fit's data only counts updates (update_counter): nothing for Keras to shard
     keras.distribution.set_distribution(keras.distribution.DataParallel(auto_shard_dataset=False))
     return None
+
+
+def update_counter(updates, strategy=None):
+    """What fit iterates: its elements are never read (the mixture draws the micro-batches),
+    it only counts updates. On TensorFlow a repeated tf.data range (NumPy input made fit
+    stall seconds per epoch, ../shared/PITFALLS.md), batched by the strategy's replicas; on
+    JAX an endless generator with one element per data-parallel device."""
+    if keras.backend.backend() != "tensorflow":
+        rows = keras.distribution.distribution()
+        rows = rows.device_mesh.shape[0] if rows is not None else 1
+
+        def counter():
+            while True:
+                yield (np.zeros((rows,), "float32"),)
+        return counter()
+    steps = tf.data.Dataset.range(updates).repeat()
+    if strategy is not None:  # a strategy distributes batches; fit's elements go unread
+        steps = steps.batch(strategy.num_replicas_in_sync)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        steps = steps.with_options(options)
+    return steps
 
 
 def jax_cluster(tf_config):

@@ -84,6 +84,13 @@ class JaxStep(BackendStep):
     def _default_lanes(self):
         return 1
 
+    @staticmethod
+    def gradient_gram(groups):
+        # float64 in NumPy: JAX has none without x64
+        flat = [np.concatenate([np.asarray(a.value, np.float64).ravel() for a in group])
+                for group in groups]
+        return np.array([[a @ b for b in flat] for a in flat])
+
     def _on_replicas(self, fn):
         return fn()
 
@@ -126,7 +133,8 @@ class JaxStep(BackendStep):
 
     def _task_state(self, task):
         """What the traced step reads of the task besides its weights (scalars)."""
-        state = {"loss_weight": self._loss_weight_tensors[task], **self.balancing.state(task)}
+        state = {"loss_weight": self._loss_weight_tensors[task],
+                 **{k: v.value for k, v in self.balancing.state(task).items()}}
         if self.dynamic_loss_scale:
             state["loss_scale"] = self.loss_scales[task].value
             state["finite_in_a_row"] = self._finite_in_a_row[task].value

@@ -66,6 +66,7 @@ class TensorFlowStep(BackendStep):
     def make_train_function(self, force=False):
         if self.train_function is not None and not force:
             return self.train_function
+        _quiet_retracing()
 
         def train_function(iterator):
             self._count_epoch_update()
@@ -91,7 +92,8 @@ class TensorFlowStep(BackendStep):
 
     def _task_state(self, task):
         """What the traced step reads of the task besides its weights (scalars)."""
-        state = {"loss_weight": self._loss_weight_tensors[task], **self.balancing.state(task)}
+        state = {"loss_weight": self._loss_weight_tensors[task],
+                 **{k: tf.convert_to_tensor(v) for k, v in self.balancing.state(task).items()}}
         if self.dynamic_loss_scale:
             state["loss_scale"] = tf.convert_to_tensor(self.loss_scales[task])
             state["finite_in_a_row"] = tf.convert_to_tensor(self._finite_in_a_row[task])
@@ -314,6 +316,7 @@ class TensorFlowStep(BackendStep):
         (evaluation: 92 tasks trace 10 forward passes, not 92)."""
         key = self._step_key(task, batch)
         if key not in self._forward_steps:
+            _quiet_retracing()
             tasks = self.trace_groups[key[0]]
             template = self.heads[tasks[0]]
 
@@ -325,6 +328,12 @@ class TensorFlowStep(BackendStep):
 
     def _on_replicas(self, fn):
         return fn() if self.strategy is None else self.strategy.run(fn)
+
+    @staticmethod
+    def gradient_gram(groups):
+        return tf.stack([tf.stack([tf.add_n([tf.reduce_sum(tf.cast(a, tf.float64) * tf.cast(b, tf.float64))
+                                            for a, b in zip(gi, gj)]) for gj in groups])
+                         for gi in groups])
 
     def _zero_accumulators(self):
         for a in self.accumulators:
@@ -361,6 +370,13 @@ class TensorFlowStep(BackendStep):
         return {"micro_step": counts(self._micro_steps), "forward": counts(self._forward_steps),
                 "apply_update": apply.experimental_get_tracing_count() if apply else 0}
 
+
+
+def _quiet_retracing():
+    """Each task's micro-step traces once on its first batch, and evaluation's relation and
+    choice batches vary in two dims (one relaxed retrace per task): TF's generic "N calls
+    triggered retracing" warning counts those as a problem."""
+    tf.get_logger().setLevel("ERROR")
 
 
 def _batch_spec(batch):

@@ -11,6 +11,7 @@ import pytest
 
 from mtl_framework.config.registry import load_registry
 from mtl_framework.evaluation import dev as evaluation
+from mtl_framework.families import family
 from mtl_framework.families import heads as H
 from mtl_framework.families.heads import build_head
 from mtl_framework.prepare.cache import cached_features
@@ -106,7 +107,7 @@ def test_max_examples_takes_whole_questions(setup):
     tasks, tokenizer, cache = setup
     features = cached_features(tasks["cmrc2018"], "dev", tokenizer, str(DEMO_DATA), cache,
                                max_length=96)
-    rows = evaluation.evaluation_rows(features, 5)
+    rows = evaluation.evaluation_rows(family(features.family), features, 5)
     assert set(np.asarray(features["example_index"])[rows]) == {0, 1, 2, 3, 4}
     assert len(rows) == int((np.asarray(features["example_index"]) < 5).sum())
 
@@ -210,7 +211,7 @@ def test_publisher_scorer_is_the_score_and_the_generic_metric_stays_beside_it(se
     # The same predicted texts, scored again against the release file read here.
     rows = np.arange(len(features))
     _, _, windows = evaluation.predict(oracle.predictor, task.name, oracle.heads[task.name],
-                                       features, rows, 16)
+                                       family(features.family), features, rows, 16)
     predictions, _ = mrc.answers(features, windows)
     examples = list(read_task(task, "dev", str(DEMO_DATA)))
     gold = json.loads((DEMO_DATA / "cmrc2018" / "dev.json").read_text(encoding="utf-8"))

@@ -9,9 +9,8 @@ import pytest
 
 from data_adapters import ReadReport, read_task
 from mtl_framework.config.registry import load_registry
-from mtl_framework.evaluation.dev import Scoring, scoring_task
 from mtl_framework.evaluation.predict import PredictModel
-from mtl_framework.scoring.scorers import SCORERS, publisher_entry
+from mtl_framework.scoring.scorers import SCORERS, Scoring, publisher_entry, scoring_task
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REGISTRY = load_registry()

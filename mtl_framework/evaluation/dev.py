@@ -43,9 +43,14 @@ from mtl_framework.prepare.cache import CacheNotes, cached_features
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.records import RecordNotWritten
 from mtl_framework.saving.trained import open_run
-from mtl_framework.scoring import scorers
-from mtl_framework.scoring.metrics import compute_metric, majority_predictions, primary_score
-from mtl_framework.scoring.scorers import scoring_task
+from mtl_framework.scoring.embedding import one_passage_corpus
+from mtl_framework.scoring.metrics import (
+    compute_metric,
+    majority_predictions,
+    primary_score,
+    score_with_baseline,
+)
+from mtl_framework.scoring.scorers import Scoring, scoring_task
 from mtl_framework.tokenizer import Tokenizer
 
 # Lost spans that are not gold for the task (a type the task does not predict).
@@ -58,38 +63,36 @@ class TaskPredictor:
 
     def __init__(self, model):
         self.model = model
-        if keras.backend.backend() == "tensorflow":
-            # Relation/choice batches vary in two dims; TF's retracing warning
-            # counts the first relaxed retrace of each task as a problem.
-            import tensorflow as tf
-
-            tf.get_logger().setLevel("ERROR")
 
     def __call__(self, task, batch):
         inputs = self.model._to_tensors(batch)
         return keras.tree.map_structure(np.asarray, self.model.traced_outputs(task, inputs))
 
 
-def evaluation_rows(features, max_examples=None):
+def evaluation_rows(task_family, features, max_examples=None):
     """Feature rows of the first `max_examples` examples (all windows of an MRC question)."""
     if not max_examples:
         return np.arange(len(features))
-    return family(features.family).example_rows(features, max_examples)
+    return task_family.example_rows(features, max_examples)
 
 
-def predict(predictor, task_name, head, features, rows, batch_size):
+def predict(predictor, task_name, head, task_family, features, rows, batch_size):
     """(predictions, references, windows) over `rows`, in row order. Rows that are
     windows (mrc_span) give decoded window spans in `windows` instead of predictions."""
     predictions, references, windows = [], [], []
-    windowed = family(features.family).windows
-    for batch in iterate_batches(features, batch_size, rows=rows):
-        outputs = predictor(task_name, batch)
-        if windowed:
+    for batch, outputs in head_outputs(predictor, task_name, features, rows, batch_size):
+        if task_family.windows:
             windows += head.decode(outputs, batch)
         else:
             predictions += head.decode(outputs, batch)
             references += head.targets(batch)
     return predictions, references, windows
+
+
+def head_outputs(predictor, task_name, features, rows, batch_size):
+    """(batch, the head's outputs) over `rows`, in row order."""
+    for batch in iterate_batches(features, batch_size, rows=rows):
+        yield batch, predictor(task_name, batch)
 
 
 def lost_gold(features, examples=None):
@@ -102,19 +105,9 @@ def lost_gold(features, examples=None):
     return lost
 
 
-def _labelled(family_name, predictions, references):
-    """Drop unlabelled rows (-1 / NaN targets); returns (predictions, references, dropped)."""
-    unlabelled = family(family_name).unlabelled
-    if unlabelled is None:
-        return predictions, references, 0
-    keep = [i for i, r in enumerate(references) if not unlabelled(r)]
-    return ([predictions[i] for i in keep], [references[i] for i in keep],
-            len(references) - len(keep))
-
-
-def train_labels(features):
+def train_labels(task_family, features):
     """Train labels for the majority baseline, where the family has a label array."""
-    if features is None or not family(features.family).labelled:
+    if features is None or not task_family.labelled:
         return None
     labels = np.asarray(features["label"])
     if labels.ndim == 2:  # multi-label rows
@@ -127,56 +120,60 @@ def evaluate_features(model, task, features, predictor=None, batch_size=32, max_
                       train_features=None, scoring=None):
     """One task's score on already-built features; see the module docstring.
     scoring: a Scoring (the task's publisher's scorer on these features' examples)."""
-    return defined(_evaluate_features(model, task, features, predictor, batch_size, max_examples,
-                                      train_features, scoring))
+    predictor = predictor or TaskPredictor(model)
+    task_family = family(features.family)
+    rows = evaluation_rows(task_family, features, max_examples)
+    if task.metric == "mrr" and task_family.rank_groups is not None:
+        entry = ranking_entry(predictor, task, task_family, features, rows, batch_size,
+                              train_features)
+    else:
+        predictions, references, windows = predict(predictor, task.name, model.heads[task.name],
+                                                   task_family, features, rows, batch_size)
+        entry = scored_entry(task, task_family, features, rows, predictions, references, windows,
+                             train_features, scoring)
+    return defined(entry)
 
 
 def defined(entry):
     """The entry with every undefined figure (nan, inf: Spearman of constant gold scores) as
     None, so evaluations.jsonl stays strict JSON; an undefined score is no score that step,
     with a note, and the aggregate is over the other tasks."""
-    def cleaned(value):
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, dict):
-            return {key: cleaned(item) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [cleaned(item) for item in value]
-        return value
-
     undefined = isinstance(entry.get("score"), float) and not math.isfinite(entry["score"])
-    entry = cleaned(entry)
+    entry = _finite_or_none(entry)
     if undefined:
-        entry["note"] = f"the score is undefined on this split: {undefined_why(entry)}; no " \
-                        "score this step"
+        why = undefined_why(entry)
+        entry["note"] = f"the score is undefined on this split: {why}; no score this step"
     return entry
+
+
+def _finite_or_none(value):
+    """`value` with every float that is not finite, however deep in dicts and lists, as None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
 
 
 def undefined_why(entry):
     """Why a task's score is undefined: a retrieval corpus of one passage (the embeddings
     suite's note, scoring.embedding.one_passage_corpus), else a figure without a value."""
-    from mtl_framework.scoring.embedding import one_passage_corpus
-
     documents = (entry.get("result") or {}).get("documents")
-    return (entry.get("metric") == "retrieval" and one_passage_corpus(documents)) or \
-        "constant gold scores or similarities"
+    retrieval = entry.get("metric") == "retrieval" and one_passage_corpus(documents)
+    return retrieval or "constant gold scores or similarities"
 
 
-def _evaluate_features(model, task, features, predictor, batch_size, max_examples,
-                       train_features, scoring):
-    predictor = predictor or TaskPredictor(model)
-    head = model.heads[task.name]
-    rows = evaluation_rows(features, max_examples)
-    task_family = family(features.family)
-    if task.metric == "mrr" and task_family.rank_groups is not None:
-        return ranking_entry(predictor, task, features, rows, batch_size, train_features)
-    predictions, references, windows = predict(predictor, task.name, head, features, rows,
-                                               batch_size)
-    entry = {"metric": task.metric}
+def gold_answers(task_family, features, rows, predictions, references, windows, scoring, entry):
+    """(predictions, references) as scored: MRC windows grouped into each question's answer
+    (with the answers no span supports, where the publisher's gold has them), span answers
+    as texts, sentinels for the gold spans the featurizer lost, unlabelled rows left out;
+    what was done is noted in `entry`. Also the publisher's figure (None without one)."""
     if task_family.windows:
         predictions, references = task_family.window_answers(features, windows)
         entry["windows"] = len(windows)
-    publisher = scoring(predictions, features, rows) if scoring else None
+    publisher = scoring(predictions, features, rows, task_family) if scoring else None
     if scoring and task_family.windows:
         # the generic metric's gold too: answers no span supports are still answers
         references = scoring.references(references)
@@ -186,9 +183,11 @@ def _evaluate_features(model, task, features, predictor, batch_size, max_example
         lost = lost_gold(features, len(rows))
         if lost:
             entry["gold_lost_in_features"] = lost
-    predictions, references, unlabelled = _labelled(features.family, predictions, references)
-    if unlabelled:
-        entry["unlabelled"] = unlabelled
+    if task_family.unlabelled is not None:  # -1 / NaN targets
+        keep = [i for i, r in enumerate(references) if not task_family.unlabelled(r)]
+        if len(keep) < len(references):
+            entry["unlabelled"] = len(references) - len(keep)
+        predictions, references = [predictions[i] for i in keep], [references[i] for i in keep]
     if task_family.counts_lost_gold:
         lost = lost_gold(features, len(rows))
         if lost:
@@ -196,6 +195,16 @@ def _evaluate_features(model, task, features, predictor, batch_size, max_example
             references = [list(r) for r in references]
             references[0] += [("lost-in-featurizing", i) for i in range(lost)]
             entry["gold_lost_in_features"] = lost
+    return predictions, references, publisher
+
+
+def scored_entry(task, task_family, features, rows, predictions, references, windows,
+                 train_features, scoring):
+    """The entry of a task's decoded predictions: its metric and the majority baseline,
+    and the publisher's figure as its score where the task has a scorer."""
+    entry, baseline_train = {"metric": task.metric}, train_labels(task_family, train_features)
+    predictions, references, publisher = gold_answers(task_family, features, rows, predictions,
+                                                      references, windows, scoring, entry)
     entry["examples"] = len(references)
     if not references:
         return {**entry, "score": None, "note": "no labelled examples in this split"}
@@ -208,79 +217,19 @@ def _evaluate_features(model, task, features, predictor, batch_size, max_example
         # Ranking needs candidates grouped by question: only matching features give them.
         metric, entry["note"] = "accuracy", f"mrr not computed for {features.family} tasks; accuracy"
         entry["metric"] = metric
-    result = compute_metric(metric, predictions, references)
-    entry["result"] = result
-    entry["score"] = primary_score(metric, result)
-    baseline_train = train_labels(train_features)
-    try:
-        majority = majority_predictions(metric, references, baseline_train)
-        entry["baseline"] = primary_score(metric, compute_metric(metric, majority, references))
-    except ValueError:
-        majority, entry["baseline"] = None, None
+    entry["result"], entry["score"], entry["baseline"], majority = score_with_baseline(
+        metric, predictions, references, baseline_train)
     if publisher is not None:
-        entry = with_publisher(entry, publisher, scoring, majority, features, rows)
+        entry = scoring.with_figure(entry, publisher, majority, features, rows, task_family)
     return entry
 
 
-def with_publisher(entry, publisher, scoring, majority, features, rows):
-    """The entry with the publisher's figure as its score, the generic one beside it;
-    the baseline is the publisher's scorer on the majority predictions."""
-    if "note" in publisher:
-        return {**entry, "scorer": scoring.name, "scorer_note": publisher["note"]}
-    baseline = None
-    if majority is not None:
-        constant = [majority[0]] * publisher["predictions"]
-        baseline = scoring(constant, features, rows)
-    return {**entry, "scorer": scoring.name, "scorer_figure": publisher["figure"],
-            "scorer_result": publisher["result"], "metric_score": entry["score"],
-            "metric_baseline": entry["baseline"], "score": publisher["score"],
-            "baseline": None if baseline is None or "note" in baseline else baseline["score"]}
-
-
-class Scoring:
-    """A task's publisher's scorer over one split: scoring(predictions, features, rows) ->
-    {"figure", "score", "result", "predictions"} or {"note"} where it cannot score.
-    predictions: per example (mrc_span: per question) in the family's decoded form."""
-
-    def __init__(self, task, split, data_root):
-        from data_adapters import ReadReport, read_task
-
-        self.task, self.split, self.data_root, self.name = task, split, data_root, task.scorer
-        self.examples = list(read_task(scoring_task(task, split), split, data_root, ReadReport()))
-        self.labels = task.resolve_labels(data_root)
-
-    def decoded(self, predictions, features, rows):
-        """mrc_span: {"text"} per question; other families: what `mtl predict` writes."""
-        task_family = family(features.family)
-        if task_family.windows:
-            return [{"text": text} for text in predictions]
-        return [task_family.output(p, e, self.labels, features, row)
-                for row, (p, e) in enumerate(zip(predictions, self.examples))]
-
-    def references(self, references):
-        """Each question's gold texts with the ones no span supports (SpanQAExample.unlocated)."""
-        return [list(gold) + [t for t in getattr(e, "unlocated", ()) if t not in gold]
-                for gold, e in zip(references, self.examples)]
-
-    def __call__(self, predictions, features, rows):
-        if len(predictions) > len(self.examples):
-            return {"note": f"{len(predictions)} predictions for {len(self.examples)} examples: "
-                            "features and examples do not pair up; not scored"}
-        examples = self.examples[:len(predictions)]
-        partial = len(examples) < len(self.examples)
-        ids = [e.id for e in examples] if partial else None
-        result = scorers.publisher_entry(self.task, self.split, self.data_root, examples,
-                                         self.decoded(predictions, features, rows), ids)
-        return {**result, "predictions": len(predictions)}
-
-
-def ranking_entry(predictor, task, features, rows, batch_size, train_features=None):
+def ranking_entry(predictor, task, task_family, features, rows, batch_size, train_features=None):
     """mrr: candidates grouped per question (the family's rank_groups), ranked by the
     head's score for the right label; the baseline ranks candidate positions by how often
     each was right in train (metrics.majority_predictions)."""
-    task_family = family(features.family)
-    scores = np.concatenate([task_family.rank_scores(predictor(task.name, batch))
-                             for batch in iterate_batches(features, batch_size, rows=rows)])
+    scores = np.concatenate([task_family.rank_scores(outputs) for _, outputs in
+                             head_outputs(predictor, task.name, features, rows, batch_size)])
     predictions, references, unanswered = task_family.rank_groups(features, rows, scores)
     entry = {"metric": "mrr", "examples": len(references)}
     if unanswered:

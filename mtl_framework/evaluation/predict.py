@@ -211,8 +211,8 @@ class PredictModel:
         self.truncated += sum(features.report.truncated.values())
         head = self.heads[task.name]
         rows = np.arange(len(features))
-        predictions, _, windows = evaluation.predict(self.predictor, task.name, head, features,
-                                                     rows, batch_size)
+        predictions, _, windows = evaluation.predict(self.predictor, task.name, head, task_family,
+                                                     features, rows, batch_size)
         if task_family.windows:
             return [(e, p, None) for e, p in zip(chunk, task_family.window_outputs(features, windows))]
         shape = task_family.output

@@ -464,6 +464,19 @@ def majority_predictions(name, references, train_labels=None, num_candidates=Non
     raise ValueError(f"unknown metric {name!r}; expected one of: {', '.join(METRICS)}")
 
 
+def score_with_baseline(name, predictions, references, train_labels=None):
+    """(result, primary score, the majority baseline's primary score, the majority
+    predictions): the metric beside the floor a model blind to the input reaches (both
+    baseline values None where the metric has no such floor)."""
+    result = compute_metric(name, predictions, references)
+    try:
+        majority = majority_predictions(name, references, train_labels)
+        baseline = primary_score(name, compute_metric(name, majority, references))
+    except ValueError:
+        majority, baseline = None, None
+    return result, primary_score(name, result), baseline, majority
+
+
 def majority_baseline(name, references, train_labels=None, **kwargs):
     """compute_metric of majority_predictions: the floor a trained model must
     clear (a benchmark's "majority" row)."""

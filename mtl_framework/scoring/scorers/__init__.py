@@ -27,12 +27,13 @@ scorer name to its module. Every module follows one contract:
   span families: (type, start, end) tuples; classification: the label name ...),
   decoded[i] belonging to examples[i].
 
-publisher_entry() runs the three for mtl_framework.evaluation.dev. NumPy-free, no
-TensorFlow: the spec loader imports SCORERS' names.
+publisher_entry() runs the three; `Scoring` is a task's scorer over one split, as
+mtl_framework.evaluation.dev scores it. NumPy-free, no TensorFlow: the spec loader imports
+SCORERS' names.
 """
 import dataclasses
 
-from data_adapters import get_adapter
+from data_adapters import ReadReport, get_adapter, read_task
 from mtl_framework.scoring.scorers import (
     cail2018,
     cjrc,
@@ -95,3 +96,54 @@ def scoring_task(task, split):
     if split == "train" or not extra or not getattr(task, "scorer", None):
         return task
     return dataclasses.replace(task, options={**task.options, **extra})
+
+
+class Scoring:
+    """A task's publisher's scorer over one split: scoring(predictions, features, rows,
+    task_family) -> {"figure", "score", "result", "predictions"} or {"note"} where it
+    cannot score. predictions: per example (mrc_span: per question) in the family's
+    decoded form; task_family: the features' Family (mtl_framework.families)."""
+
+    def __init__(self, task, split, data_root):
+        self.task, self.split, self.data_root, self.name = task, split, data_root, task.scorer
+        read_as = scoring_task(task, split)
+        self.examples = list(read_task(read_as, split, data_root, ReadReport()))
+        self.labels = task.resolve_labels(data_root)
+
+    def decoded(self, predictions, features, rows, task_family):
+        """mrc_span: {"text"} per question; other families: what `mtl predict` writes."""
+        if task_family.windows:
+            return [{"text": text} for text in predictions]
+        return [task_family.output(p, e, self.labels, features, row)
+                for row, (p, e) in enumerate(zip(predictions, self.examples))]
+
+    def references(self, references):
+        """Each question's gold texts with the ones no span supports (SpanQAExample.unlocated)."""
+        return [list(gold) + [t for t in getattr(e, "unlocated", ()) if t not in gold]
+                for gold, e in zip(references, self.examples)]
+
+    def __call__(self, predictions, features, rows, task_family):
+        if len(predictions) > len(self.examples):
+            return {"note": f"{len(predictions)} predictions for {len(self.examples)} examples: "
+                            "features and examples do not pair up; not scored"}
+        examples = self.examples[:len(predictions)]
+        partial = len(examples) < len(self.examples)
+        ids = [e.id for e in examples] if partial else None
+        result = publisher_entry(self.task, self.split, self.data_root, examples,
+                                 self.decoded(predictions, features, rows, task_family), ids)
+        return {**result, "predictions": len(predictions)}
+
+    def with_figure(self, entry, publisher, majority, features, rows, task_family):
+        """The evaluation entry with the publisher's figure (`publisher`: this scorer's
+        result) as its score, the generic one beside it; the baseline is this scorer on
+        the majority predictions (None without them)."""
+        if "note" in publisher:
+            return {**entry, "scorer": self.name, "scorer_note": publisher["note"]}
+        baseline = None
+        if majority is not None:
+            constant = [majority[0]] * publisher["predictions"]
+            baseline = self(constant, features, rows, task_family)
+        return {**entry, "scorer": self.name, "scorer_figure": publisher["figure"],
+                "scorer_result": publisher["result"], "metric_score": entry["score"],
+                "metric_baseline": entry["baseline"], "score": publisher["score"],
+                "baseline": None if baseline is None or "note" in baseline else baseline["score"]}

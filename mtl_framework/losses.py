@@ -8,6 +8,8 @@ as no target points at a masked position.
 import numpy as np
 from keras import ops
 
+from mtl_framework.numbers import l2_normalize
+
 # Finite "minus infinity" for choice padding: an all-padding row then gives
 # log(C) instead of NaN.
 CHOICE_PAD = -1e12
@@ -147,11 +149,6 @@ def choice_crossentropy(y_true, logits, choice_mask):
     return sparse_categorical_crossentropy(y_true, logits)
 
 
-def l2_normalize(x, axis=-1):
-    """x / |x| along `axis` (a zero vector stays zero)."""
-    return x / ops.maximum(ops.sqrt(ops.sum(ops.square(x), axis=axis, keepdims=True)), 1e-12)
-
-
 def info_nce(queries, positives, negatives, negative_mask, positive_ids, temperature,
              in_batch_negatives=True):
     """InfoNCE over cosines / temperature, per query [B]: its positive against the others.
@@ -175,8 +172,7 @@ def info_nce_logits(queries, positives, negatives, negative_mask, positive_ids, 
     cosines / temperature with its C candidates, the ones that are not its candidates
     (padding, a twin positive) at CHOICE_PAD and False in `valid`; `target` the column of
     its positive."""
-    queries, positives, negatives = (l2_normalize(queries), l2_normalize(positives),
-                                     l2_normalize(negatives))
+    queries, positives, negatives = (l2_normalize(v, xp=ops) for v in (queries, positives, negatives))
     valid_negatives = ops.greater(negative_mask, 0)
     rows = ops.shape(queries)[0]
     if in_batch_negatives:
@@ -224,7 +220,8 @@ def cosent(queries, positives, scores, temperature):
     """CoSENT (Su, https://kexue.fm/archives/8847; sentence-transformers' CoSENTLoss):
     log(1 + sum over pairs (i, j) with score_i < score_j of exp((cos_i - cos_j) / t)),
     one value for the batch. Rows whose score is NaN take no part."""
-    cosines = ops.sum(l2_normalize(queries) * l2_normalize(positives), axis=-1) / temperature
+    cosines = ops.sum(l2_normalize(queries, xp=ops) * l2_normalize(positives, xp=ops),
+                      axis=-1) / temperature
     scored = ops.logical_not(ops.isnan(scores))
     scores = ops.where(scored, scores, 0.0)
     below = ops.logical_and(ops.less(scores[:, None], scores[None, :]),
@@ -243,7 +240,8 @@ def cosent_signs(queries, positives, scores):
     scores = ops.where(scored, scores, 0.0)
     ordered = ops.logical_and(ops.less(scores[:, None], scores[None, :]),
                               ops.logical_and(scored[:, None], scored[None, :]))
-    cosines = ops.matmul(l2_normalize(queries), ops.transpose(l2_normalize(positives)))
+    cosines = ops.matmul(l2_normalize(queries, xp=ops),
+                         ops.transpose(l2_normalize(positives, xp=ops)))
     rows = ops.shape(cosines)[0]
     others = ops.not_equal(ops.arange(rows)[:, None], ops.arange(rows)[None, :])
     return {"chance": ops.log(1.0 + ops.sum(ops.cast(ordered, "float32"))),

@@ -223,8 +223,9 @@ def test_the_mtl_program_encodes_with_one_tensorflow_thread_an_op_and_a_batch_a_
     import subprocess
     import sys
 
-    probe = ("import os; from mtl_framework.embedding.encode import use_encoding_threads, "
-             "encoding_lanes; set_ = use_encoding_threads(); import tensorflow as tf; tf.constant(1); "
+    probe = ("import os; from mtl_framework.embedding.encode import use_encoding_threads; "
+             "set_ = use_encoding_threads(); from mtl_framework.step.tensorflow import encoding_lanes; "
+             "import tensorflow as tf; tf.constant(1); "
              "print(set_, os.environ['TF_NUM_INTRAOP_THREADS'], encoding_lanes(), os.cpu_count(), "
              "use_encoding_threads())")
     for given, threads in ((None, "1"), ("2", "2")):

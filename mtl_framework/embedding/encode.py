@@ -22,6 +22,7 @@ from mtl_framework.formats.sentence_transformers import (
     folder_length,
     transformer_folder,
 )
+from mtl_framework.numbers import l2_normalize
 
 # TensorFlow's intra-op threads while encoding: one, so each lane (one per core) computes its
 # batch on a core of its own; TF's default (every core on each op, 2 lanes) left a core idle
@@ -41,19 +42,6 @@ def use_encoding_threads():
     for name, value in ENCODING_THREADS.items():
         os.environ.setdefault(name, value)
     return True
-
-
-def encoding_lanes(on_cpu=True):
-    """Batches computed at once: one per core when each op has one thread (ENCODING_THREADS),
-    else 2 on a CPU of 2+ cores (as training's lanes), 1 on a GPU."""
-    if not on_cpu:
-        return 1
-    import tensorflow as tf
-
-    cores = os.cpu_count() or 1
-    threads = tf.config.threading.get_intra_op_parallelism_threads() or int(
-        os.environ.get("TF_NUM_INTRAOP_THREADS") or 0)
-    return cores if threads == 1 else min(2, cores)
 
 
 class Encoder:
@@ -169,13 +157,15 @@ class Encoder:
 
     @property
     def model(self):
-        """The backbone with pooling on top, built at the encoder's precision when first used."""
+        """The SentenceEncoder (families/sentence_encoder.py: the backbone, pooled and
+        normalised as the settings say), built at the encoder's precision when first used."""
         if self._model is None:
+            from mtl_framework.families.sentence_encoder import SentenceEncoder
             from mtl_framework.step.distributed import precision_policy
 
             with precision_policy(self.precision):
                 backbone = self._build()
-                self._model = pooled_model(backbone, self.pooling)
+                self._model = SentenceEncoder(backbone, self.pooling, self.normalize)
             if self.max_length is None:
                 self.max_length = min(backbone.config.get("max_positions") or 512, 512)
         return self._model
@@ -183,27 +173,11 @@ class Encoder:
     @property
     def forward(self):
         """(token ids [n, L] -> vectors, the step lengths are rounded up to, batches at once):
-        on TensorFlow one function traced for every shape, so batches pad to their longest
-        text exactly, the backbone packed (its token-wise work on the real tokens alone,
-        layers.Packing: 0.9x the CPU time at float32 on AFQMC's sorted batches), several
-        batches computing at once on a CPU (encoding_lanes: one small batch leaves a core
-        idle between its ops); on JAX Keras's predict_on_batch,
-        compiled per shape, lengths rounded up to 8, one at a time."""
+        the backend's way to run the model (step/: encoding_forward), made once."""
         if getattr(self, "_forward", None) is None:
-            import keras
+            from mtl_framework.step import encoding_forward
 
-            model = self.model
-            if keras.backend.backend() == "tensorflow":
-                import tensorflow as tf
-
-                @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-                def vectors(token_ids):
-                    return model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids)},
-                                 packed=True)
-                self._forward = (vectors, 1, encoding_lanes(not tf.config.list_logical_devices("GPU")))
-            else:
-                self._forward = (lambda token_ids: model.predict_on_batch(
-                    {"token_ids": token_ids, "segment_ids": np.zeros_like(token_ids)}), 8, 1)
+            self._forward = encoding_forward(self.model)
         return self._forward
 
     def token_rows(self, texts, side=None, task=None):
@@ -217,9 +191,10 @@ class Encoder:
         """float32 [len(texts), H] (one str: [H], as sentence-transformers gives): texts
         sorted by length into batches of `batch_size` (padding only to the batch's longest;
         on JAX rounded up to 8, each shape being a compilation), pooled, L2-normalised when
-        the model was trained so. `progress(n)` after each batch. `dim`: the first `dim`
-        features only (a Matryoshka prefix, see matryoshka_dim), L2-normalised after the cut
-        where the model normalises, as the Matryoshka loss compared them."""
+        the model was trained so (the model does both). `progress(n)` after each batch.
+        `dim`: the first `dim` features only (a Matryoshka prefix, see matryoshka_dim),
+        L2-normalised again after the cut where the model normalises, as the Matryoshka loss
+        compared them."""
         if isinstance(texts, str):  # one text, one vector (as sentence-transformers does)
             return self.encode([texts], side, task, batch_size, progress, dim)[0]
         texts = list(texts)
@@ -249,10 +224,10 @@ class Encoder:
                 out[chosen] = vectors
                 if progress is not None:
                     progress(len(chosen))
+        if dim == out.shape[1]:
+            return out
         out = np.ascontiguousarray(out[:, :dim])
-        if self.normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return l2_normalize(out, axis=1) if self.normalize else out
 
 
     def matryoshka_dim(self, dim=None):
@@ -338,22 +313,3 @@ def encoding_precision(precision):
     from mtl_framework.step.distributed import inference_precision
 
     return inference_precision(resolve_precision(precision)[0])
-
-
-def pooled_model(backbone, pooling):
-    """keras.Model: {token_ids, segment_ids} -> the pooled float32 vector per row."""
-    import keras
-    from keras import ops
-
-    from mtl_framework.families.contrastive_heads import pool
-
-    class PooledEncoder(keras.Model):
-        def __init__(self):
-            super().__init__(name="pooled_encoder")
-            self.backbone = backbone
-
-        def call(self, inputs, packed=False):
-            hidden = self.backbone(inputs, training=False, packed=packed)
-            return ops.cast(pool(hidden, inputs["token_ids"], pooling), "float32")
-
-    return PooledEncoder()

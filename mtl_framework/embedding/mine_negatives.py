@@ -12,6 +12,8 @@ lines, {"query", "pos": [...], "neg": [...]}, which the `pairs` format reads as 
 """
 import numpy as np
 
+from mtl_framework.numbers import l2_normalize
+
 QUERIES_PER_BLOCK = 256  # queries scored against the corpus at once
 
 
@@ -35,8 +37,8 @@ def mine_negatives(encoder, pairs, corpus=None, ranks=(10, 100), count=7, seed=0
                                    progress=progress)
     passage_vectors = encoder.encode(passages, side="passage", task=task, batch_size=batch_size,
                                      progress=progress)
-    query_vectors = _unit(query_vectors)
-    passage_vectors = _unit(passage_vectors)
+    query_vectors = l2_normalize(np.asarray(query_vectors, np.float64))  # cosine, whatever
+    passage_vectors = l2_normalize(np.asarray(passage_vectors, np.float64))  # the model gives
     rng = np.random.default_rng(seed)
     depth = min(high + 1 + max(len(g) for g in positives.values()), len(passages))
     records = []
@@ -52,8 +54,3 @@ def mine_negatives(encoder, pairs, corpus=None, ranks=(10, 100), count=7, seed=0
             records.append({"query": query, "pos": positives[query],
                             "neg": [passages[candidates[i]] for i in sorted(chosen)]})
     return records
-
-
-def _unit(vectors):
-    vectors = np.asarray(vectors, np.float64)
-    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)

@@ -1,4 +1,5 @@
-"""The head of families/contrastive.py: pooling and the contrastive losses (no weights).
+"""The head of families/contrastive.py: pooling (families/sentence_encoder.py's, as the
+encoder pools) and the contrastive losses (no weights).
 
 Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
 family records load before Keras)."""
@@ -9,16 +10,8 @@ from data_adapters.task_types import CONTRASTIVE
 from mtl_framework import losses
 from mtl_framework.families.embedding import TRAINED
 from mtl_framework.families.heads import TaskHead, _np, head_for
-
-
-def pool(hidden, token_ids, pooling):
-    """Sentence vectors from the backbone's output [..., L, H]: the [CLS] position (`cls`),
-    or the mean over the real (non-padding) tokens, [CLS] and [SEP] included as
-    sentence-transformers' mean pooling includes them (`mean`)."""
-    if pooling == "cls":
-        return hidden[..., 0, :]
-    mask = ops.cast(ops.not_equal(token_ids, 0), hidden.dtype)[..., None]
-    return ops.sum(hidden * mask, axis=-2) / ops.maximum(ops.sum(mask, axis=-2), 1.0)
+from mtl_framework.families.sentence_encoder import sentence_vectors
+from mtl_framework.numbers import l2_normalize
 
 
 @head_for(CONTRASTIVE.name)
@@ -55,7 +48,9 @@ class ContrastiveHead(TaskHead):
                              f"backbone's hidden size {hidden_shape[-1]}: give dims up to it")
 
     def call(self, hidden, batch, training=False):
-        return pool(hidden, batch["token_ids"], self.pooling)
+        """float32 [N, H]: the SentenceEncoder's vectors of the backbone's output, raw (the
+        losses normalise; `normalize` is the exported encoder's): not normalised here."""
+        return sentence_vectors(hidden, batch["token_ids"], self.pooling, False)
 
     @property
     def signs(self):
@@ -93,8 +88,7 @@ class ContrastiveHead(TaskHead):
     def decode(self, vectors, batch=None):
         """Per row {"query", "positive": unit vectors, "cosine": theirs, "negatives": the
         row's hard negatives' unit vectors [n, H] (those the batch holds)}."""
-        vectors = np.asarray(_np(vectors), np.float64)
-        vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+        vectors = l2_normalize(np.asarray(_np(vectors), np.float64))
         real = (np.asarray(_np(batch["text_mask"])) > 0 if batch is not None and "text_mask" in batch
                 else np.ones(vectors.shape[:2], bool))
         return [{"query": v[0], "positive": v[1], "cosine": float(v[0] @ v[1]),

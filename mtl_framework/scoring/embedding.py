@@ -33,6 +33,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from mtl_framework.numbers import l2_normalize
+
 MTEB_VERSION = "2.26.24"
 # mteb's task type (its AbsTask name) -> the figure it ranks models by
 MAIN_SCORE = {
@@ -58,26 +60,20 @@ def _as_matrix(embeddings, name):
     return matrix
 
 
-def _l2_normalised(matrix):
-    # sklearn.preprocessing.normalize leaves an all-zero row as zeros (norm taken as 1).
-    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
-    norms[norms == 0.0] = 1.0
-    return matrix / norms[:, None]
-
-
 def _paired_cosine(a, b):
     # 1 - sklearn's paired_cosine_distances = 1 - ||a/|a| - b/|b|||^2 / 2: the cosine for
-    # non-zero rows, and 0.5 (not 0) against an all-zero row, as mteb reports it.
-    difference = _l2_normalised(a) - _l2_normalised(b)
+    # non-zero rows, and 0.5 (not 0) against an all-zero row, as mteb reports it. sklearn's
+    # normalize leaves an all-zero row zero, as numbers.l2_normalize does (the two part only
+    # for a norm below 1e-12, which no encoder's vector has).
+    difference = l2_normalize(a) - l2_normalize(b)
     return 1.0 - 0.5 * np.einsum("ij,ij->i", difference, difference)
 
 
 def _model_cosine(a, b):
     # mteb's pairwise_cos_sim, the `similarity` of a cosine model: torch's normalize divides by
-    # max(norm, 1e-12), so an all-zero row scores 0 here (where sklearn's form above gives 0.5).
-    def unit(m):
-        return m / np.maximum(np.sqrt(np.einsum("ij,ij->i", m, m)), 1e-12)[:, None]
-    return np.einsum("ij,ij->i", unit(a), unit(b))
+    # max(norm, 1e-12) (numbers.l2_normalize), so an all-zero row scores 0 here (where
+    # sklearn's form above gives 0.5).
+    return np.einsum("ij,ij->i", l2_normalize(a), l2_normalize(b))
 
 
 def _paired_manhattan(a, b):
@@ -358,7 +354,7 @@ def classification_scores(train_embeddings, train_labels, test_embeddings, test_
 # --- ranking: retrieval over a corpus and reranking of candidates -----------------------------------
 
 def _cosine_matrix(queries, documents):
-    return _l2_normalised(queries) @ _l2_normalised(documents).T
+    return l2_normalize(queries) @ l2_normalize(documents).T
 
 
 def _ranked_top(scores, id_order, depth):

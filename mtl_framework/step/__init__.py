@@ -13,7 +13,9 @@ default); `Step` is that backend's class, a base of MultiTaskModel:
                 keras.distribution.DataParallel over local devices; TensorFlow not imported
 
 What a Step provides is the abstract class step/backend.py's BackendStep: both backends'
-classes derive from it, so one that leaves a method out cannot be instantiated.
+classes derive from it, so one that leaves a method out cannot be instantiated. Each
+backend also gives `encoding_forward(sentence_encoder)`, how `mtl encode` runs the model
+(embedding/encode.py).
 """
 import keras
 
@@ -38,10 +40,12 @@ def structure(batch):
 
 if BACKEND == "tensorflow":
     from mtl_framework.step.tensorflow import TensorFlowStep as Step
+    from mtl_framework.step.tensorflow import encoding_forward
 elif BACKEND == "jax":
     from mtl_framework.step.jax import JaxStep as Step
+    from mtl_framework.step.jax import encoding_forward
 else:
     raise ImportError(f"KERAS_BACKEND={BACKEND!r}: mtl_framework trains on tensorflow (the "
                       "default) or jax; set KERAS_BACKEND to one of them")
 
-__all__ = ["BACKEND", "Step", "WeightsScope", "structure"]
+__all__ = ["BACKEND", "Step", "WeightsScope", "encoding_forward", "structure"]

@@ -346,6 +346,16 @@ def _placed(value, distribution):
                                         lambda index: value[index])
 
 
+def encoding_forward(model):
+    """(token ids [n, L] -> vectors, the step lengths are rounded up to, batches computed at
+    once) of a SentenceEncoder (embedding/encode.py's Encoder): Keras's predict_on_batch,
+    compiled per shape, so lengths are rounded up to 8 and batches go one at a time."""
+    def vectors(token_ids):
+        return model.predict_on_batch({"token_ids": token_ids,
+                                       "segment_ids": np.zeros_like(token_ids)})
+    return vectors, 8, 1
+
+
 def _local_copy(value):
     """This process's copy of a variable replicated over several processes' devices."""
     if value.is_fully_addressable:

@@ -1,0 +1,76 @@
+"""SentenceEncoder (families/sentence_encoder.py): the backbone pooled and normalised, the one
+model the encoder computes with and whose pooling the contrastive step trains through; and
+L2 normalisation written once (numbers.l2_normalize) for NumPy and Keras alike."""
+import re
+from pathlib import Path
+
+import keras
+import numpy as np
+from keras import ops
+
+import mtl_framework
+from mtl_framework import RoFormerV2Backbone
+from mtl_framework.families.heads import build_head
+from mtl_framework.families.sentence_encoder import SentenceEncoder
+from mtl_framework.numbers import l2_normalize
+
+PACKAGE = Path(mtl_framework.__file__).parent
+
+
+def tiny_backbone():
+    keras.utils.set_random_seed(0)
+    backbone = RoFormerV2Backbone(vocab_size=64, num_layers=2, hidden_size=16, num_heads=2,
+                                  intermediate_size=32, dropout=0.0)
+    backbone.build()
+    return backbone
+
+
+def inputs():
+    ids = np.array([[2, 5, 9, 3, 0, 0], [2, 7, 8, 11, 12, 3]], np.int32)
+    return {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+
+
+def test_the_encoder_is_the_backbone_pooled_as_the_step_pools_then_normalised():
+    backbone, batch = tiny_backbone(), inputs()
+    hidden = ops.convert_to_numpy(backbone(batch)).astype(np.float64)
+    real = batch["token_ids"] > 0
+    by_hand = {"cls": hidden[:, 0],
+               "mean": (hidden * real[..., None]).sum(1) / real.sum(1, keepdims=True)}
+    for pooling, expected in by_hand.items():
+        raw = ops.convert_to_numpy(SentenceEncoder(backbone, pooling, False)(batch))
+        unit = ops.convert_to_numpy(SentenceEncoder(backbone, pooling, True)(batch))
+        assert raw.dtype == np.float32 and raw.shape == (2, 16)
+        np.testing.assert_allclose(raw, expected, atol=1e-5)
+        np.testing.assert_allclose(unit, expected / np.linalg.norm(expected, axis=1,
+                                                                   keepdims=True), atol=1e-6)
+        # the contrastive head pools the backbone's output by the same function, raw
+        head = build_head("contrastive", None, 16, pooling=pooling)
+        step = ops.convert_to_numpy(head.call(backbone(batch), batch))
+        np.testing.assert_array_equal(step, raw)
+
+
+def test_the_encoder_keeps_its_config():
+    encoder = SentenceEncoder(tiny_backbone(), "mean", True)
+    again = SentenceEncoder.from_config(encoder.get_config())
+    assert (again.pooling, again.normalize) == ("mean", True)
+    def dims(backbone):  # Keras numbers the rebuilt backbone's name anew
+        return {k: v for k, v in backbone.get_config().items() if k != "name"}
+    assert dims(again.backbone) == dims(encoder.backbone)
+
+
+def test_one_l2_normalisation_for_numpy_and_keras():
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [1e-13, 0.0]])
+    np.testing.assert_array_equal(l2_normalize(x), [[0.6, 0.8], [0.0, 0.0], [0.1, 0.0]])
+    vectors = np.random.default_rng(0).normal(size=(5, 7)).astype(np.float32)
+    np.testing.assert_allclose(ops.convert_to_numpy(l2_normalize(vectors, xp=ops)),
+                               l2_normalize(vectors), atol=1e-7)
+
+
+def test_l2_normalisation_is_written_once():
+    """A division by a vector's norm (`x / max(norm, eps)`, sklearn's zero-row rule) lives
+    in numbers.py alone: every other module calls l2_normalize."""
+    division = re.compile(r"/\s*(?:np|ops|xp)\.maximum\(\s*(?:np\.linalg\.norm|(?:np|ops|xp)\.sqrt)"
+                          r"|norms\[norms == 0")
+    found = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+             if division.search(path.read_text(encoding="utf-8"))}
+    assert found == {"numbers.py"}

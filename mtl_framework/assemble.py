@@ -17,7 +17,7 @@ import os
 
 from mtl_framework import architectures
 from mtl_framework.architectures import rope_scaling as rope
-from mtl_framework.config.experiment import ExperimentError
+from mtl_framework.config.experiment import STEP_BACKBONE_KEYS, ExperimentError
 from mtl_framework.errors import UserError
 from mtl_framework.families import MLM, family
 from mtl_framework.families.heads import build_head, task_head
@@ -26,7 +26,7 @@ from mtl_framework.mixing.balancing import Balancing, BalancingError
 from mtl_framework.mixing.balancing import describe as describe_balancing
 from mtl_framework.plan import INIT_OVERRIDES, MLM_TASK
 from mtl_framework.step.distributed import precision_policy
-from mtl_framework.step.model import MultiTaskModel
+from mtl_framework.step.model import TEXTS_ALONE, MultiTaskModel
 from mtl_framework.step.optimizers import build_optimizer
 from mtl_framework.step.variable_names import head_config, layer_variable_names
 
@@ -51,7 +51,8 @@ def experiment_backbone(experiment, vocab_size):
 def new_backbone(spec, vocab_size, max_length, where):
     """A new backbone of the experiment's `backbone:` mapping (architecture, size, dims);
     rope_scaling stretches from the length it is trained at, the experiment's max_length."""
-    spec = {k: v for k, v in spec.items() if k not in ("vocab", "init", "checkpoint")}
+    spec = {k: v for k, v in spec.items()
+            if k not in ("vocab", "init", "checkpoint", *STEP_BACKBONE_KEYS)}
     size = spec.pop("size", None)
     spec["vocab_size"] = vocab_size
     if spec.get("rope_scaling"):
@@ -194,12 +195,12 @@ def check_balancing_memory(experiment, backbone, task_names):
 
 def training_model(experiment, backbone, heads, loss_weights, log=print):
     """The MultiTaskModel a run trains: the experiment's balancing, loss scaling
-    (mixed_float16: dynamic) and optimizer, every variable built (nothing is created
-    inside a traced step)."""
+    (mixed_float16: dynamic), packing (backbone.packed, on unless false) and optimizer,
+    every variable built (nothing is created inside a traced step)."""
     model = MultiTaskModel(backbone, heads, experiment.tasks_per_update, experiment.balancing,
                            loss_weights, loss_scale="dynamic"
                            if experiment.precision == "mixed_float16" else None,
-                           seed=experiment.seed)
+                           seed=experiment.seed, packed=experiment.backbone.get("packed", True))
     model.compile(optimizer=build_optimizer(experiment.raw.get("optimizer"), experiment.steps))
     if log:
         log(describe_balancing(experiment.balancing))
@@ -208,6 +209,17 @@ def training_model(experiment, backbone, heads, loss_weights, log=print):
     except BalancingError as error:  # pcgrad over its memory budget: before any write
         raise UserError(f"{experiment.where('balancing')}: {error}") from None
     return model
+
+
+def resumed_packing(experiment, trainer):
+    """MultiTaskModel's `packed` for a run resuming from a checkpoint whose trainer record is
+    `trainer`: the experiment's backbone.packed where it says; else what the checkpoint
+    recorded; a checkpoint written before the option recorded nothing and resumes with the
+    step of its time, the contrastive passes packed and every other family padded (bit for
+    bit: tests/test_run_dir.py's format-1 run)."""
+    if "packed" in experiment.backbone:
+        return experiment.backbone["packed"]
+    return trainer.get("packed", TEXTS_ALONE)
 
 
 def prediction_model(backbone, heads, tasks_per_update=8):

@@ -22,7 +22,14 @@ import os
 from dataclasses import dataclass, field
 
 from mtl_framework import architectures, formats
-from mtl_framework.config.experiment import DEFAULTS, MLM_TASK, Experiment, ExperimentError, load_experiment
+from mtl_framework.config.experiment import (
+    DEFAULTS,
+    MLM_TASK,
+    STEP_BACKBONE_KEYS,
+    Experiment,
+    ExperimentError,
+    load_experiment,
+)
 from mtl_framework.config.precision import AS_NAMED, recorded_precision, run_precision
 from mtl_framework.config.registry import UnknownTaskError, load_registry
 from mtl_framework.config.spec_schema import EMBEDDING_TYPE
@@ -43,7 +50,7 @@ RESUMABLE = ("steps", "checkpoint_every", "keep_checkpoints", "eval_every", "eva
 INIT_OVERRIDES = ("dropout", "attention_dropout", "alpha_warmup_steps", "exact_padding",
                   "rope_scaling")
 # Backbone values a checkpoint or export does not fix (the rest must equal its config).
-BACKBONE_OVERRIDES = INIT_OVERRIDES + ("checkpoint", "init",
+BACKBONE_OVERRIDES = INIT_OVERRIDES + STEP_BACKBONE_KEYS + ("checkpoint", "init",
                       "vocab", "vocab_size", "size")  # size: compared as its dims
 
 
@@ -507,7 +514,8 @@ def _changed(given, stored):
             continue
         if isinstance(new, dict) and isinstance(old, dict):
             for sub in sorted(set(new) | set(old)):
-                if new.get(sub) != old.get(sub):
+                resumable = key == "backbone" and sub in STEP_BACKBONE_KEYS  # how, not what
+                if new.get(sub) != old.get(sub) and not resumable:
                     yield (key, sub), new.get(sub), old.get(sub)
         else:
             yield (key,), new, old

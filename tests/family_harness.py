@@ -114,22 +114,23 @@ def tied_embedding(vocab_size):
 def run_on_backbone(case, backbone):
     """The case's head on a real backbone's output (`backbone` built, hidden_size HIDDEN;
     any architecture), as training computes it (step/model.py `_outputs`: the choice axis
-    folded into the batch): a finite loss with training True and False, and finite
-    gradients that reach every backbone weight a token's path uses."""
+    folded into the batch): a finite loss with training True (padded, and packed as the
+    TensorFlow step runs it, dropout on) and False, and finite gradients that reach every
+    backbone weight a token's path uses."""
     from mtl_framework.families.heads import backbone_inputs
 
     batch = {k: tf.constant(v) for k, v in case.batch.items()}
     tied = {"embeddings": backbone.token_embedding} if case.tied else {}
     head = build_head(case.name, case.num_labels, HIDDEN, **case.head_kwargs(case.num_labels),
                       **tied)
-    for training in (True, False):
+    for training, packed in ((True, False), (True, True), (False, False)):
         with tf.GradientTape() as tape:
-            hidden = backbone(backbone_inputs(batch), training=training)
+            hidden = backbone(backbone_inputs(batch), training=training, packed=packed)
             if family(case.name).choice_axis:
                 shape = tf.shape(batch["token_ids"])
                 hidden = tf.reshape(hidden, tf.concat([shape, tf.shape(hidden)[-1:]], 0))
             loss = head.compute_task_loss(head(hidden, batch, training=training), batch)
-        assert np.isfinite(float(loss)), (case.name, training, float(loss))
+        assert np.isfinite(float(loss)), (case.name, training, packed, float(loss))
         weights = backbone.trainable_variables
         gradients = tape.gradient(loss, weights)
         reached = [w.path for w, g in zip(weights, gradients) if g is not None
@@ -140,3 +141,54 @@ def run_on_backbone(case, backbone):
         blocks = [w.path for w in weights if "transformer_layer" in w.path]
         assert set(blocks) <= set(reached), (case.name, sorted(set(blocks) - set(reached))[:3])
     return head
+
+
+def run_packed_parity(case, backbone, loss_bound=1e-5, gradient_bound=2e-6):
+    """The case's micro-batch through MultiTaskModel as the training step computes it
+    (`task_loss`, training=True), its backbone packed (layers.Packing: token-wise work on
+    the real tokens alone; the heads read the padded [B, L, H], zeros at padding) and
+    padded: the loss within `loss_bound` of the loss's scale (at least 1); every weight's
+    gradient (backbone and head) within `gradient_bound` of the largest gradient entry
+    (issue 52's bounds), or, where float32 cannot resolve that, no further from the padded
+    call's than the padded call's own gradient moves when the batch's rows are reversed
+    (the same loss, its sums in another order: the softmax over choices or in-batch
+    candidates sums terms far larger than the gradient they leave, and packing changes
+    the order of those sums as reversing does). `backbone` without dropout (the masks
+    differ by layout: [T, H] packed, [B, L, H] padded). Returns {loss: (packed, padded),
+    packed: largest gradient difference / largest gradient entry, reversed: the same of
+    the reversed rows}."""
+    from mtl_framework.step.model import MultiTaskModel
+
+    tied = {"embeddings": backbone.token_embedding} if case.tied else {}
+    head = build_head(case.name, case.num_labels, backbone.config["hidden_size"],
+                      **case.head_kwargs(case.num_labels), **tied)
+    variables = backbone.trainable_variables + [
+        v for v in head.trainable_variables
+        if all(v is not w for w in backbone.trainable_variables)]
+
+    def loss_and_gradients(packed, rows=slice(None)):
+        model = MultiTaskModel(backbone, {case.name: head}, packed=packed)
+        assert model._packs_tokens()  # TensorFlow packs where asked
+        batch = {k: tf.constant(v[rows]) for k, v in case.batch.items()}
+        with tf.GradientTape() as tape:
+            loss = model.task_loss(case.name, batch, training=True)
+        gradients = tape.gradient(loss, variables)
+        return float(loss), [None if g is None else np.asarray(tf.convert_to_tensor(g), "float64")
+                             for g in gradients]
+
+    packed, packed_gradients = loss_and_gradients(True)
+    padded, padded_gradients = loss_and_gradients(False)
+    _, reversed_gradients = loss_and_gradients(False, slice(None, None, -1))
+    assert np.isfinite(packed) and abs(packed - padded) <= loss_bound * max(abs(padded), 1.0), \
+        (case.name, packed, padded)
+    assert [g is None for g in packed_gradients] == [g is None for g in padded_gradients]
+    largest = max(np.abs(g).max() for g in padded_gradients if g is not None)
+
+    def farthest(gradients):
+        return max(np.abs(ours - theirs).max()
+                   for ours, theirs in zip(gradients, padded_gradients) if theirs is not None)
+
+    moved, reordered = farthest(packed_gradients), farthest(reversed_gradients)
+    assert largest > 0 and moved <= max(gradient_bound * largest, reordered), \
+        (case.name, moved / largest, reordered / largest)
+    return {"loss": (packed, padded), "packed": moved / largest, "reversed": reordered / largest}

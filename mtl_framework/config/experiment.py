@@ -65,7 +65,10 @@ PATH_VALUES = (("data_root",), ("cache_dir",), ("vocab",), ("output_dir",), ("ta
 BACKBONE_KEYS = {"size", "vocab_size", "num_layers", "hidden_size", "num_heads", "intermediate_size",
                  "head_size", "embedding_size", "dropout", "attention_dropout",
                  "alpha_warmup_steps", "exact_padding", "checkpoint", "vocab", "init",
-                 "rope_scaling", "architecture", "max_positions", "activation"}
+                 "rope_scaling", "architecture", "max_positions", "activation", "packed"}
+# backbone keys the training step reads, not the backbone's own config (never exported):
+# packed, whether the step runs the backbone on the real tokens alone (docs/backbone.md).
+STEP_BACKBONE_KEYS = ("packed",)
 # backbone integers and their smallest values (a vocab needs room beside its 5 special tokens).
 BACKBONE_MINIMUM = {"vocab_size": 6, "num_layers": 1, "hidden_size": 1, "num_heads": 1,
                     "intermediate_size": 1, "head_size": 2, "embedding_size": 1,
@@ -477,6 +480,9 @@ def _check_backbone(backbone, error, max_length):
                 error(where, f"backbone.{key} must be a number in [0, 1), got {value!r}")
             else:
                 backbone[key] = number
+        elif key == "packed":
+            if value not in (True, False):
+                error(where, f"backbone.packed must be true or false, got {value!r}")
         elif key == "exact_padding":
             if value not in (None, True, False):
                 error(where, f"backbone.exact_padding must be true, false or null (auto), "

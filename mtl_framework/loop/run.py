@@ -477,6 +477,7 @@ class Run:
         trainer = {"mixture": self.mixture.state(), "skipped": self.model.skipped,
                    "record": self.plan.record,  # what a resume must match (plan.py)
                    "backbone": self.backbone.config, "vocab": self.trained_on["vocab"],
+                   "packed": self.model.packed,  # how the step computed (a resume's default)
                    "heads": head_metadata(self.model.heads, self.backbone,
                                           self.trained_on["labels"])}
         if self.best is not None:
@@ -514,6 +515,7 @@ class Run:
             raise UserError(f"{checkpoint.path}: {error}: restore the data the run trained "
                             "on, or train into a new --output") from None
         self.model.skipped.update(state.get("skipped", {}))
+        self.model.packed = assemble.resumed_packing(self.experiment, state)
         if self.best is not None:
             self.best.restore(state.get("best"))
         self.log(f"resumed from {checkpoint.path} (step {state['step']})")

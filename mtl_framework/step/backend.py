@@ -46,10 +46,10 @@ class BackendStep(ABC):
         collated."""
 
     @abstractmethod
-    def _packs_texts(self):
-        """Whether the backbone runs texts alone (the contrastive passes) packed, its
-        token-wise work on the real tokens only (layers.Packing: a data-dependent shape,
-        which TensorFlow traces and JAX would compile once per batch)."""
+    def _packs_tokens(self):
+        """Whether this backend runs the backbone packed where MultiTaskModel's `packed`
+        asks, its token-wise work on the real tokens only (layers.Packing: a data-dependent
+        shape, which TensorFlow traces and JAX would compile once per batch)."""
 
     # --- devices ----------------------------------------------------------------------------
 

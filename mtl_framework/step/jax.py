@@ -72,7 +72,7 @@ class JaxStep(BackendStep):
     def _trimmed(self, rows):
         return rows  # a trimmed length would be one more compiled shape per batch
 
-    def _packs_texts(self):
+    def _packs_tokens(self):
         return False  # T real tokens would be one more compiled shape per batch
 
     def _check_lanes(self, lanes):

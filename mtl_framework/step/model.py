@@ -29,6 +29,18 @@ length, batch size, label count): one trace per group and batch layout.
 The token embedding's gradient stays sparse (without a strategy): repeated ids' rows are
 summed, so the backbone norm is the dense one, and only the used rows are accumulated.
 
+Packed (`packed`: True by default, the experiment's `backbone.packed`): where the backend
+packs (TensorFlow; `_packs_tokens`), a training micro-batch of every family runs the
+backbone packed: embeddings, dense layers, norms and dropout on its T real tokens alone,
+attention on the padded [B, L] layout (layers.Packing). False: nothing packs, the padded
+step. TEXTS_ALONE: only the contrastive passes pack, the step of the checkpoints written
+before the option (assemble.resumed_packing: such a run resumes bit for bit). The heads still read the padded
+[B, L, H], zeros at padding: a head's own work is a small part of a micro-step, and the
+heads that read all L positions (MLM's logits, the pointers' scores) mask padding out of
+their losses exactly (docs/backbone.md "Packed"). Dropout draws its masks over [T, H]
+instead of [B, L, H]: other masks than the padded call's, of the same rate. Evaluation
+and prediction (training=False) run padded, as before.
+
 Lanes (`parallel_micro_batches`, default 2 on a CPU with 2+ cores): without a strategy a
 traced step changes no variable; it returns its gradients, and `_finish` accumulates them
 in micro-batch order. So two steps can compute at once in threads, which uses 2 cores
@@ -61,6 +73,10 @@ from mtl_framework.mixing.balancing import Balancing
 from mtl_framework.step import Step, WeightsScope, structure
 from mtl_framework.step.variable_names import layer_variable_names, optimizer_variable_names
 
+# MultiTaskModel's `packed`: every family, none, or the contrastive passes alone (see Packed).
+TEXTS_ALONE = "texts_alone"
+PACKED = (True, False, TEXTS_ALONE)
+
 
 class NonFiniteLossError(RuntimeError):
     """Too many non-finite micro-batches in a row, or a run that ends in them; `task` names
@@ -74,7 +90,7 @@ class NonFiniteLossError(RuntimeError):
 class MultiTaskModel(Step, keras.Model):
     def __init__(self, backbone, heads, tasks_per_update=8, balancing="gradient_norm",
                  loss_weights=None, max_consecutive_bad=20, loss_scale=None,
-                 parallel_micro_batches=None, seed=0, **kwargs):
+                 parallel_micro_batches=None, seed=0, packed=True, **kwargs):
         super().__init__(**kwargs)
         if tasks_per_update < 1:
             raise ValueError(f"tasks_per_update must be >= 1, got {tasks_per_update}")
@@ -90,6 +106,9 @@ class MultiTaskModel(Step, keras.Model):
             raise ValueError(f"loss_scale must be None or 'dynamic', got {loss_scale!r}")
         self.dynamic_loss_scale = loss_scale == "dynamic"
         self.parallel_micro_batches = parallel_micro_batches
+        if packed not in PACKED:
+            raise ValueError(f"packed must be one of {PACKED}, got {packed!r}")
+        self.packed = packed  # see Packed in the module doc; read when a step is traced
         # Made in a strategy's scope: micro-steps then run per replica (see module doc).
         self.strategy = self._current_strategy()
         self.mixture = None
@@ -198,7 +217,8 @@ class MultiTaskModel(Step, keras.Model):
         if head.texts_alone:
             return self._side_vectors(head, batch, training, seeds)
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
-            hidden = self.backbone(backbone_inputs(batch), training=training)
+            hidden = self.backbone(backbone_inputs(batch), training=training,
+                                   packed=training and self.packed is True and self._packs_tokens())
             if family(head.family).choice_axis:  # choices folded into the batch axis
                 hidden = ops.reshape(hidden, (*ops.shape(batch["token_ids"]), hidden.shape[-1]))
             if head_values is None:
@@ -210,12 +230,13 @@ class MultiTaskModel(Step, keras.Model):
     def _text_vectors(self, head, rows, seeds, backbone_values=None, training=True):
         """A `texts_alone` head's outputs for texts, [N, L] rows -> [N, H] float32, the rows
         cut to their longest text and the backbone's token-wise work on their real tokens
-        alone where the backend allows (_trimmed, _packs_texts); the cached-gradient
+        alone where the backend allows (_trimmed, _packs_tokens); the cached-gradient
         contrastive step runs a chunk of texts at a time through this."""
         rows = self._trimmed(rows)
         seeds = list(seeds) + list(backbone_values or [])
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
-            hidden = self.backbone(rows, training=training, packed=self._packs_texts())
+            hidden = self.backbone(rows, training=training,
+                                   packed=bool(self.packed) and self._packs_tokens())
         return ops.cast(head.call(hidden, rows, training=training), "float32")
 
     def _side_vectors(self, head, batch, training, seeds):

@@ -48,7 +48,7 @@ class TensorFlowStep(BackendStep):
         longest = tf.maximum(longest, 1)  # rows of padding alone (a missing hard negative) keep one
         return {k: v[:, :longest] for k, v in rows.items()}
 
-    def _packs_texts(self):
+    def _packs_tokens(self):
         return True
 
     def _drop_update(self):

@@ -1,0 +1,102 @@
+"""The packed training step (issue 52 point 2) and its switch, `backbone.packed`: on
+TensorFlow every family's micro-batch runs the backbone's token-wise layers on its real
+tokens alone (layers.Packing) unless the experiment says `packed: false`, which builds the
+padded step of before (no Packing at all). Each family's packed loss and gradients against
+the padded call's: tests/test_architectures_families.py (family_harness.run_packed_parity)."""
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_families import harness_case, tokenizer  # noqa: F401 (the fixture)
+from test_faults import BASE, experiment, line_of, refused
+
+from mtl_framework import architectures, cli
+from mtl_framework.architectures.bert import backbone as bert_backbone
+from mtl_framework.families.heads import build_head
+from mtl_framework.step.model import MultiTaskModel
+
+# Families whose gradients float32 resolves to 2e-6 of the largest entry; a softmax over
+# choices (or in-batch candidates) leaves a gradient far smaller than the terms it sums, and
+# its own noise (rows reordered) above that: family_harness.run_packed_parity bounds those.
+FAMILIES = ("classification", "extraction_ner", "mrc_span", "mlm")
+
+
+def test_backbone_packed_must_be_true_or_false(tmp_path, capsys):
+    path = experiment(tmp_path, backbone={**BASE["backbone"], "packed": "maybe"})
+    message = refused(capsys, ["train", path, "--output", tmp_path / "run"], tmp_path / "run")
+    assert message == (f"{path}:{line_of(path, 'packed')}: backbone.packed must be true or "
+                       "false, got 'maybe'")
+
+
+def test_a_resume_may_turn_packing_off(tmp_path):
+    """`packed` changes how the step computes, not what it trains: a run resumes with it
+    changed (a run of before this option resumes with packed: false, bit for bit padded)."""
+    path = experiment(tmp_path, cache_dir=str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    assert cli.main(["train", str(path), "--output", str(run)]) == 0
+    assert cli.main(["train", str(path), "--output", str(run), "--resume", "--set", "steps=3",
+                     "--set", "backbone.packed=false"]) == 0
+    assert (run / "experiment.yaml").exists()
+
+
+def model_of(tokenizer, packed):  # noqa: F811
+    keras.utils.set_random_seed(0)
+    backbone = architectures.build_backbone(architectures.backbone_config(
+        "bert", None, vocab_size=tokenizer.vocab_size, num_layers=2, hidden_size=16, num_heads=2,
+        intermediate_size=32, dropout=0.0, attention_dropout=0.0))
+    backbone.build()
+    heads = {}
+    for name in FAMILIES:
+        case = harness_case(tokenizer, name)
+        tied = {"embeddings": backbone.token_embedding} if case.tied else {}
+        heads[name] = build_head(name, case.num_labels, 16, name=name,
+                                 **case.head_kwargs(case.num_labels), **tied)
+    model = MultiTaskModel(backbone, heads, len(FAMILIES), packed=packed,
+                           parallel_micro_batches=1)
+    model.compile(optimizer=keras.optimizers.SGD(1.0))  # the change is the balanced gradient
+    model.build_all()
+    return model
+
+
+@pytest.fixture
+def packings(monkeypatch):
+    """How many Packing objects the BERT backbone makes (one per traced packed call)."""
+    made = []
+
+    class Counted(bert_backbone.Packing):
+        def __init__(self, token_ids):
+            made.append(1)
+            super().__init__(token_ids)
+    monkeypatch.setattr(bert_backbone, "Packing", Counted)
+    return made
+
+
+def test_packing_off_is_the_padded_step_and_on_moves_the_update_by_rounding(tokenizer, packings):  # noqa: F811
+    """One update of four families' micro-batches: with packed false no Packing is made (the
+    padded graph of before); packed, every micro-step packs, and the update (SGD: the sum of
+    the balanced gradients) equals the padded one's within 2e-6 of its largest entry
+    (dropout 0)."""
+    batches = [(name, harness_case(tokenizer, name).batch) for name in FAMILIES]
+    changes = {}
+    for packed in (False, True):
+        model = model_of(tokenizer, packed)
+        before = [np.array(v) for v in model.backbone.trainable_variables]
+        logs = model.run_update(batches)
+        assert all(log["finite"] for log in logs)
+        assert len(packings) == (len(FAMILIES) if packed else 0)
+        changes[packed] = [np.asarray(v) - b for v, b in zip(model.backbone.trainable_variables,
+                                                             before)]
+    largest = max(np.abs(c).max() for c in changes[False])
+    assert largest > 0
+    for padded, packed in zip(changes[False], changes[True]):
+        np.testing.assert_allclose(packed, padded, rtol=0, atol=2e-6 * largest)
+
+
+def test_evaluation_runs_padded(tokenizer, packings):  # noqa: F811
+    """Only training micro-steps pack: a traced forward pass (evaluation, predict) keeps
+    the padded outputs, real values at padding, as before."""
+    model = model_of(tokenizer, True)
+    batch = {k: tf.constant(v) for k, v in harness_case(tokenizer, "mlm").batch.items()}
+    logits = np.asarray(model.traced_outputs("mlm", batch))
+    assert not packings
+    assert np.abs(logits[np.asarray(batch["token_ids"]) == 0]).max() > 0

@@ -74,3 +74,74 @@ def test_l2_normalisation_is_written_once():
     found = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
              if division.search(path.read_text(encoding="utf-8"))}
     assert found == {"numbers.py"}
+
+
+# --- one way in: saving.load opens any folder and gives its encoder ---------------------------
+
+def keras_folder(tmp_path):
+    """A backbone-only keras export of the tiny backbone, with a vocab of 64 tokens."""
+    from mtl_framework.formats import keras as preset
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                               + [chr(0x4E00 + i) for i in range(59)]) + "\n", encoding="utf-8")
+    folder = tmp_path / "export"
+    preset.save(tiny_backbone(), str(folder), str(vocab))
+    return folder
+
+
+def test_saving_load_gives_a_folders_encoder_and_the_encoder_goes_through_it(tmp_path):
+    import pytest
+
+    from mtl_framework import saving
+    from mtl_framework.embedding.encode import Encoder
+    from mtl_framework.errors import UserError
+    from mtl_framework.families.embedding import EmbeddingSettings
+
+    folder, said = keras_folder(tmp_path), []
+    trained = saving.load(str(folder), log=said.append)
+    assert trained.embedding() == EmbeddingSettings()  # it declares none: PLAIN, said once
+    assert said == [f"{folder}: declares no sentence embedding (no heads.json, 1_Pooling/ or "
+                    "provenance.json \"embedding\"): mean pooling, not normalised (sentence-"
+                    "transformers' default for a plain encoder); give --pooling to choose"]
+    model = trained.encoder(EmbeddingSettings("cls", True))
+    assert isinstance(model, SentenceEncoder) and (model.pooling, model.normalize) == ("cls", True)
+    texts = ["一丁七", "万丈三上下"]
+    by_path = Encoder(str(folder), pooling="cls", normalize=True, log=None).encode(texts)
+    opened = Encoder(saving.load(str(folder), log=None), pooling="cls", normalize=True, log=None)
+    np.testing.assert_array_equal(opened.encode(texts), by_path)
+    ids = np.zeros((2, 7), np.int32)
+    for row, text in zip(ids, texts):
+        tokens = opened.tokenizer.encode(text)[0]
+        row[:len(tokens)] = tokens
+    direct = ops.convert_to_numpy(model({"token_ids": ids, "segment_ids": np.zeros_like(ids)}))
+    np.testing.assert_allclose(by_path, direct, atol=1e-6)
+    with pytest.raises(UserError, match=r"--checkpoint is for a run directory, not a folder$"):
+        Encoder(str(folder), checkpoint="best")
+    with pytest.raises(UserError, match=r"no heads\.json: this export holds the backbone only"):
+        trained.heads()
+
+
+def test_jax_encodes_a_folder_as_tensorflow_does(tmp_path):
+    """step/jax.py's encoding_forward (predict_on_batch, lengths rounded up to 8) against
+    step/tensorflow.py's (traced, packed, lanes): the same vectors of the same folder."""
+    import os
+    import subprocess
+
+    import pytest
+
+    from mtl_framework.embedding.encode import Encoder
+
+    jax_python = PACKAGE.parent / ".venv-jax" / "bin" / "python"
+    if not jax_python.exists():
+        pytest.skip(".venv-jax is absent (make interop-jax)")
+    folder, texts = keras_folder(tmp_path), ["一丁七", "万丈三上下", "丐"]
+    np.save(tmp_path / "tf.npy", Encoder(str(folder), log=None).encode(texts, batch_size=2))
+    code = ("import sys, numpy as np; from mtl_framework.embedding.encode import Encoder; "
+            f"np.save(sys.argv[2], Encoder(sys.argv[1], log=None).encode({texts!r}, batch_size=2))")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", PYTHONPATH=str(PACKAGE.parent))
+    out = subprocess.run([str(jax_python), "-c", code, str(folder), str(tmp_path / "jax.npy")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "jax.npy"), np.load(tmp_path / "tf.npy"),
+                               atol=1e-5)

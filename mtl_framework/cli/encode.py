@@ -188,12 +188,12 @@ def run(args):
     with progress_bar("encode", len(texts), leave=False, unit="text") as bar:
         vectors = encoder.encode(texts, args.side, args.task, args.batch_size, bar.update,
                                  dim=args.dim)
-    if not args.output:
+    if args.output:
+        write_vectors(args.output, texts, vectors)
+        log(f"wrote {args.output}: {len(texts)} x {vectors.shape[1]} "
+            f"({encoder.pooling} pooling{', normalised' if encoder.normalize else ''})")
+    else:
         write_json_lines(sys.stdout, texts, vectors)
-        return 0
-    write_vectors(args.output, texts, vectors)
-    log(f"wrote {args.output}: {len(texts)} x {vectors.shape[1]} "
-        f"({encoder.pooling} pooling{', normalised' if encoder.normalize else ''})")
     return 0
 
 

@@ -16,12 +16,7 @@ import os
 import numpy as np
 
 from mtl_framework.errors import UserError
-from mtl_framework.families.embedding import EmbeddingSettings, check_pooling
-from mtl_framework.formats.sentence_transformers import (
-    BERT_CONFIG,
-    folder_length,
-    transformer_folder,
-)
+from mtl_framework.families.embedding import check_pooling
 from mtl_framework.numbers import l2_normalize
 
 # TensorFlow's intra-op threads while encoding: one, so each lane (one per core) computes its
@@ -47,9 +42,11 @@ def use_encoding_threads():
 class Encoder:
     """Texts -> sentence vectors (see the module docstring).
 
-    source: a run directory (checkpoint: None newest, "best", a step) or a folder of any
-    format we read.  pooling / normalize: instead of what was trained.  task: the
-    contrastive task whose settings and prefixes to use, when the run has several.
+    source: a run directory (checkpoint: None newest, "best", a step), a folder of any
+    format we read, both opened by saving.load, or what saving opened already (a
+    saving.trained.Trained: `Run.encode`'s model in memory, Trained.of_model).  pooling /
+    normalize: instead of what was trained.  task: the contrastive task whose settings and
+    prefixes to use, when the run has several.
     max_length: tokens per text (default: the run's max_length, a folder's recorded length
     or sentence_bert_config.json's max_seq_length, else the backbone's positions, else
     512).  precision: the run's (auto: bfloat16 where the CPU has it) by default, float32
@@ -59,64 +56,21 @@ class Encoder:
 
     def __init__(self, source, checkpoint=None, pooling=None, normalize=None, task=None,
                  max_length=None, precision=None, log=print, any_task=False):
-        from mtl_framework.rundir import RunDir
+        from mtl_framework import saving
+        from mtl_framework.saving.trained import Trained
         from mtl_framework.tokenizer import Tokenizer
 
-        self.source, self.log, self.task = str(source), log, task
         check_max_length(max_length)
         check_pooling(pooling)
-        if RunDir(source).is_run():
-            from mtl_framework.saving.trained import open_run
-
-            trained = open_run(source, checkpoint, log, precision=precision)
-            trained.check_length(max_length)  # before anything is built
-            trained.precision = self.precision = encoding_precision(trained.precision)
-            self._build = lambda: trained.backbone
-            settings = EmbeddingSettings.from_heads(trained.head_metadata, source, task,
-                                                    any_task=any_task) or EmbeddingSettings()
-            vocab, length = trained.vocab, trained.max_length
-        else:
-            from mtl_framework import saving
-            from mtl_framework.formats import keras as preset
-            from mtl_framework.formats import vocab_path
-            from mtl_framework.saving.trained import folder_embedding
-
-            if checkpoint is not None:
-                raise UserError(f"{source}: --checkpoint is for a run directory, not a folder")
-            if not os.path.isdir(source):
-                raise UserError(f"{source}: no such run directory or model folder")
-            vocab = vocab_path(transformer_folder(source))
-            if vocab is None:
-                raise UserError(f"{source}: no vocab.txt (nor tokenizer.json): give a folder "
-                                "`mtl export` or save_pretrained wrote, or copy the model's "
-                                "vocab.txt into it")
-            check_recorded_vocab(source, vocab, log)
-            self._build = lambda: saving.load_backbone(source)
-            settings = folder_embedding(source, task, log, any_task, pooling)
-            length = preset.trained_length(source) if os.path.isfile(
-                os.path.join(source, preset.CONFIG_FILE)) else None  # the run's: it fits
-            check_folder_length(source, max_length, None if length else folder_length(source))
-            length = length or folder_length(source)
-            self.precision = encoding_precision(precision or "float32")
-        self.settings = settings.replaced(pooling, normalize)
-        self.tokenizer = Tokenizer(vocab)
-        self.max_length = max_length or length
+        trained = source if isinstance(source, Trained) else saving.load(
+            source, checkpoint, log, precision=precision)
+        trained.check_length(max_length)  # before anything is built
+        trained.precision = self.precision = encoding_precision(precision or trained.precision)
+        self.source, self.log, self.task, self.trained = str(trained.source), log, task, trained
+        self.settings = trained.embedding(task, pooling, any_task).replaced(pooling, normalize)
+        self.tokenizer = Tokenizer(trained.vocab)
+        self.max_length = max_length or trained.max_length
         self._model = None
-
-    @classmethod
-    def of(cls, backbone, vocab, head_configs, max_length, precision, source="the run", task=None):
-        """An Encoder of a backbone in memory (`Run.encode`): `head_configs` {task: (family,
-        head config)} of its heads."""
-        from mtl_framework.tokenizer import Tokenizer
-
-        encoder = cls.__new__(cls)
-        encoder.source, encoder.log, encoder.precision, encoder.task = source, print, precision, task
-        metadata = {name: {"family": fam, "config": config}
-                    for name, (fam, config) in head_configs.items()}
-        encoder.settings = EmbeddingSettings.from_heads(metadata, source, task) or EmbeddingSettings()
-        encoder.tokenizer, encoder.max_length, encoder._model = Tokenizer(vocab), max_length, None
-        encoder._build = lambda: backbone
-        return encoder
 
     @property
     def pooling(self):
@@ -160,14 +114,10 @@ class Encoder:
         """The SentenceEncoder (families/sentence_encoder.py: the backbone, pooled and
         normalised as the settings say), built at the encoder's precision when first used."""
         if self._model is None:
-            from mtl_framework.families.sentence_encoder import SentenceEncoder
-            from mtl_framework.step.distributed import precision_policy
-
-            with precision_policy(self.precision):
-                backbone = self._build()
-                self._model = SentenceEncoder(backbone, self.pooling, self.normalize)
+            self._model = self.trained.encoder(self.settings)
             if self.max_length is None:
-                self.max_length = min(backbone.config.get("max_positions") or 512, 512)
+                positions = self._model.backbone.config.get("max_positions")
+                self.max_length = min(positions or 512, 512)
         return self._model
 
     @property
@@ -253,19 +203,6 @@ class Encoder:
             " (it trained no Matryoshka dims)"
 
 
-def check_recorded_vocab(source, vocab, log=print):
-    """Refuse a folder's vocab that is not the one its export records by content (an
-    export of ours: config.json's "run" or provenance.json's "vocab"); a folder without a
-    record (a release) is read as it is."""
-    from mtl_framework.formats import recorded_vocab
-    from mtl_framework.rundir.trained_on import check_vocab
-
-    recorded, holder = recorded_vocab(source)
-    if recorded is not None:
-        check_vocab(vocab, recorded, holder, "copy the vocab.txt of the export (or of its "
-                    "run) back", log)
-
-
 # [CLS], one token of the text, [SEP]: a shorter length leaves no text, every vector the same
 SHORTEST_LENGTH = 3
 
@@ -280,28 +217,6 @@ def check_max_length(max_length):
                         f"included, so a whole number >= {SHORTEST_LENGTH} (shorter leaves no "
                         "token of the text: every vector the same): give e.g. 128, or None "
                         "for the model's own length")
-
-
-def check_folder_length(source, max_length, recorded):
-    """Refuse a length past a folder backbone's learned position table before anything is
-    built (TensorFlow fails in a gather, JAX reads NaN): `max_length` asked for, else
-    `recorded`, sentence_bert_config.json's max_seq_length."""
-    from mtl_framework import architectures
-
-    positions = architectures.read_config(source, architectures.layout(source)).get(
-        "max_positions")
-    if positions is None:  # rotary positions (RoFormerV2): any length is computed
-        return
-    if max_length is not None and max_length > positions:
-        raise UserError(f"--max-length {max_length}: longer than the backbone's max_positions "
-                        f"{positions} ({source}: its learned position table has no rows past "
-                        f"it): give --max-length {positions} or less")
-    if max_length is None and recorded is not None and recorded > positions:
-        raise UserError(f"{os.path.join(transformer_folder(source), BERT_CONFIG)}: "
-                        f"max_seq_length {recorded} is longer than the backbone's max_positions "
-                        f"{positions} (its learned position table has no rows past it): give "
-                        f"--max-length {positions} or less, or set max_seq_length to "
-                        f"{positions} there")
 
 
 def encoding_precision(precision):

@@ -396,15 +396,17 @@ class Run:
         checkpoint in this process encodes with the run's newest checkpoint (said in one
         line), not its initial weights; without a checkpoint it refuses."""
         from mtl_framework.embedding.encode import Encoder
+        from mtl_framework.saving.trained import Trained
 
         if getattr(self, "model", None) is None:
             self.build()
         if self.weights_from is None:
             self.restore_weights()
-        configs = {name: (head.family, head.get_config()) for name, head in self.model.heads.items()}
-        encoder = Encoder.of(self.backbone, self.vocab_path, configs, self.experiment.max_length,
-                             self.experiment.precision, str(self.run_dir), task)
-        return encoder.encode(texts, side, task, batch_size)
+        heads = {name: {"family": head.family, "config": head.get_config()}
+                 for name, head in self.model.heads.items()}
+        trained = Trained.of_model(self.backbone, self.vocab_path, heads, self.experiment,
+                                   str(self.run_dir))
+        return Encoder(trained, task=task, log=self.log).encode(texts, side, task, batch_size)
 
     def scored_tasks(self, tasks=None):
         """The run's TaskSpecs named by `tasks` (names or specs; None: all), in run order."""

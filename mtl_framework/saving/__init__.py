@@ -3,8 +3,11 @@
     from mtl_framework import saving
     trained = saving.load("runs/demo")                     # newest readable checkpoint
     trained = saving.load("runs/demo", checkpoint="best")  # keep_best's, or a step number
-    trained = saving.load("exports/keras")                 # a keras export with --with-heads
+    trained = saving.load("exports/keras")                 # a keras export (--with-heads: heads)
+    trained = saving.load("exports/bert")                  # any backbone folder we read
     trained.backbone, trained.heads(), trained.model()     # built when first asked for
+    trained.embedding(task=None)                           # its EmbeddingSettings
+    trained.encoder()                                      # its SentenceEncoder (keras.Model)
     saving.export("runs/demo", "transformers", "exports/bert")   # any format of formats/
     backbone = saving.load_backbone("exports/bert")        # a backbone folder of any format
 
@@ -21,13 +24,14 @@ if TYPE_CHECKING:
     from mtl_framework.saving.trained import Trained
 
 
-def load(path, checkpoint=None, log=print, rope_scaling=None) -> Trained:
+def load(path, checkpoint=None, log=print, rope_scaling=None, precision=None) -> Trained:
     """A trained model from a run directory (its newest readable checkpoint, or
-    `checkpoint` "best" or a step number) or from a keras export written with
-    `--with-heads`; a UserError in one line when it is neither."""
+    `checkpoint` "best" or a step number), a keras export (its heads when written
+    `--with-heads`) or any backbone folder we read; a UserError in one line when it is
+    none of these. `precision` instead of the run's (float32 for a folder)."""
     from mtl_framework.saving.trained import open_trained
 
-    return open_trained(path, checkpoint, log, rope_scaling)
+    return open_trained(path, checkpoint, log, rope_scaling, precision)
 
 
 def export(run_dir, fmt, output, with_heads=False, force=False, log=print, checkpoint=None,

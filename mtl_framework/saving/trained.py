@@ -14,7 +14,6 @@ from mtl_framework.config.experiment import load_experiment
 from mtl_framework.config.precision import run_precision
 from mtl_framework.errors import UserError
 from mtl_framework.families.embedding import EmbeddingSettings, as_heads
-from mtl_framework.formats import VOCAB_FILE
 from mtl_framework.formats import keras as preset
 from mtl_framework.formats import sentence_transformers as st
 from mtl_framework.rundir import RunDir
@@ -35,13 +34,16 @@ class Trained:
 
     def __init__(self, source, experiment, checkpoint, vocab, build, saved_heads, max_length,
                  rope_scaling=None, precision=None, max_positions=None, heads_file=None,
-                 log=print):
+                 log=print, length_file=None):
         self.source, self.experiment, self.checkpoint, self.vocab = \
             source, experiment, checkpoint, vocab
         self.max_positions = max_positions
         self.heads_file, self.log = heads_file or source, log  # where the heads' record is
         self._said = set()  # lines of `task` said once, not once per task
         self.max_length, self.rope_scaling = max_length, rope_scaling
+        # a folder's max_length read from a sentence-transformers file (checked against the
+        # position table when no length is asked for); None: the run's or the export's own
+        self.length_file = length_file
         # what the model computes in: the run's precision, float32 for an export folder
         self.precision = precision or (experiment.precision if experiment else "float32")
         self._build, self._read_heads = build, saved_heads
@@ -61,12 +63,20 @@ class Trained:
 
     def check_length(self, max_length, flag="--max-length"):
         """Refuse a length past the learned position table before anything is built (its
-        positions do not exist: TensorFlow fails in a gather, JAX reads NaN)."""
-        if max_length is not None and self.max_positions is not None and \
-                max_length > self.max_positions:
+        positions do not exist: TensorFlow fails in a gather, JAX reads NaN): `max_length`
+        asked for, else the one a sentence-transformers file of the folder records."""
+        positions = self.max_positions
+        if positions is None:  # rotary positions (RoFormerV2): any length is computed
+            return
+        if max_length is not None and max_length > positions:
             raise UserError(f"{flag} {max_length}: longer than the backbone's max_positions "
-                            f"{self.max_positions} ({self.source}: its learned position table "
-                            f"has no rows past it): give {flag} {self.max_positions} or less")
+                            f"{positions} ({self.source}: its learned position table "
+                            f"has no rows past it): give {flag} {positions} or less")
+        if max_length is None and self.length_file and self.max_length > positions:
+            raise UserError(f"{self.length_file}: max_seq_length {self.max_length} is longer than "
+                            f"the backbone's max_positions {positions} (its learned position "
+                            f"table has no rows past it): give {flag} {positions} or less, or "
+                            f"set max_seq_length to {positions} there")
 
     @property
     def head_metadata(self):
@@ -103,26 +113,59 @@ class Trained:
         tasks_per_update = self.experiment.tasks_per_update if self.experiment else 8
         return prediction_model(self.backbone, self.heads(scored_only), tasks_per_update)
 
+    def embedding(self, task=None, pooling=None, any_task=False):
+        """The EmbeddingSettings this model encodes by (families/embedding.py): what a run's
+        contrastive heads trained (`task`'s, where they differ), what a folder declares
+        (folder_embedding), the PLAIN ones where it says nothing. `pooling`: asked for
+        instead (a folder's own then need not be one we read); any_task: `task` may be one
+        the model did not train (`mtl mine-negatives`)."""
+        if self.experiment is None:
+            return folder_embedding(self.source, task, self.log, any_task, pooling)
+        settings = EmbeddingSettings.from_heads(self.head_metadata, self.source, task,
+                                                any_task=any_task)
+        return settings or EmbeddingSettings()
 
-def open_trained(path, checkpoint=None, log=print, rope_scaling=None):
+    def encoder(self, settings=None, task=None):
+        """The SentenceEncoder of this model (families/sentence_encoder.py: the backbone,
+        pooled and normalised as `settings` say; default its own, `embedding(task)`), built
+        at its precision: what embedding/encode.py's Encoder computes with."""
+        from mtl_framework.families.sentence_encoder import SentenceEncoder
+
+        settings = settings or self.embedding(task)
+        with precision_policy(self.precision):
+            return SentenceEncoder(self.backbone, settings.pooling, settings.normalize)
+
+    @classmethod
+    def of_model(cls, backbone, vocab, head_metadata, experiment, source):
+        """A Trained of a model in memory (`Run.encode`): its backbone as it is now, its
+        heads' metadata ({task: {"family", "config"}}), the run's experiment."""
+        return cls(source, experiment, None, vocab, lambda: backbone,
+                   lambda: (head_metadata, {}), experiment.max_length,
+                   precision=experiment.precision)
+
+
+def open_trained(path, checkpoint=None, log=print, rope_scaling=None, precision=None):
     """A Trained of a run directory (experiment.yaml: its newest readable checkpoint, or
-    `checkpoint` "best" or a step number) or of a keras export written with `--with-heads`
-    (config.json). `rope_scaling`: `none` or TYPE:FACTOR[:ORIGINAL] instead of the
-    backbone's own, stretched from the trained length. A UserError when it is neither,
-    when the run has no readable checkpoint, or when its vocab does not fit."""
+    `checkpoint` "best" or a step number), of a keras export (config.json; its heads when
+    written `--with-heads`) or of any backbone folder we read (a transformers or
+    sentence-transformers folder, bert4keras, keras-hub, roformer-pytorch: no heads).
+    `rope_scaling`: `none` or TYPE:FACTOR[:ORIGINAL] instead of the backbone's own,
+    stretched from the trained length; `precision` instead of the run's (float32 for a
+    folder). A UserError when it is none of these, when the run has no readable
+    checkpoint, or when its vocab does not fit."""
     if not str(path):
         raise UserError("'' (an empty path): give a run directory or a keras export folder")
     if os.path.isfile(path):  # a file of a run (its vocab.txt, a checkpoint's state.npz)
         raise UserError(f"{path}: a file, not a run directory or export folder: give the "
                         "folder that `mtl train` or `mtl export` wrote")
     if RunDir(path).is_run():
-        return open_run(path, checkpoint, log, rope_scaling)
-    if os.path.isfile(os.path.join(path, preset.CONFIG_FILE)):
-        return _open_export(path, rope_scaling, log)
+        return open_run(path, checkpoint, log, rope_scaling, precision)
+    if checkpoint is not None:
+        raise UserError(f"{path}: --checkpoint is for a run directory, not a folder")
     if not os.path.isdir(path):
-        raise UserError(f"{path}: no such run directory or export folder")
-    raise UserError(f"{path}: neither a run directory (experiment.yaml) nor a keras export "
-                    "(config.json): give what `mtl train` or `mtl export --with-heads` wrote")
+        raise UserError(f"{path}: no such run directory or model folder")
+    opened = _open_export if preset.detect(path) is not None else _open_folder
+    return opened(path, rope_scaling, log, precision)
 
 
 def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
@@ -142,13 +185,9 @@ def open_run(run_dir, which=None, log=print, rope_scaling=None, precision=None):
                    os.path.join(chosen.path, "trainer.json"), log)
 
 
-def _open_export(directory, rope_scaling, log=print):
+def _open_export(directory, rope_scaling, log=print, precision=None):
     length = preset.trained_length(directory)
-    vocab = formats.vocab_path(directory) or os.path.join(directory, VOCAB_FILE)
-    if os.path.isfile(vocab):  # a missing one is named when it is read
-        recorded, holder = formats.recorded_vocab(directory)
-        check_vocab(vocab, recorded, holder or os.path.join(directory, preset.CONFIG_FILE),
-                    "copy the vocab.txt of the export (or of its run) back", log)
+    vocab = _folder_vocab(directory, log)
     scaling = _parsed_rope_scaling(rope_scaling, length, directory)
     overrides = {} if scaling is None else {"rope_scaling": scaling}
 
@@ -161,9 +200,45 @@ def _open_export(directory, rope_scaling, log=print):
         return saved
 
     return Trained(directory, None, None, vocab,
-                   lambda: architectures.load_preset(directory, **overrides), heads, None, scaling,
-                   max_positions=preset.read_config(directory).get("max_positions"),
-                   heads_file=os.path.join(directory, preset.HEADS_CONFIG), log=log)
+                   lambda: architectures.load_preset(directory, **overrides), heads, length,
+                   scaling, precision, preset.read_config(directory).get("max_positions"),
+                   os.path.join(directory, preset.HEADS_CONFIG), log)
+
+
+def _open_folder(directory, rope_scaling, log=print, precision=None):
+    """A Trained of a backbone folder of another format (no heads): its length is the one
+    its sentence-transformers files record, if any."""
+    vocab = _folder_vocab(directory, log)
+    found = architectures.layout(directory)
+    length = st.folder_length(directory)
+    overrides = {} if rope_scaling is None else {"rope_scaling": rope_scaling}
+
+    def heads():
+        raise UserError(f"{directory}: a {found.name} backbone folder holds no task heads: "
+                        "give the run directory, or its export with `mtl export RUN_DIR "
+                        "--format keras --with-heads`")
+
+    return Trained(directory, None, None, vocab,
+                   lambda: architectures.load_folder(directory, **overrides), heads, length,
+                   None, precision, architectures.read_config(directory, found).get("max_positions"),
+                   log=log, length_file=os.path.join(st.transformer_folder(directory),
+                                                     st.BERT_CONFIG) if length else None)
+
+
+def _folder_vocab(directory, log=print):
+    """The vocab of a folder (its vocab.txt, or the one tokenizer.json holds), checked
+    against what its export records by content (config.json's "run" or provenance.json's
+    "vocab"); a folder without a record (a release) is read as it is."""
+    vocab = formats.vocab_path(st.transformer_folder(directory))
+    if vocab is None:
+        raise UserError(f"{directory}: no vocab.txt (nor tokenizer.json): give a folder "
+                        "`mtl export` or save_pretrained wrote, or copy the model's "
+                        "vocab.txt into it")
+    recorded, holder = formats.recorded_vocab(directory)
+    if recorded is not None:
+        check_vocab(vocab, recorded, holder, "copy the vocab.txt of the export (or of its "
+                    "run) back", log)
+    return vocab
 
 
 def folder_embedding(directory, task=None, log=print, any_task=False, pooling=None):

@@ -9,6 +9,12 @@ record pooling, normalisation and prefixes: ContrastiveHead's config); a folder 
 heads says it in its sentence-transformers files (1_Pooling, Normalize, prompts), else
 mean pooling, not normalised: sentence-transformers' default for a plain encoder.
 Each text is `[CLS] prefix + text [SEP]`, cut to max_length, as the featurizer made it.
+
+One way in: every source is opened by saving.load (saving/trained.py), which gives the
+settings (families/embedding.py's EmbeddingSettings, read once here) and the model
+(families/sentence_encoder.py's SentenceEncoder); the backend runs it by step/'s
+encoding_forward. This module adds what texts need: prefixes, tokens, length-sorted
+batches, Matryoshka widths.
 """
 import concurrent.futures
 import os

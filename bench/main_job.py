@@ -570,6 +570,7 @@ def compare(args, argv):
         args.block, args.rounds, args.synthetic_budget = 3, 2, min(args.synthetic_budget, 30)
     args.data_root = Path(args.data_root or REPO.parent / "shared" / "data")
     started, load_start = time.perf_counter(), load_average()
+    commits = {"now": commit_of(REPO), "base": commit_of(args.base), "base_why": args.base_why}
 
     def log(message):
         print(f"[{time.perf_counter() - started:5.0f}s] {message}", flush=True)
@@ -588,8 +589,7 @@ def compare(args, argv):
               "note": "Timed on a shared machine (others' processes ran): each ratio is taken "
                       "in one run, blocks of every system interleaved, and the CPU other "
                       "processes used during each block is recorded (other_cores).",
-              "commits": {"now": commit_of(REPO), "base": commit_of(args.base),
-                          "base_why": args.base_why},
+              "commits": commits,
               "settings": {"block": args.block, "rounds": args.rounds,
                            "catalog_tasks": CATALOG_TASKS, "demo": "experiments/demo.yaml "
                            "with eval_every 0 and one checkpoint, at the end"},

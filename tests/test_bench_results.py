@@ -17,6 +17,7 @@ RESULTS = REPO / "bench" / "results"
 # .md (and any plot) sit beside it under the same name.
 RESULT_OF = {
     "architectures.py": "architectures.json",
+    "attention_cost.py": "attention_cost.json",
     "backbone.py": "backbone.json",
     "backbone_profile.py": "backbone_profile.json",
     "balancing.py": "balancing.json",
@@ -36,6 +37,7 @@ RESULT_OF = {
     "precision.py": "precision.json",
     "prepare.py": "prepare.json",
     "pretraining_value.py": "pretraining_value.json",
+    "real_tokens.py": "real_tokens.json",
     "speed_ab.py": "speed_ab.json",
     "train_loop.py": "train_loop.json",
     "transfer.py": "transfer/results.json",

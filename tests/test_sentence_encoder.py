@@ -145,3 +145,32 @@ def test_jax_encodes_a_folder_as_tensorflow_does(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     np.testing.assert_allclose(np.load(tmp_path / "jax.npy"), np.load(tmp_path / "tf.npy"),
                                atol=1e-5)
+
+
+def test_saving_load_names_a_missing_path_and_a_headless_folder_in_one_line(tmp_path):
+    """A folder of another format opens as an encoder; asked for heads (mtl predict), it says
+    it has none and where they are; a missing path is named as what it should be."""
+    import pytest
+
+    from mtl_framework import BertBackbone, saving
+    from mtl_framework.errors import UserError
+
+    with pytest.raises(UserError, match=r"nowhere: no such run directory or model folder$"):
+        saving.load(str(tmp_path / "nowhere"))
+    from test_architectures import write_transformers_folder
+
+    keras.utils.set_random_seed(0)
+    backbone = BertBackbone(vocab_size=64, num_layers=1, hidden_size=16, num_heads=2,
+                            intermediate_size=32, max_positions=16)
+    backbone.build()
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                             + [chr(0x4E00 + i) for i in range(59)]), encoding="utf-8")
+    folder = tmp_path / "bert"
+    write_transformers_folder(backbone, folder, vocab)
+    trained = saving.load(str(folder), log=None)
+    assert trained.encoder().backbone.config["hidden_size"] == 16
+    with pytest.raises(UserError, match=re.escape(
+            f"{folder}: a transformers backbone folder holds no task heads: give the run "
+            "directory, or its export with `mtl export RUN_DIR --format keras --with-heads`")):
+        trained.heads()

@@ -214,7 +214,7 @@ def _open_folder(directory, rope_scaling, log=print, precision=None):
     overrides = {} if rope_scaling is None else {"rope_scaling": rope_scaling}
 
     def heads():
-        raise UserError(f"{directory}: a {found.name} backbone folder holds no task heads: "
+        raise UserError(f"{directory}: a {found} backbone folder holds no task heads: "
                         "give the run directory, or its export with `mtl export RUN_DIR "
                         "--format keras --with-heads`")
 

@@ -201,15 +201,22 @@ def test_p53_rows_the_featurizer_leaves_out_are_named_in_the_no_rows_line(tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def pairs_experiment(folder, specs, data_root, steps):
+    """folder/experiment.yaml: the pairs task alone on the tiny BERT, a checkpoint an update."""
+    experiment = folder / "experiment.yaml"
+    experiment.write_text(yaml.safe_dump({
+        "data_root": str(data_root), "task_specs": [str(specs)], "cache_dir": str(folder / "c"),
+        "backbone": BERT, "tasks": ["my_pairs"], "batch_size": 4, "max_length": 24,
+        "steps": steps, "checkpoint_every": 1, "eval_every": 0, "precision": "float32"}),
+        encoding="utf-8")
+    return experiment
+
+
 def test_p08_train_names_the_skipped_rows_count_reason_and_first_line(tmp_path, capsys):
     rows = PAIRS + [{"query": "空正例", "pos": []}, {"query": "坏", "pos": ["文本", 5]},
                     {"query": 123, "pos": ["数字"]}]
     specs, data_root, path = pairs_task(tmp_path, rows)
-    experiment = tmp_path / "experiment.yaml"
-    experiment.write_text(yaml.safe_dump({
-        "data_root": str(data_root), "task_specs": [str(specs)], "cache_dir": str(tmp_path / "c"),
-        "backbone": BERT, "tasks": ["my_pairs"], "batch_size": 4, "max_length": 24, "steps": 1,
-        "checkpoint_every": 1, "eval_every": 0, "precision": "float32"}), encoding="utf-8")
+    experiment = pairs_experiment(tmp_path, specs, data_root, steps=1)
     assert cli.main(["train", str(experiment), "--output", str(tmp_path / "run")]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "skipped" in line]
     assert lines == [
@@ -224,11 +231,7 @@ def test_a_resume_falling_back_past_a_damaged_checkpoint_checks_the_one_it_uses(
     experiment.yaml to compare; the older checkpoint it resumes from records max_length 24,
     and the spec now says 20: refused naming that checkpoint, nothing moved aside."""
     specs, data_root, _ = pairs_task(tmp_path, PAIRS)
-    experiment = tmp_path / "experiment.yaml"
-    experiment.write_text(yaml.safe_dump({
-        "data_root": str(data_root), "task_specs": [str(specs)], "cache_dir": str(tmp_path / "c"),
-        "backbone": BERT, "tasks": ["my_pairs"], "batch_size": 4, "max_length": 24, "steps": 2,
-        "checkpoint_every": 1, "eval_every": 0, "precision": "float32"}), encoding="utf-8")
+    experiment = pairs_experiment(tmp_path, specs, data_root, steps=2)
     run = tmp_path / "run"
     assert cli.main(["train", str(experiment), "--output", str(run)]) == 0
     newest, older = (run / "checkpoints" / f"step-0000000{n}" for n in (2, 1))

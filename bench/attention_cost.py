@@ -70,6 +70,8 @@ SIZES = {"small": dict(num_layers=6, hidden_size=384, num_heads=6, intermediate_
 MIXTURE_OF = {"small": "catalog", "tiny": "demo"}
 PRECISIONS = ("float32", "mixed_bfloat16")
 VARIANTS = ("padded", "no_attention", "blocks", "unpacked")
+# --breakdown: what inside attention costs (the padded call with one part changed)
+BREAKDOWN = ("padded", "no_attention", "float32_softmax", "no_attention_dropout")
 BLOCKS = 4  # blocks of rows per backbone call (16 rows: blocks of 4)
 VOCAB = 8000
 CONTRASTIVE = """\
@@ -148,6 +150,8 @@ def bench_layer_class():
         def call(self, x, attention_bias, training=False, packing=None):
             if self.variant in ("padded", "unpacked"):
                 return super().call(x, attention_bias, training=training, packing=packing)
+            if self.variant in ("float32_softmax", "no_attention_dropout"):
+                return self.padded_call_without(x, attention_bias, training, packing)
             q, k, v = self.query(x), self.key(x), self.value(x)
             if self.variant == "no_attention":  # q and k still computed (and differentiated)
                 context = v + (q + k) * ops.cast(self.zero, q.dtype)
@@ -158,13 +162,26 @@ def bench_layer_class():
             hidden = self.activation(self.intermediate(x))
             return self.output_norm(x + self.dropout(self.output_dense(hidden), training=training))
 
+        def padded_call_without(self, x, attention_bias, training, packing):
+            """The padded call with a float32 softmax sum (exact_padding off) or without
+            dropout on the attention weights (rate 0), as its step is traced."""
+            exact, rate = self.exact_padding, self.attention_dropout.rate
+            if self.variant == "float32_softmax":
+                self.exact_padding = False
+            else:
+                self.attention_dropout.rate = 0.0
+            try:
+                return super().call(x, attention_bias, training=training, packing=packing)
+            finally:
+                self.exact_padding, self.attention_dropout.rate = exact, rate
+
     return VariantLayer
 
 
 class Cell:
     """One backbone size and precision: the model, and a traced micro-step per variant."""
 
-    def __init__(self, size, precision, blocks, seed=0):
+    def __init__(self, size, precision, blocks, variants=VARIANTS, seed=0):
         import keras
         import tensorflow as tf
 
@@ -208,7 +225,7 @@ class Cell:
 
         signature = [tf.TensorSpec([None, None], tf.int32)]
         self.steps = {}
-        for variant in VARIANTS:
+        for variant in variants:
             self.layer_class.variant = variant  # read when the step is traced
             self.steps[variant] = tf.function(
                 lambda ids, packed=variant != "unpacked": micro(ids, packed), input_signature=signature)
@@ -292,6 +309,7 @@ class Rounds:
 
 
 def attention_cells(args, log):
+    variants = BREAKDOWN if args.breakdown else VARIANTS
     entries = []
     for size in args.sizes:
         with tempfile.TemporaryDirectory(prefix="attention_cost-") as workdir:
@@ -308,17 +326,17 @@ def attention_cells(args, log):
 
         tensors = [tf.constant(ids, tf.int32) for ids in calls]
         for precision in args.precisions:
-            cell = Cell(size, precision, args.blocks)
-            parity = cell.blocks_parity(tensors)
+            cell = Cell(size, precision, args.blocks, variants)
+            parity = cell.blocks_parity(tensors) if "blocks" in variants else None
             log(f"{size} / {precision}: blocks against padded attention: {parity}")
-            for variant in VARIANTS:  # trace, then one steady update untimed
+            for variant in variants:  # trace, then one steady update untimed
                 start = time.perf_counter()
                 cell.update(variant, tensors)
                 log(f"{size} / {precision} / {variant}: traced in {time.perf_counter() - start:.1f} s")
                 cell.update(variant, tensors)
             rounds = Rounds(args.updates)
             for r in range(args.rounds):
-                rounds.round({v: (lambda v=v: cell.update(v, tensors)) for v in VARIANTS}, r)
+                rounds.round({v: (lambda v=v: cell.update(v, tensors)) for v in variants}, r)
                 log(f"{size} / {precision}: round {r + 1}: " + ", ".join(
                     f"{v} {t:.2f} s" for v, t in rounds.rounds[-1].items()))
             without = rounds.ratio("no_attention", "padded")
@@ -328,15 +346,17 @@ def attention_cells(args, log):
                 "micro_batches": [{"task": task, "calls": [list(ids.shape) for ids in ids_list]}
                                   for task, _, ids_list in drawn],
                 "real_token_fractions": fractions(totals),
-                "median_s": {v: round(rounds.median(v), 4) for v in VARIANTS},
-                "median_cpu_s": {v: round(rounds.median(v, cpu=True), 4) for v in VARIANTS},
+                "median_s": {v: round(rounds.median(v), 4) for v in variants},
+                "median_cpu_s": {v: round(rounds.median(v, cpu=True), 4) for v in variants},
                 "attention_share": {k: round(1 - r, 4) for k, r in without.items()},
-                "blocks_over_padded": rounds.ratio("blocks", "padded"), "blocks_parity": parity,
-                "unpacked_over_packed": rounds.ratio("unpacked", "padded"),
+                "over_padded": {v: rounds.ratio(v, "padded") for v in variants[1:]},
+                **({"blocks_over_padded": rounds.ratio("blocks", "padded"), "blocks_parity": parity,
+                    "unpacked_over_packed": rounds.ratio("unpacked", "padded")}
+                   if variants == VARIANTS else {}),
                 "times": rounds.times, "rounds": rounds.rounds, "other_cpu_s": rounds.other_cpu,
                 "load_average": rounds.loads})
-            log(f"{size} / {precision}: attention {entries[-1]['attention_share']} of an update, "
-                f"blocks / padded {entries[-1]['blocks_over_padded']}")
+            log(f"{size} / {precision}: attention {entries[-1]['attention_share']} of an update; "
+                f"over padded {entries[-1]['over_padded']}")
     return entries
 
 
@@ -438,6 +458,15 @@ def markdown(report):
     return "\n".join(lines) + "\n"
 
 
+def breakdown_markdown(report):
+    lines = ["| backbone | precision | variant / padded: wall paired / CPU / fastest |", "|---|---|---|"]
+    for e in report["attention"]:
+        for variant, r in e["over_padded"].items():
+            lines.append(f"| BERT {e['size']} | {e['precision']} | {variant}: {r['wall_paired']:.2f} / "
+                         f"{r['cpu']:.2f} / {r['fastest']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def tree_state():
     """The commit and the package files changed beside it (the tree is shared: another
     engineer's uncommitted step is what ran)."""
@@ -460,6 +489,8 @@ def main(argv=None):
     parser.add_argument("--blocks", type=int, default=BLOCKS, help="blocks of rows per call")
     parser.add_argument("--skip", nargs="*", default=[], choices=["attention", "contrastive"])
     parser.add_argument("--quick", action="store_true", help="tiny, float32, 2 rounds")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="what inside attention costs (BREAKDOWN's variants; JSON only)")
     parser.add_argument("--output-dir")
     args = parser.parse_args(argv)
     if args.quick:
@@ -488,9 +519,10 @@ def main(argv=None):
               "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
               "notes": ["A shared machine: other_cpu_s is the CPU other processes used in each "
                         "round; read the ratios, taken within one round, not the absolute times."]}
-    out = Path(args.output_dir or (tempfile.mkdtemp(prefix="bench_attention_cost_") if args.quick
-                                   else REPO / "bench" / "results"))
-    write_results(out, "attention_cost", report, markdown(report))
+    out = Path(args.output_dir or (tempfile.mkdtemp(prefix="bench_attention_cost_")
+                                   if args.quick or args.breakdown else REPO / "bench" / "results"))
+    write_results(out, "attention_cost", report,
+                  breakdown_markdown(report) if args.breakdown else markdown(report))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 TensorFlow CPU; and the contrastive step's packed / padded ratio against its bound.
 
     .venv/bin/python -m bench.attention_cost [--rounds 8] [--updates 1] [--quick]
+    .venv/bin/python -m bench.attention_cost --breakdown --skip contrastive --precisions float32
+        (the padded call beside no attention, a float32 softmax sum, no attention dropout;
+        written to a temporary folder, not bench/results)
 
 Attention. The micro-batches are the ones bench/real_tokens.py draws (the project's
 featurizers, collation, length buckets and sampler; each backbone call as TensorFlow's

@@ -145,7 +145,7 @@ def run_on_backbone(case, backbone):
 
 def run_packed_parity(case, backbone, loss_bound=1e-5, gradient_bound=2e-6):
     """The case's micro-batch through MultiTaskModel as the training step computes it
-    (`task_loss`, training=True), its backbone packed (layers.Packing: token-wise work on
+    (`_loss`, training=True), its backbone packed (layers.Packing: token-wise work on
     the real tokens alone; the heads read the padded [B, L, H], zeros at padding) and
     padded: the loss within `loss_bound` of the loss's scale (at least 1); every weight's
     gradient (backbone and head) within `gradient_bound` of the largest gradient entry
@@ -170,8 +170,8 @@ def run_packed_parity(case, backbone, loss_bound=1e-5, gradient_bound=2e-6):
         model = MultiTaskModel(backbone, {case.name: head}, packed=packed)
         assert model._packs_tokens()  # TensorFlow packs where asked
         batch = {k: tf.constant(v[rows]) for k, v in case.batch.items()}
-        with tf.GradientTape() as tape:
-            loss = model.task_loss(case.name, batch, training=True)
+        with tf.GradientTape() as tape:  # the loss the training step differentiates
+            loss = model._loss(head, batch, True, packed=packed)
         gradients = tape.gradient(loss, variables)
         return float(loss), [None if g is None else np.asarray(tf.convert_to_tensor(g), "float64")
                              for g in gradients]

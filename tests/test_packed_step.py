@@ -13,6 +13,7 @@ from test_faults import BASE, experiment, line_of, refused
 from mtl_framework import architectures, cli
 from mtl_framework.architectures.bert import backbone as bert_backbone
 from mtl_framework.families.heads import build_head
+from mtl_framework.step import model as step_model
 from mtl_framework.step.model import MultiTaskModel
 
 # Families whose gradients float32 resolves to 2e-6 of the largest entry; a softmax over
@@ -64,18 +65,20 @@ def packings(monkeypatch):
     made = []
 
     class Counted(bert_backbone.Packing):
-        def __init__(self, token_ids):
+        def __init__(self, *args, **kwargs):
             made.append(1)
-            super().__init__(token_ids)
+            super().__init__(*args, **kwargs)
     monkeypatch.setattr(bert_backbone, "Packing", Counted)
     return made
 
 
-def test_packing_off_is_the_padded_step_and_on_moves_the_update_by_rounding(tokenizer, packings):  # noqa: F811
+def test_packing_off_is_the_padded_step_and_on_moves_the_update_by_rounding(tokenizer, packings,  # noqa: F811
+                                                                             monkeypatch):
     """One update of four families' micro-batches: with packed false no Packing is made (the
     padded graph of before); packed, every micro-step packs, and the update (SGD: the sum of
     the balanced gradients) equals the padded one's within 2e-6 of its largest entry
     (dropout 0)."""
+    monkeypatch.setattr(step_model, "PACK_BELOW", 1.0)  # every micro-batch packs
     batches = [(name, harness_case(tokenizer, name).batch) for name in FAMILIES]
     changes = {}
     for packed in (False, True):
@@ -90,6 +93,23 @@ def test_packing_off_is_the_padded_step_and_on_moves_the_update_by_rounding(toke
     assert largest > 0
     for padded, packed in zip(changes[False], changes[True]):
         np.testing.assert_allclose(packed, padded, rtol=0, atol=2e-6 * largest)
+
+
+def test_a_micro_batch_packs_where_padding_is_worth_skipping(tokenizer):  # noqa: F811
+    """_packs_batch: packed where at most PACK_BELOW of the positions are real tokens (a
+    batch with more pays more for Packing's gathers than the padding costs), never with
+    packed false or for the contrastive passes alone (they decide in _text_vectors)."""
+    model = model_of(tokenizer, True)
+    ids = np.zeros((4, 10), "int32")
+    ids[:, :9] = 7  # 90% real
+    assert model._packs_batch({"token_ids": ids}) is (0.9 <= step_model.PACK_BELOW)
+    ids[:, 9] = 7  # 100%
+    assert not model._packs_batch({"token_ids": ids})
+    ids[1:, 3:] = 0  # 35%
+    assert model._packs_batch({"token_ids": ids})
+    for packed in (False, step_model.TEXTS_ALONE):
+        model.packed = packed
+        assert not model._packs_batch({"token_ids": ids})
 
 
 def test_evaluation_runs_padded(tokenizer, packings):  # noqa: F811

@@ -30,16 +30,17 @@ The token embedding's gradient stays sparse (without a strategy): repeated ids' 
 summed, so the backbone norm is the dense one, and only the used rows are accumulated.
 
 Packed (`packed`: True by default, the experiment's `backbone.packed`): where the backend
-packs (TensorFlow; `_packs_tokens`), a training micro-batch of every family runs the
-backbone packed: embeddings, dense layers, norms and dropout on its T real tokens alone,
-attention on the padded [B, L] layout (layers.Packing). False: nothing packs, the padded
-step. TEXTS_ALONE: only the contrastive passes pack, the step of the checkpoints written
-before the option (assemble.resumed_packing: such a run resumes bit for bit). The heads still read the padded
-[B, L, H], zeros at padding: a head's own work is a small part of a micro-step, and the
-heads that read all L positions (MLM's logits, the pointers' scores) mask padding out of
-their losses exactly (docs/backbone.md "Packed"). Dropout draws its masks over [T, H]
-instead of [B, L, H]: other masks than the padded call's, of the same rate. Evaluation
-and prediction (training=False) run padded, as before.
+packs (TensorFlow; `_packs_tokens`), a training micro-batch of any family whose positions
+are at most PACK_BELOW real tokens runs the backbone packed: embeddings, dense layers,
+norms and dropout on its T real tokens alone, attention on the padded [B, L] layout
+(layers.Packing); the packed and padded steps are traced apart (_micro_step_key). False:
+nothing packs, the padded step. TEXTS_ALONE: only the contrastive passes pack, the step
+of the checkpoints written before the option (assemble.resumed_packing: such a run
+resumes bit for bit). The heads read the padded [B, L, H] as before, zeros at padding;
+those that read all L positions (MLM's logits, the pointers' scores) keep padding out of
+their losses (docs/backbone.md "Packed"). Dropout draws its masks over [T, H] instead
+of [B, L, H]: other masks than the padded call's, of the same rate. Evaluation and
+prediction (training=False) run padded, as before.
 
 Lanes (`parallel_micro_batches`, default 2 on a CPU with 2+ cores): without a strategy a
 traced step changes no variable; it returns its gradients, and `_finish` accumulates them
@@ -76,6 +77,10 @@ from mtl_framework.step.variable_names import layer_variable_names, optimizer_va
 # MultiTaskModel's `packed`: every family, none, or the contrastive passes alone (see Packed).
 TEXTS_ALONE = "texts_alone"
 PACKED = (True, False, TEXTS_ALONE)
+# A micro-batch packs where at most this share of its positions are real tokens: BERT tiny
+# and small, float32 and bfloat16, gained 1.04-1.14x at 83% (CPU), 0.96-1.04x at 94%; past
+# that Packing's gathers cost about what the padding does (docs/backbone.md "Packed").
+PACK_BELOW = 0.9
 
 
 class NonFiniteLossError(RuntimeError):
@@ -206,19 +211,20 @@ class MultiTaskModel(Step, keras.Model):
     def task_loss(self, task, batch, training=False):
         return self._loss(self.heads[task], batch, training)
 
-    def _outputs(self, head, batch, training, head_values=None, seeds=None, backbone_values=None):
+    def _outputs(self, head, batch, training, head_values=None, seeds=None, backbone_values=None,
+                 packed=False):
         """The head on the backbone's output; with `head_values`, `head` computes with
         those weights in place of its own (as Keras's stateless_call); with `seeds`
         ([(seed state variable, value)]), dropout draws from those values and the seed
         states' own updates stay in the scope; with `backbone_values` ([(variable,
-        value)]: JAX's step differentiates them), the backbone reads those."""
+        value)]: JAX's step differentiates them), the backbone reads those; `packed`: the
+        backbone packed (a training micro-step of a batch `_packs_batch` picks)."""
         seeds = list(seeds or [])
         seeds = seeds + list(backbone_values or [])
         if head.texts_alone:
             return self._side_vectors(head, batch, training, seeds)
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
-            hidden = self.backbone(backbone_inputs(batch), training=training,
-                                   packed=training and self.packed is True and self._packs_tokens())
+            hidden = self.backbone(backbone_inputs(batch), training=training, packed=packed)
             if family(head.family).choice_axis:  # choices folded into the batch axis
                 hidden = ops.reshape(hidden, (*ops.shape(batch["token_ids"]), hidden.shape[-1]))
             if head_values is None:
@@ -257,14 +263,16 @@ class MultiTaskModel(Step, keras.Model):
         return ops.concatenate([ops.reshape(queries, (rows, 1, -1)),
                                 ops.reshape(passages, (rows, texts - 1, -1))], axis=1)
 
-    def _loss(self, head, batch, training, head_values=None, seeds=None, backbone_values=None):
-        return self._loss_and_signs(head, batch, training, head_values, seeds, backbone_values)[0]
+    def _loss(self, head, batch, training, head_values=None, seeds=None, backbone_values=None,
+              packed=False):
+        return self._loss_and_signs(head, batch, training, head_values, seeds, backbone_values,
+                                    packed)[0]
 
     def _loss_and_signs(self, head, batch, training, head_values=None, seeds=None,
-                        backbone_values=None):
+                        backbone_values=None, packed=False):
         """(the loss, {name: scalar} of the head's `signs`: TaskHead.compute_task_loss_and_signs),
         what the steps differentiate and log."""
-        outputs = self._outputs(head, batch, training, head_values, seeds, backbone_values)
+        outputs = self._outputs(head, batch, training, head_values, seeds, backbone_values, packed)
         # mixed precision: heads compute in 16 bits, losses always in float32
         outputs = keras.tree.map_structure(
             lambda t: ops.cast(t, "float32") if keras.backend.is_float_dtype(t.dtype) else t, outputs)
@@ -313,6 +321,19 @@ class MultiTaskModel(Step, keras.Model):
     def _step_key(self, task, batch):
         return self._task_group[task], structure(batch)
 
+    def _micro_step_key(self, task, batch):
+        """_step_key and whether the micro-step packs (`_packs_batch`): one trace each."""
+        return (*self._step_key(task, batch), self._packs_batch(batch))
+
+    def _packs_batch(self, batch):
+        """Whether a training micro-batch runs the backbone packed: where the backend packs,
+        `packed` is True and at most PACK_BELOW of its positions are real tokens (a
+        contrastive batch's passes decide for themselves: _text_vectors)."""
+        if self.packed is not True or not self._packs_tokens():
+            return False
+        token_ids = np.asarray(batch["token_ids"])
+        return bool(np.count_nonzero(token_ids) <= PACK_BELOW * token_ids.size)
+
     def _head_values(self, template, own_values, backbone_values=None):
         """Values for all of `template`'s trainable variables: `own_values` for its own,
         for a tied one the backbone's current value (or its value in `backbone_values`,
@@ -346,7 +367,7 @@ class MultiTaskModel(Step, keras.Model):
             logs.append(self._check(task, self._finish(task, future.result())))
         try:
             for (task, batch), count in zip(micro_batches, counts):
-                key = self._step_key(task, batch)
+                key = self._micro_step_key(task, batch)
                 if self.lanes > 1 and key in self._micro_steps:
                     if len(pending) == self.lanes:
                         finish_oldest()

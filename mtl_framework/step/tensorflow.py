@@ -85,9 +85,9 @@ class TensorFlowStep(BackendStep):
     def _launch(self, task, batch, count):
         """The task's traced step on `batch`. Without a strategy it changes no variable, so
         two can run at once (their results then go through _finish in order)."""
-        key = self._step_key(task, batch)
+        key = self._micro_step_key(task, batch)
         if key not in self._micro_steps:
-            self._micro_steps[key] = self._trace_micro_step(key[0], batch)
+            self._micro_steps[key] = self._trace_micro_step(key[0], batch, packed=key[-1])
         return self._micro_steps[key](batch, self._own_head_values(task), self._task_state(task), count)
 
     def _task_state(self, task):
@@ -119,7 +119,7 @@ class TensorFlowStep(BackendStep):
         return {**{k: results[k] for k in ("loss", "gradient_norm", "normalized_gradient_norm",
                                             "finite")}, **results["signs"]}
 
-    def _trace_micro_step(self, group, batch):
+    def _trace_micro_step(self, group, batch, packed=False):
         """The micro-step of one trace group, traced once for any lengths and label counts:
         the group's first head computes with the weights passed in (those of the task whose
         micro-batch this is). The gradients come back with their scale (the head's scaled,
@@ -138,7 +138,7 @@ class TensorFlowStep(BackendStep):
                 replicas = context.num_replicas_in_sync
                 batch, share = shard_batch(template, batch, context.replica_id_in_sync_group, replicas)
             raw_loss, loss, gradients, signs = self._gradients(template, batch, own_values, state,
-                                                               count, share)
+                                                               count, share, packed)
             if strategy is not None:  # the global gradient, before any norm is taken
                 gradients, raw_loss, loss = context.all_reduce(
                     tf.distribute.ReduceOp.SUM, (gradients, raw_loss, loss))
@@ -177,12 +177,13 @@ class TensorFlowStep(BackendStep):
         return tf.function(micro_step, input_signature=[
             _batch_spec(batch), self._own_spec(tasks), state_spec, tf.TensorSpec([], tf.int64)])
 
-    def _gradients(self, template, batch, own_values, state, count, share=None):
+    def _gradients(self, template, batch, own_values, state, count, share=None, packed=False):
         """(raw loss, weighted loss, gradients, the head's signs) of one micro-batch with the task's weights
         `own_values` in the group's template head: the backbone's then the head's, each
         dense (a head's leaves the step; without a strategy the embedding's repeated rows
         are summed), in its variable's dtype, loss scaling undone. `share`: this
-        replica's part of the global loss denominator."""
+        replica's part of the global loss denominator; `packed`: the backbone packed
+        (MultiTaskModel._packs_batch, part of the step's key)."""
         variables = self.backbone_variables + own_values
 
         def weighted(raw_loss):  # (raw, weighted, scaled) loss of this replica
@@ -199,7 +200,7 @@ class TensorFlowStep(BackendStep):
                 tape.watch(own_values)
                 raw_loss, signs = self._loss_and_signs(
                     template, batch, True, self._head_values(template, own_values),
-                    self._dropout_seeds(count))
+                    self._dropout_seeds(count), packed=packed)
                 raw_loss, loss, scaled_loss = weighted(raw_loss)
             gradients = tape.gradient(scaled_loss, variables)
         gradients = [tf.zeros_like(v) if g is None else g for g, v in zip(gradients, variables)]

@@ -32,6 +32,7 @@ RESULT_OF = {
     "init_vs_bert4keras.py": "init_vs_bert4keras.json",
     "learning.py": "learning.json",
     "long_context.py": "long_context.json",
+    "main_job.py": "main_job.json",
     "mtl_overhead.py": "mtl_overhead.json",
     "pipeline.py": "pipeline.json",
     "precision.py": "precision.json",

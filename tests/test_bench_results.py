@@ -34,6 +34,7 @@ RESULT_OF = {
     "long_context.py": "long_context.json",
     "main_job.py": "main_job.json",
     "mtl_overhead.py": "mtl_overhead.json",
+    "packed_step.py": "packed_step.json",
     "pipeline.py": "pipeline.json",
     "precision.py": "precision.json",
     "prepare.py": "prepare.json",

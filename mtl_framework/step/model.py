@@ -77,9 +77,10 @@ from mtl_framework.step.variable_names import layer_variable_names, optimizer_va
 # MultiTaskModel's `packed`: every family, none, or the contrastive passes alone (see Packed).
 TEXTS_ALONE = "texts_alone"
 PACKED = (True, False, TEXTS_ALONE)
-# A micro-batch packs where at most this share of its positions are real tokens: BERT tiny
-# and small, float32 and bfloat16, gained 1.04-1.14x at 83% (CPU), 0.96-1.04x at 94%; past
-# that Packing's gathers cost about what the padding does (docs/backbone.md "Packed").
+# A micro-batch packs where at most this share of its positions are real tokens: the
+# backbone alone, BERT tiny and small, float32 and bfloat16, CPU, gained 1.19-1.29x at 71%,
+# 0.97-1.11x at 83%, 0.93-1.04x at 94%: near 90% Packing's gathers cost what the padding
+# does (bench/results/packed_step.md).
 PACK_BELOW = 0.9
 
 

@@ -41,6 +41,7 @@ RESULT_OF = {
     "pretraining_value.py": "pretraining_value.json",
     "real_tokens.py": "real_tokens.json",
     "speed_ab.py": "speed_ab.json",
+    "st_trainer_speed.py": "st_trainer_speed.json",
     "train_loop.py": "train_loop.json",
     "transfer.py": "transfer/results.json",
 }

@@ -316,18 +316,26 @@ class Packing:
     activations, dropout) runs on in its packed call, where padding would be B x L - T
     rows of wasted work (55% of a contrastive batch of AFQMC pairs each side cut to its
     longest text). Attention needs the padded [B, L] layout: `pad` and `pack` move
-    between the two. TensorFlow only: T is a data-dependent shape, which jax.jit does not
-    trace.
+    between the two. Without `capacity`, T is a data-dependent shape, which TensorFlow
+    traces and jax.jit does not; with it (a Python int >= T, JAX's step: T rounded up, so
+    the shapes stay static), the list has `capacity` rows, rows T.. read position 0 and
+    compute what no slot points at.
 
-    indices [T]: each real token's flat position (b * L + l); slots [B * L]: each
-    position's row in the packed list, T (a zero row) at padding."""
+    indices [T or capacity]: each real token's flat position (b * L + l); slots [B * L]:
+    each position's row in the packed list, a zero row (the list's length) at padding."""
 
-    def __init__(self, token_ids):
+    def __init__(self, token_ids, capacity=None):
         self.batch, self.length = ops.shape(token_ids)[0], ops.shape(token_ids)[1]
         real = ops.reshape(ops.not_equal(token_ids, 0), (-1,))
-        self.indices = ops.cast(ops.reshape(ops.nonzero(real)[0], (-1,)), "int32")
-        count = ops.shape(self.indices)[0]
-        self.slots = ops.where(real, ops.cumsum(ops.cast(real, "int32")) - 1, count)
+        rows = ops.cumsum(ops.cast(real, "int32")) - 1  # each real token's row in the list
+        if capacity is None:
+            self.indices = ops.cast(ops.reshape(ops.nonzero(real)[0], (-1,)), "int32")
+            self.slots = ops.where(real, rows, ops.shape(self.indices)[0])
+        else:
+            self.slots = ops.where(real, rows, capacity)
+            # each real position written to its row (padding's zeros to row `capacity`, cut)
+            flat = ops.where(real, ops.arange(ops.shape(real)[0], dtype="int32"), 0)
+            self.indices = ops.scatter(self.slots[:, None], flat, (capacity + 1,))[:capacity]
         self.positions = self.indices % self.length  # each real token's position in its text
 
     def inputs(self, inputs):

@@ -47,9 +47,16 @@ class BackendStep(ABC):
 
     @abstractmethod
     def _packs_tokens(self):
-        """Whether this backend runs the backbone packed where MultiTaskModel's `packed`
-        asks, its token-wise work on the real tokens only (layers.Packing: a data-dependent
-        shape, which TensorFlow traces and JAX would compile once per batch)."""
+        """Whether this backend runs a texts-alone head's passes (_text_vectors) packed, its
+        token-wise work on the real tokens only with T found in the graph (layers.Packing: a
+        data-dependent shape, which TensorFlow traces and JAX would compile once per batch;
+        JAX's other micro-batches pack with a static row count: _packed_rows)."""
+
+    @abstractmethod
+    def _packed_rows(self, real, positions):
+        """The backbone's `packed` for a micro-batch of `real` real tokens in `positions`
+        (MultiTaskModel._packs_batch): True where the graph finds T itself (TensorFlow), a
+        static row count >= T where every shape is compiled (JAX)."""
 
     # --- devices ----------------------------------------------------------------------------
 

@@ -33,6 +33,13 @@ import numpy as np
 from mtl_framework.families.heads import backbone_inputs
 from mtl_framework.step.backend import BackendStep
 
+# A packed micro-batch's rows (_packed_rows): T rounded up to eighths of its positions.
+PACK_STEPS = 8
+# Off: on the mixtures' length-bucketed micro-batches (~97% real) packing saves nothing
+# and costs its gathers and compilations (docs/backends.md, bench/results/jax_packing.md);
+# bench.jax_packing turns it on.
+PACK_MICRO_BATCHES = False
+
 
 class JaxStep(BackendStep):
     """JAX's half of MultiTaskModel (a base class of it)."""
@@ -75,6 +82,14 @@ class JaxStep(BackendStep):
     def _packs_tokens(self):
         return False  # T real tokens would be one more compiled shape per batch
 
+    def _packed_rows(self, real, positions):
+        """T rounded up to the next of PACK_STEPS equal steps of the batch's positions: a
+        static shape of at most PACK_STEPS - 1 more compilations per batch shape (those at
+        most PACK_BELOW real), at most 1 / PACK_STEPS of the positions computed in vain
+        (bench/results/jax_packing.md)."""
+        step = -(-positions // PACK_STEPS)
+        return max(1, -(-real // step)) * step
+
     def _check_lanes(self, lanes):
         if lanes > 1:
             raise ValueError("parallel_micro_batches > 1 runs TensorFlow micro-steps in threads; "
@@ -113,7 +128,9 @@ class JaxStep(BackendStep):
         return self._fixed_variables
 
     def _launch(self, task, batch, count):
-        key = self._step_key(task, batch)
+        # a texts-alone head's passes stay padded (_packs_tokens): one step whatever packs
+        packs = PACK_MICRO_BATCHES and not self.heads[task].texts_alone
+        key = self._step_key(task, batch) + (packs and self._packs_batch(batch),)
         if key not in self._micro_steps:
             self._micro_steps[key] = self._trace_micro_step(key)
         slot = self.balancing.accumulator_slot(task)  # None: the shared accumulators
@@ -155,7 +172,7 @@ class JaxStep(BackendStep):
                                             "finite")}, **results["signs"]}
 
     def _trace_micro_step(self, key):
-        tasks = self.trace_groups[key[0]]
+        tasks, packed = self.trace_groups[key[0]], key[-1]  # packed: False or a row count
         template = self.heads[tasks[0]]
         backbone, fixed_variables = self.backbone_variables, self._fixed_backbone_variables()
         n_backbone, seed_states = len(backbone), self._seed_states
@@ -168,7 +185,8 @@ class JaxStep(BackendStep):
             def losses(trainable, own):
                 values = list(zip(backbone, trainable)) + list(zip(fixed_variables, fixed))
                 raw_loss, signs = self._loss_and_signs(
-                    template, batch, True, self._head_values(template, own, values), seeds, values)
+                    template, batch, True, self._head_values(template, own, values), seeds, values,
+                    packed)
                 loss = raw_loss * state["loss_weight"]
                 scaled = loss * state["loss_scale"] if self.dynamic_loss_scale else loss
                 return scaled, (raw_loss, loss, signs)

@@ -327,13 +327,15 @@ class MultiTaskModel(Step, keras.Model):
         return (*self._step_key(task, batch), self._packs_batch(batch))
 
     def _packs_batch(self, batch):
-        """Whether a training micro-batch runs the backbone packed: where the backend packs,
-        `packed` is True and at most PACK_BELOW of its positions are real tokens (a
-        contrastive batch's passes decide for themselves: _text_vectors)."""
-        if self.packed is not True or not self._packs_tokens():
+        """Whether a training micro-batch runs the backbone packed, and how (the backbone's
+        `packed`: the backend's _packed_rows): where `packed` is True and at most
+        PACK_BELOW of its positions are real tokens (a contrastive batch's passes decide
+        for themselves: _text_vectors)."""
+        if self.packed is not True:
             return False
         token_ids = np.asarray(batch["token_ids"])
-        return bool(np.count_nonzero(token_ids) <= PACK_BELOW * token_ids.size)
+        real = int(np.count_nonzero(token_ids))
+        return real <= PACK_BELOW * token_ids.size and self._packed_rows(real, token_ids.size)
 
     def _head_values(self, template, own_values, backbone_values=None):
         """Values for all of `template`'s trainable variables: `own_values` for its own,

@@ -125,10 +125,11 @@ class BertBackbone(Backbone):
         """RoFormerV2's residual-scale warm-up; BERT has no residual scale."""
 
     def call(self, inputs, training=False, packed=False):
-        """[B, L, H]. packed (TensorFlow): everything but attention runs on the real tokens
-        alone (layers.Packing); the same outputs at real tokens, zeros at padding."""
+        """[B, L, H]. packed: everything but attention runs on the real tokens alone
+        (layers.Packing; True: T found in the graph, TensorFlow; an int: that many rows, at
+        least T, JAX); the same outputs at real tokens, zeros at padding."""
         token_ids = inputs["token_ids"]
-        packing = Packing(token_ids) if packed else None
+        packing = Packing(token_ids, None if packed is True else packed) if packed else None
         positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")
         position_rows = self.position_embedding(positions)[None]  # [1, L, E]
         if packing is None:

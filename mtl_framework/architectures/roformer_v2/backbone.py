@@ -117,10 +117,11 @@ class RoFormerV2Backbone(Backbone):
             self.residual_alpha.assign(ops.minimum(1.0, step / float(warmup)))
 
     def call(self, inputs, training=False, packed=False):
-        """[B, L, H]. packed (TensorFlow): everything but attention runs on the real tokens
-        alone (layers.Packing); the same outputs at real tokens, zeros at padding."""
+        """[B, L, H]. packed: everything but attention runs on the real tokens alone
+        (layers.Packing; True: T found in the graph, TensorFlow; an int: that many rows, at
+        least T, JAX); the same outputs at real tokens, zeros at padding."""
         token_ids = inputs["token_ids"]
-        packing = Packing(token_ids) if packed else None
+        packing = Packing(token_ids, None if packed is True else packed) if packed else None
         x = self.embed_tokens(inputs if packing is None else packing.inputs(inputs))
         x = self.embedding_norm(self.embedding_dropout(x, training=training))
         if self.embedding_mapping is not None:

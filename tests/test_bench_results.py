@@ -30,6 +30,7 @@ RESULT_OF = {
     "exact_padding.py": "exact_padding.json",
     "gpu.py": "gpu.json",
     "init_vs_bert4keras.py": "init_vs_bert4keras.json",
+    "jax_packing.py": "jax_packing.json",
     "learning.py": "learning.json",
     "long_context.py": "long_context.json",
     "main_job.py": "main_job.json",

@@ -819,8 +819,8 @@ def main(argv=None):
     workers = {name: start(workdir) for name, start in WORKERS.items() if name in systems}
     for name in args.configs:  # each worker's model config, as a file
         if "bert4keras" in workers:
-            from mtl_framework import backbone_config
             from mtl_framework.architectures.roformer_v2 import bert4keras
+            from mtl_framework.architectures.roformer_v2.presets import backbone_config
 
             paths["bert4keras", name] = Path(workdir) / f"{name}.bert_config.json"
             paths["bert4keras", name].write_text(json.dumps(bert4keras.bert_config_from_config(

@@ -89,6 +89,13 @@ def test_extends_merges_mappings_key_by_key_and_replaces_the_rest(tmp_path):
     assert experiment.where("batch_size") == f"{base}:{line_of(base, 'batch_size:')}"
 
 
+def test_a_pathlib_path_loads_as_its_string_does(tmp_path):
+    """The Python API takes a pathlib.Path (was "extends must be the path ..." on one)."""
+    write(tmp_path / "base.yaml", BASE)
+    child = write(tmp_path / "child.yaml", "extends: base.yaml\ntasks: [tnews]\n")
+    assert load_experiment(child).raw == load_experiment(str(child)).raw
+
+
 def test_a_chain_of_three_and_errors_naming_the_file_that_wrote_the_value(tmp_path):
     write(tmp_path / "a.yaml", {**BASE, "steps": "many"})
     write(tmp_path / "b.yaml", "extends: a.yaml\nbatch_size: 8\n")

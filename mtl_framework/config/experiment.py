@@ -230,6 +230,7 @@ class Sources:
 def load_experiment(path: str | os.PathLike[str], overrides: Iterable[str] = ()) -> Experiment:
     """The experiment in `path` (its `extends` chain merged, then the `--set` style
     `overrides`), or ExperimentError listing every problem found."""
+    path = os.fspath(path)  # a pathlib.Path as a str: `extends` is resolved beside it
     sources = Sources(f"{path}:1")
     raw = _extend({EXTENDS: path}, path, sources, (), None)
     _apply_overrides(raw, overrides, sources)

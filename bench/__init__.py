@@ -44,3 +44,28 @@ def write_results(folder, name, report, markdown):
     (folder / f"{name}.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     (folder / f"{name}.md").write_text(markdown, encoding="utf-8")
     print(markdown)
+
+
+def afqmc_pairs_spec(task, max_length, embedding, dev=True, metric_note=""):
+    """A task spec of AFQMC's pairs labelled 1 as a contrastive task (the rows' label is
+    read as the pair's score; positive_score 1.0): the pairs bench/contrastive_lr and
+    bench/st_trainer_speed train on. `embedding` is the spec's flow mapping, as written."""
+    dev_file = "\n  dev: afqmc/dev.txt" if dev else ""
+    return f"""\
+dataset: afqmc_positive_pairs
+format: delimited
+files:
+  train: afqmc/train.txt{dev_file}
+options:
+  delimiter: "\\t"
+fields:
+  text: 0
+  text_b: 1
+  label: 2
+tasks:
+  - name: {task}
+    type: contrastive
+    max_length: {max_length}
+    metric: retrieval{metric_note}
+    embedding: {embedding}
+"""

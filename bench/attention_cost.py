@@ -54,16 +54,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import REPO, write_results
-from bench.load import cpu_model, cpu_seconds, load_average, machine_busy_seconds
-from bench.real_tokens import (
-    MAIN_JOB_TASKS,
-    build_mixture,
-    call_counts,
-    draw_calls,
-    experiment_path,
-    fractions,
+from bench import (
+    REPO,
+    real_tokens,  # the mixtures' micro-batches, drawn as the step sees them
+    write_results,
 )
+from bench.load import cpu_model, cpu_seconds, load_average, machine_busy_seconds
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -316,12 +312,12 @@ def attention_cells(args, log):
     entries = []
     for size in args.sizes:
         with tempfile.TemporaryDirectory(prefix="attention_cost-") as workdir:
-            mixture, rates, types = build_mixture(experiment_path(MIXTURE_OF[size], workdir),
-                                                  log=lambda _: None)
+            path = real_tokens.experiment_path(MIXTURE_OF[size], workdir)
+            mixture, rates, types = real_tokens.build_mixture(path, log=lambda _: None)
             drawn = []
             while len(drawn) < args.micro_batches:  # the catalog's draws of main_job's tasks
-                drawn += [d for d in draw_calls(mixture, types, 1)
-                          if MIXTURE_OF[size] == "demo" or d[0] in MAIN_JOB_TASKS]
+                drawn += [d for d in real_tokens.draw_calls(mixture, types, 1)
+                          if MIXTURE_OF[size] == "demo" or d[0] in real_tokens.MAIN_JOB_TASKS]
         calls = [ids for _, _, task_calls in drawn for ids in task_calls]
         counts = [c for _, task_counts, _ in drawn for c in task_counts]
         totals = {k: sum(c[k] for c in counts) for k in counts[0] if k not in ("rows", "length")}
@@ -348,7 +344,7 @@ def attention_cells(args, log):
                 "mixture": MIXTURE_OF[size], "exact_padding": bool(cell.backbone.exact_padding),
                 "micro_batches": [{"task": task, "calls": [list(ids.shape) for ids in ids_list]}
                                   for task, _, ids_list in drawn],
-                "real_token_fractions": fractions(totals),
+                "real_token_fractions": real_tokens.fractions(totals),
                 "median_s": {v: round(rounds.median(v), 4) for v in variants},
                 "median_cpu_s": {v: round(rounds.median(v, cpu=True), 4) for v in variants},
                 "attention_share": {k: round(1 - r, 4) for k, r in without.items()},
@@ -378,7 +374,7 @@ def contrastive_cells(args, log):
                                    log=lambda _: None)
             mixture = runs["true"].mixture
             batches = [mixture.next() for _ in range(args.contrastive_batches)]
-            counts = [call_counts(ids) for _, b in batches for ids in (
+            counts = [real_tokens.call_counts(ids) for _, b in batches for ids in (
                 trimmed_side(b["token_ids"][:, 0]), trimmed_side(b["token_ids"][:, 1]))]
             totals = {k: sum(c[k] for c in counts) for k in counts[0] if k not in ("rows", "length")}
 

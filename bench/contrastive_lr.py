@@ -38,30 +38,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from bench import REPO, child_env
+from bench import REPO, afqmc_pairs_spec, child_env
 from bench.load import cpu_model
 
 OUTPUT = REPO / "bench" / "results" / "contrastive_lr"
 TASK = "afqmc_pairs"
-SPEC = f"""\
-dataset: afqmc_positive_pairs
-format: delimited
-files:
-  train: afqmc/train.txt
-  dev: afqmc/dev.txt
-options:
-  delimiter: "\\t"
-fields:
-  text: 0
-  text_b: 1
-  label: 2
-tasks:
-  - name: {TASK}
-    type: contrastive
-    max_length: 64
-    metric: retrieval           # dev: each positive pair's query among the 1,338 positives
-    embedding: {{loss: infonce, pooling: POOLING}}  # the pairs labelled 1 (positive_score 1.0)
-"""
+SPEC = afqmc_pairs_spec(
+    TASK, 64, "{loss: infonce, pooling: POOLING}  # the pairs labelled 1 (positive_score 1.0)",
+    metric_note="           # dev: each positive pair's query among the 1,338 positives")
 BACKBONES = {  # tiny: 2 layers of 128, as the demo's; small: the released small size
     "bert": {"architecture": "bert", "num_layers": 2, "hidden_size": 128, "num_heads": 2,
              "intermediate_size": 512, "vocab_size": 6000},

@@ -103,6 +103,22 @@ def experiment_text(mixture, precision, steps, cache, data_root, repo):
 # Runs as `python bench/main_job.py --worker ...` with the checkout under test first on
 # PYTHONPATH, so it imports nothing from bench/ (a checkout's bench/ may differ).
 
+def marks_callback(owner):
+    """A Keras callback calling `owner.mark()` as each fit update begins and
+    `owner.mark(last=True)` when fit ends: what the worker's Gate (and bench/train_loop) time
+    an update between. Here: the worker imports nothing from bench/."""
+    import keras
+
+    class Marks(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            owner.mark()
+
+        def on_train_end(self, logs=None):
+            owner.mark(last=True)
+
+    return Marks()
+
+
 def trimmed_rows(batch):
     """A micro-batch's token and segment rows as a padded model sees them: [rows, length],
     all-padding rows (absent choices or texts) left out, cut to the longest row."""
@@ -124,18 +140,7 @@ class Gate:
     The wait is outside every update's time."""
 
     def __init__(self, run, block, channel, dump):
-        import keras
-
-        gate = self
-
-        class Marks(keras.callbacks.Callback):
-            def on_train_batch_begin(self, batch, logs=None):
-                gate.mark()
-
-            def on_train_end(self, logs=None):
-                gate.mark(last=True)
-
-        self.callback = Marks()
+        self.callback = marks_callback(self)
         self.run, self.block, self.channel, self.dump = run, block, channel, dump
         self.updates, self.drawn, self.open, self.blocks = [], [], None, 0
         draw = run.model.mixture.next

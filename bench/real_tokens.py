@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from bench import REPO, write_results
+from bench.main_job import CATALOG  # the same backbone and mixture settings
 
 SHARED = REPO.parent / "shared" / "data"
 # one task per family with data in ../shared/data (task_specs/, `verified: data`)
@@ -54,22 +55,6 @@ CATALOG_TASKS = {"tnews": "classification", "afqmc": "matching", "stsb_zh": "reg
                  "cluewsc": "coreference", "afqmc_sts": "contrastive", "mlm": "mlm"}
 # bench/main_job.py's catalog mixture (issue 52 point 5): 8 of the above, equal rates
 MAIN_JOB_TASKS = ("tnews", "afqmc", "cluener", "cmrc2018", "c3_d", "cluewsc", "mlm", "afqmc_sts")
-CATALOG = """\
-name: real_tokens_catalog
-data_root: {data_root}
-backbone: {{num_layers: 4, hidden_size: 256, num_heads: 4, intermediate_size: 1024,
-           vocab_size: 8000}}
-tasks:
-{tasks}
-sampling: fixed
-tasks_per_update: 4
-batch_size: 16
-max_length: 128
-optimizer: {{name: adamw, lr: 0.0005, warmup_steps: 10}}
-steps: 100
-seed: 0
-precision: float32
-"""
 BLOCK_ROWS = 4
 
 
@@ -81,7 +66,8 @@ def experiment_path(mixture, workdir):
     rate = 1 / len(CATALOG_TASKS)
     tasks = "\n".join(f"  - {{name: {task}, rate: {rate:.6f}}}" for task in CATALOG_TASKS)
     path = Path(workdir) / "catalog.yaml"
-    path.write_text(CATALOG.format(data_root=SHARED, tasks=tasks), encoding="utf-8")
+    path.write_text(CATALOG.format(data_root=SHARED, cache=Path(workdir) / "cache", tasks=tasks,
+                                   steps=100, precision="float32"), encoding="utf-8")
     return str(path)
 
 

@@ -65,7 +65,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import REPO, child_env, write_results
+from bench import REPO, afqmc_pairs_spec, child_env, write_results
 from bench.load import cpu_model, load_average, machine_busy_seconds
 
 TASK = "afqmc_pairs"
@@ -80,24 +80,8 @@ DEFAULT_ST_PYTHON = REPO / ".venv-current" / "bin" / "python"
 # No network on either side: the trainer's hub and datasets calls stay local.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2", "TOKENIZERS_PARALLELISM": "false"}
-SPEC = f"""\
-dataset: afqmc_positive_pairs
-format: delimited
-files:
-  train: afqmc/train.txt
-options:
-  delimiter: "\\t"
-fields:
-  text: 0
-  text_b: 1
-  label: 2
-tasks:
-  - name: {TASK}
-    type: contrastive
-    max_length: {MAX_LENGTH}
-    metric: retrieval
-    embedding: {{loss: infonce, pooling: POOLING, temperature: {TEMPERATURE}, hard_negatives: 0}}
-"""
+SPEC = afqmc_pairs_spec(TASK, MAX_LENGTH, "{loss: infonce, pooling: POOLING, temperature: "
+                        f"{TEMPERATURE}, hard_negatives: 0}}", dev=False)
 
 
 # --- the two commands --------------------------------------------------------------------

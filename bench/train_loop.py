@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 
 from bench import REPO, child_env
+from bench.main_job import marks_callback
 
 SHARED = REPO.parent / "shared" / "data"
 JAX_PYTHON = REPO / ".venv-jax" / "bin" / "python"
@@ -167,17 +168,7 @@ class UpdateClock:
     replayed through run_update alone (blocks: [{"loop": [...], "replay": [...]}])."""
 
     def __init__(self, run, clock, drawn, block):
-        import keras
-
-        clock_self = self
-
-        class Marks(keras.callbacks.Callback):
-            def on_train_batch_begin(self, batch, logs=None):
-                clock_self.mark()
-
-            def on_train_end(self, logs=None):
-                clock_self.mark(last=True)
-        self.callback = Marks()
+        self.callback = marks_callback(self)
         self.run, self.clock, self.drawn, self.block = run, clock, drawn, block
         self.updates, self.blocks, self.open, self.load = [], [], None, other_cpu_seconds()
 

@@ -448,10 +448,11 @@ def markdown(report):
               "| padded / packed | of the bound |", "|---|---|---|---|---|---|---|---|"]
     for e in report["contrastive"]:
         m, c = e["median_s"], e["median_cpu_s"]
-        lines.append(f"| {e['precision']} | {e['micro_batches']} | {e['real_token_fraction']:.1%} | "
-                     f"{e['bound']:.2f}x | {m['packed']:.2f} ({c['packed']:.2f}) | {m['padded']:.2f} "
-                     f"({c['padded']:.2f}) | {three(e['padded_over_packed'])} | "
-                     f"{three(e['of_bound'], True)} |")
+        cells = (e["precision"], str(e["micro_batches"]), f"{e['real_token_fraction']:.1%}",
+                 f"{e['bound']:.2f}x", f"{m['packed']:.2f} ({c['packed']:.2f})",
+                 f"{m['padded']:.2f} ({c['padded']:.2f})", three(e["padded_over_packed"]),
+                 three(e["of_bound"], True))
+        lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Run: `python -m bench.attention_cost`, finished {report['finished']} "
               f"({report['wall_seconds']:.0f} s)."]
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ def run_parity_on_jax(selection, passed):
     assert f"{passed} passed" in done.stdout, done.stdout[-500:]  # none skipped
 
 
+@pytest.mark.slow  # an expected failure (strict) of 25 s: the default suite keeps under 20 min
 @pytest.mark.skipif(not JAX_PYTHON.exists(), reason=".venv-jax is absent (make interop-jax)")
 @pytest.mark.xfail(strict=True, reason="cloze: 4.2e-6 of the largest gradient entry on a batch "
                    "without padding (bound 2e-6; the padded call op by op moves 2.8-6.2e-6): "

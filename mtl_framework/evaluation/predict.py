@@ -94,9 +94,7 @@ class PredictModel:
         self.max_positions = trained.max_positions
         self.log = log or (lambda message: None)
         trained.saved_heads()  # a backbone-only export is refused before anything is built
-        if not os.path.isfile(trained.vocab):
-            raise UserError(f"{self.source}: no vocab.txt beside the weights: copy the run's "
-                            "vocab.txt there (mtl train and mtl export write it)")
+        # its vocab exists and fits: saving.load checked it (a run's or a folder's)
         self.tokenizer = Tokenizer(trained.vocab)
         try:
             self.registry = load_registry(spec_dirs)

@@ -49,6 +49,38 @@ def test_the_encoder_is_the_backbone_pooled_as_the_step_pools_then_normalised():
         np.testing.assert_array_equal(step, raw)
 
 
+def test_the_contrastive_step_runs_its_texts_through_a_sentence_encoder_of_its_backbone():
+    """The step holds one SentenceEncoder per contrastive head (ContrastiveHead.text_encoder),
+    on the model's own backbone, pooled as the head pools and raw; its side vectors are that
+    model's output for each side's texts; it owns no variable, so the model's weights and a
+    checkpoint's names are the backbone's and the heads' as before."""
+    import pytest
+
+    from mtl_framework.step.model import MultiTaskModel
+
+    backbone = tiny_backbone()
+    heads = {"pairs": build_head("contrastive", None, 16, name="pairs", pooling="mean"),
+             "topic": build_head("classification", 3, 16, name="topic")}
+    model = MultiTaskModel(backbone, heads, tasks_per_update=2)
+    model.build_all()
+    encoder = model.text_encoders["pairs"]
+    assert list(model.text_encoders) == ["pairs"] and isinstance(encoder, SentenceEncoder)
+    assert encoder.backbone is backbone and (encoder.pooling, encoder.normalize) == ("mean", False)
+    assert encoder.weights == backbone.weights  # its only variables are the backbone's
+    assert len({id(v) for v in model.weights}) == len(model.weights)
+    assert all(not name.startswith("pairs_texts") for name in model.named_state_variables)
+    ids = np.array([[[2, 5, 9, 3, 0, 0], [2, 7, 8, 11, 12, 3]],
+                    [[2, 6, 3, 0, 0, 0], [2, 13, 14, 3, 0, 0]]], np.int32)
+    batch = {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+    vectors = ops.convert_to_numpy(model.task_outputs("pairs", batch))
+    for side in range(2):
+        rows = {"token_ids": ids[:, side], "segment_ids": np.zeros_like(ids[:, side])}
+        np.testing.assert_allclose(vectors[:, side], ops.convert_to_numpy(encoder(rows)),
+                                   atol=1e-6)
+    with pytest.raises(TypeError, match="has no text encoder"):
+        heads["topic"].text_encoder(backbone)
+
+
 def test_the_encoder_keeps_its_config():
     encoder = SentenceEncoder(tiny_backbone(), "mean", True)
     again = SentenceEncoder.from_config(encoder.get_config())

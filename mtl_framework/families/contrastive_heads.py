@@ -10,7 +10,7 @@ from data_adapters.task_types import CONTRASTIVE
 from mtl_framework import losses
 from mtl_framework.families.embedding import TRAINED
 from mtl_framework.families.heads import TaskHead, _np, head_for
-from mtl_framework.families.sentence_encoder import sentence_vectors
+from mtl_framework.families.sentence_encoder import SentenceEncoder, sentence_vectors
 from mtl_framework.numbers import l2_normalize
 
 
@@ -51,6 +51,11 @@ class ContrastiveHead(TaskHead):
         """float32 [N, H]: the SentenceEncoder's vectors of the backbone's output, raw (the
         losses normalise; `normalize` is the exported encoder's): not normalised here."""
         return sentence_vectors(hidden, batch["token_ids"], self.pooling, False)
+
+    def text_encoder(self, backbone):
+        """The SentenceEncoder the step runs this head's texts through (MultiTaskModel.
+        _text_vectors): `backbone` pooled as this head pools, raw, as `call` computes."""
+        return SentenceEncoder(backbone, self.pooling, False, name=f"{self.name}_texts")
 
     @property
     def signs(self):

@@ -177,6 +177,13 @@ class TaskHead(keras.layers.Layer):
     # backbone at a time (_cached_gradients in step/tensorflow.py, step/jax.py); 0: one tape.
     cached_chunk = 0
 
+    def text_encoder(self, backbone):
+        """The keras.Model a `texts_alone` head's texts run through, alone: token ids ->
+        the head's outputs, one per text (the contrastive head: its SentenceEncoder of
+        `backbone`, families/sentence_encoder.py). Heads read one pass over the batch."""
+        raise TypeError(f"{type(self).__name__} reads one backbone pass over its batch "
+                        "(texts_alone is False): it has no text encoder")
+
     def decode(self, outputs, batch):
         raise NotImplementedError
 

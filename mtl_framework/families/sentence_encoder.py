@@ -8,8 +8,8 @@ task's value, kept apart).
 The one model of the sentence embedding: `mtl encode`, the suite and mining compute with it
 (embedding/encode.py's Encoder), an export declares what it computes
 (formats/sentence_transformers.py: 1_Pooling, Normalize), and the contrastive step pools
-by its `sentence_vectors` (ContrastiveHead.call on the backbone's output of each text
-alone, MultiTaskModel._text_vectors; unnormalised there: the losses compare by cosine).
+through one (ContrastiveHead.text_encoder: each text alone, MultiTaskModel._text_vectors;
+unnormalised there: the losses compare by cosine).
 Its settings are families/embedding.py's EmbeddingSettings. Keras: the `_heads` modules'
 side of families/, never imported by families/__init__.py.
 """
@@ -61,6 +61,7 @@ class SentenceEncoder(keras.Model):
             raise ValueError(f"pooling {pooling!r}: give one of {', '.join(POOLINGS)}")
         super().__init__(**kwargs)
         self.backbone, self.pooling, self.normalize = backbone, pooling, bool(normalize)
+        self.built = True  # no weights of its own: fit under a tf.distribute strategy checks
 
     def call(self, inputs, training=False, packed=False):
         hidden = self.backbone(inputs, training=training, packed=packed)

@@ -103,6 +103,7 @@ class MultiTaskModel(Step, keras.Model):
         self.backbone = backbone
         self.heads = dict(heads)
         use_backbone_rotary(self.heads.values(), backbone)  # pointers rotate as the backbone
+        self._make_text_encoders()
         self.task_names = list(self.heads)
         self.tasks_per_update = int(tasks_per_update)
         self.balancing = Balancing(balancing, self.task_names, seed)  # balancing.py
@@ -176,6 +177,17 @@ class MultiTaskModel(Step, keras.Model):
         self.lanes = self._lanes()
         self.built = True
 
+    def _make_text_encoders(self):
+        """Each `texts_alone` head's text encoder (TaskHead.text_encoder: the contrastive
+        head's SentenceEncoder of this backbone), by the head's name: what _text_vectors
+        calls. They own no variables (the backbone's are counted once, as backbone)."""
+        alone = [head for head in self.heads.values() if head.texts_alone]
+        names = [head.name for head in alone]
+        if len(set(names)) < len(names):
+            raise ValueError(f"texts_alone heads share a name ({sorted(names)}): name each "
+                             "head after its task")
+        self.text_encoders = {head.name: head.text_encoder(self.backbone) for head in alone}
+
     @property
     def state_variables(self):
         """Everything an exact resume needs besides the data positions."""
@@ -242,9 +254,8 @@ class MultiTaskModel(Step, keras.Model):
         rows = self._trimmed(rows)
         seeds = list(seeds) + list(backbone_values or [])
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
-            hidden = self.backbone(rows, training=training,
-                                   packed=bool(self.packed) and self._packs_tokens())
-        return ops.cast(head.call(hidden, rows, training=training), "float32")
+            return self.text_encoders[head.name](
+                rows, training=training, packed=bool(self.packed) and self._packs_tokens())
 
     def _side_vectors(self, head, batch, training, seeds):
         """[B, K, H] of a `texts_alone` head's [B, K, L] batch: the queries (text 0 of each

@@ -73,10 +73,10 @@ $(JAX_STAMP): requirements-jax.txt setup.py
 # ruff (ruff.toml) first: line length, import order, unused names over the whole tree.
 test: install interop interop-torch interop-jax interop-current
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests
 
 test-slow: install interop
-	$(BIN)/python -m pytest -q -m slow tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m slow tests
 
 demo: install interop
 	rm -rf runs/demo

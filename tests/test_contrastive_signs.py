@@ -213,6 +213,22 @@ def test_each_update_logs_the_contrastive_tasks_loss_accuracy_chance_and_cosine(
     assert 0.5 < accuracy <= 1  # the mean since the line before, as metrics.jsonl has them
 
 
+def test_tensorboard_holds_each_updates_loss_and_signs_as_metrics_jsonl(runs):
+    """loop/scalar_log.py writes with tensorboard's own writer on TensorFlow too: tensor
+    summaries (as tf.summary v2 writes them) of every update, equal to metrics.jsonl."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    logged = runs.learning[0]
+    events = EventAccumulator(str(runs.folder / "learning" / "logs"), size_guidance={"tensors": 0})
+    events.Reload()
+    for tag, key in (("pairs/loss", "loss"), ("pairs/accuracy", "accuracy"), ("pairs/cosine", "cosine")):
+        values = events.Tensors(tag)
+        assert [e.step for e in values] == list(range(1, len(logged) + 1)), tag
+        np.testing.assert_allclose([float(make_ndarray(e.tensor_proto)) for e in values],
+                                   [entry[key] for entry in logged], rtol=1e-6)
+
+
 def test_a_run_at_chance_warns_once_and_a_learning_run_does_not(runs):
     logged, _, err = runs.at_chance
     warnings = [line for line in err.splitlines() if "is not learning" in line]

@@ -60,6 +60,7 @@ from mtl_framework.loop.callbacks import (
     TaskLogs,
     TaskMeans,
 )
+from mtl_framework.loop.scalar_log import ScalarLog
 from mtl_framework.mixing.mixture import Mixture
 from mtl_framework.plan import MLM_TASK, check_fallback, check_run_dir, plan_run
 from mtl_framework.prepare.cache import CacheNotes
@@ -77,7 +78,6 @@ from mtl_framework.step.distributed import (
     update_counter,
 )
 from mtl_framework.step.model import NonFiniteLossError
-from mtl_framework.step.scalar_log import ScalarLog
 from mtl_framework.step.variable_names import head_metadata
 from mtl_framework.tokenizer import is_tokenizer_json, vocab_bytes
 

@@ -57,7 +57,7 @@ class TensorFlowStep(BackendStep):
     def _drop_update(self):
         """Zero the accumulators without applying them (nothing finite in the update)."""
         if self._reset_fn is None:
-            self._reset_fn = tf.function(lambda: self._on_replicas(self._zero_accumulators))
+            self._reset_fn = tf.function(lambda: self._on_replicas(self._zero_accumulators), autograph=False)
         self._reset_fn()
 
     def _check_lanes(self, lanes):
@@ -115,7 +115,7 @@ class TensorFlowStep(BackendStep):
                 def accumulate(gradients, scale, finite):
                     tf.cond(finite, lambda: _done(*[_add(a, g, scale) for a, g in zip(
                         targets, gradients)]), lambda: tf.constant(False))
-                self._accumulate_fns[slot] = tf.function(accumulate, reduce_retracing=True)
+                self._accumulate_fns[slot] = tf.function(accumulate, reduce_retracing=True, autograph=False)
             self._accumulate_fns[slot](results["backbone_gradients"], results["scale"],
                                        results["finite"])
         self._update_task_state(task, results)
@@ -177,7 +177,10 @@ class TensorFlowStep(BackendStep):
             return local
 
         state_spec = tf.nest.map_structure(tf.TensorSpec.from_tensor, self._task_state(tasks[0]))
-        return tf.function(micro_step, input_signature=[
+        # autograph=False (every tf.function here): control flow on tensors is written as
+        # tf.cond / tf.while_loop already, and converting each Python call cost 2 s of a
+        # contrastive run's 11 s first trace (bit-identical metrics.jsonl, BERT small)
+        return tf.function(micro_step, autograph=False, input_signature=[
             _batch_spec(batch), self._own_spec(tasks), state_spec, tf.TensorSpec([], tf.int64)])
 
     def _gradients(self, template, batch, own_values, state, count, share=None, packed=False):
@@ -327,7 +330,7 @@ class TensorFlowStep(BackendStep):
             def forward(batch, own_values):
                 return self._outputs(template, batch, False, self._head_values(template, own_values))
             self._forward_steps[key] = tf.function(
-                forward, input_signature=[_batch_spec(batch), self._own_spec(tasks)])
+                forward, autograph=False, input_signature=[_batch_spec(batch), self._own_spec(tasks)])
         return self._forward_steps[key](batch, self._own_head_values(task))
 
     def _on_replicas(self, fn):
@@ -358,7 +361,7 @@ class TensorFlowStep(BackendStep):
             def apply_update():
                 self._on_replicas(apply_local)
                 self.backbone.update_residual_alpha(self.optimizer.iterations)
-            self._apply_update_fn = tf.function(apply_update)
+            self._apply_update_fn = tf.function(apply_update, autograph=False)
         self._apply_update_fn()
 
     def tracing_counts(self):
@@ -384,7 +387,7 @@ def encoding_forward(model):
     layers.Packing: 0.9x the CPU time at float32 on AFQMC's sorted batches); several batches
     computing at once on a CPU (encoding_lanes: one small batch leaves a core idle between
     its ops)."""
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    @tf.function(autograph=False, input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def vectors(token_ids):
         return model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids)}, packed=True)
 

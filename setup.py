@@ -49,7 +49,7 @@ setup(
         "tokenizers",
         "safetensors",  # the roformer-pytorch export and reader (numpy API, no torch)
         "tqdm",
-        "tensorboard>=2.21",  # tf.summary: every run writes TensorBoard scalars to logs/
+        "tensorboard>=2.21",  # its own writer: every run writes TensorBoard scalars to logs/
         "huggingface_hub>=0.21",  # ModelCard / ModelCardData: every export's README.md
     ],
     extras_require={

@@ -61,7 +61,7 @@ class SentenceEncoder(keras.Model):
             raise ValueError(f"pooling {pooling!r}: give one of {', '.join(POOLINGS)}")
         super().__init__(**kwargs)
         self.backbone, self.pooling, self.normalize = backbone, pooling, bool(normalize)
-        self.built = True  # no weights of its own: fit under a tf.distribute strategy checks
+        self.built = True  # no weights of its own (fit under tf.distribute checks every layer is)
 
     def call(self, inputs, training=False, packed=False):
         hidden = self.backbone(inputs, training=training, packed=packed)

@@ -290,8 +290,10 @@ def attend(q, k, v, attention_bias, exact, dropout, training=False):
     scaled by 1/sqrt(d)): scores plus `attention_bias` (float32: [batch, 1, 1, length], 0
     or -1e9 at padded keys), `attention_softmax`, `dropout` (a Dropout layer) on the
     weights; the context [batch, length, heads * d], as BERT's and RoFormerV2's layers
-    take it."""
-    batch, heads, length, size = ops.shape(v)
+    take it. q may hold fewer positions than k and v (a last layer's `read_positions`
+    alone): the context has q's."""
+    batch, heads, _, size = ops.shape(v)
+    length = ops.shape(q)[2]
     scores = ops.einsum("bhjd,bhkd->bhjk", q, k)
     scores = ops.cast(scores, attention_bias.dtype) + attention_bias  # float32 bias
     weights = ops.cast(attention_softmax(scores, exact), v.dtype)
@@ -350,6 +352,20 @@ class Packing:
         """[T, C] -> [B, L, C], zeros at padding."""
         rows = ops.concatenate([x, ops.zeros((1, x.shape[-1]), x.dtype)], axis=0)
         return ops.reshape(ops.take(rows, self.slots, axis=0), (self.batch, self.length, x.shape[-1]))
+
+
+def rows_at(x, positions):
+    """x [B, L, C] at positions [B, R] (int32, each row's own): [B, R, C]. The last layer's
+    rows where a head reads the backbone (MultiTaskModel._with_read_positions): one flat
+    gather, whose gradient adds those rows back."""
+    batch, length = ops.shape(x)[0], ops.shape(x)[1]
+    flat = positions + ops.arange(batch, dtype=positions.dtype)[:, None] * length
+    return ops.take(ops.reshape(x, (-1, x.shape[-1])), flat, axis=0)
+
+
+def table_rows_at(table, positions):
+    """A rotary table [L, d] (or [B, L, d], dynamic_ntk) at positions [B, R]: [B, R, d]."""
+    return ops.take(table, positions, axis=0) if len(table.shape) == 2 else rows_at(table, positions)
 
 
 class Dropout(keras.layers.Dropout):

@@ -221,3 +221,68 @@ def run_packed_parity(case, backbone, loss_bound=1e-5, gradient_bound=2e-6):
     assert largest > 0 and moved <= max(gradient_bound * largest, reordered), \
         (case.name, moved / largest, reordered / largest)
     return {"loss": (packed, padded), "packed": moved / largest, "reversed": reordered / largest}
+
+
+def run_read_rows_parity(case, backbone, loss_bound=1e-5, exact_bound=1e-9):
+    """The case's training loss and gradients with the backbone's last layer at the
+    positions the head reads alone (TaskHead.read_positions, given to the batch as the
+    TensorFlow step gives them: MultiTaskModel._with_read_positions; packed, as that step
+    runs) against the padded call: the loss within `loss_bound` of its scale in the
+    backbone's own precision, and, on float64 copies of the backbone and head (the same
+    weights), every gradient within `exact_bound` of the largest entry, the losses within
+    `loss_bound` (the step's losses are float32 in any policy). Float64, because the read
+    rows' matmuls multiply B rows where the padded call multiplies B x L, another kernel
+    with its own rounding, which a softmax over near-equal choices (or bfloat16) leaves
+    above the bounds of the padded call's own noise; in float64 the two must be one
+    function, so a wrong row shows. `backbone`
+    without dropout. Returns {loss: (read rows, padded), exact: largest gradient difference
+    / largest entry in float64}."""
+    from mtl_framework.step.model import MultiTaskModel
+
+    def loss_and_gradients(backbone, head, reads):
+        model = MultiTaskModel(backbone, {case.name: head}, packed=reads)
+        given = model._with_read_positions(case.name, dict(case.batch)) if reads else case.batch
+        assert reads <= ("read_positions" in given), case.name
+        variables = backbone.trainable_variables + [
+            v for v in head.trainable_variables
+            if all(v is not w for w in backbone.trainable_variables)]
+        batch = {k: tf.constant(v) for k, v in given.items()}
+        with tf.GradientTape() as tape:
+            loss = model._loss(head, batch, True, packed=reads)
+        return float(loss), [None if g is None else np.asarray(tf.convert_to_tensor(g), "float64")
+                             for g in tape.gradient(loss, variables)]
+
+    head = head_on(case, backbone)
+    read, padded = loss_and_gradients(backbone, head, True)[0], loss_and_gradients(backbone, head, False)[0]
+    assert np.isfinite(read) and abs(read - padded) <= loss_bound * max(abs(padded), 1.0), \
+        (case.name, read, padded)
+    policy = keras.config.dtype_policy()
+    keras.config.set_dtype_policy("float64")
+    try:
+        exact = type(backbone).from_config(backbone.get_config())
+        exact.build()
+        for copy, weight in zip(exact.weights, backbone.weights, strict=True):
+            copy.assign(np.asarray(weight, "float64"))
+        exact_head = head_on(case, exact)
+        for copy, weight in zip(exact_head.weights, head.weights, strict=True):
+            copy.assign(np.asarray(weight, "float64"))
+        read_loss, read_gradients = loss_and_gradients(exact, exact_head, True)
+        padded_loss, padded_gradients = loss_and_gradients(exact, exact_head, False)
+    finally:
+        keras.config.set_dtype_policy(policy)
+    # the step computes every loss in float32 (`_loss_and_signs`): MLM's mean over its masked
+    # tokens sums [B, R] there, [B, L] padded, in another order
+    assert abs(read_loss - padded_loss) <= loss_bound * max(abs(padded_loss), 1.0), case.name
+    assert [g is None for g in read_gradients] == [g is None for g in padded_gradients]
+    largest = max(np.abs(g).max() for g in padded_gradients if g is not None)
+    moved = max(np.abs(ours - theirs).max()
+                for ours, theirs in zip(read_gradients, padded_gradients) if theirs is not None)
+    assert largest > 0 and moved <= exact_bound * largest, (case.name, moved / largest)
+    return {"loss": (read, padded), "exact": moved / largest}
+
+
+def head_on(case, backbone):
+    """The case's head for `backbone` (tied to its token embedding where the family ties)."""
+    tied = {"embeddings": backbone.token_embedding} if case.tied else {}
+    return build_head(case.name, case.num_labels, backbone.config["hidden_size"],
+                      **case.head_kwargs(case.num_labels), **tied)

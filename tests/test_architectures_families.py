@@ -2,7 +2,7 @@
 backbone: the families are architecture-blind (tiny backbones, hidden 16)."""
 import keras
 import pytest
-from family_harness import HIDDEN, run_on_backbone, run_packed_parity
+from family_harness import HIDDEN, head_on, run_on_backbone, run_packed_parity, run_read_rows_parity
 from test_families import harness_case, tokenizer  # noqa: F401 (the fixture)
 
 from mtl_framework import architectures
@@ -52,3 +52,24 @@ def test_packed_micro_batch_equals_padded(tokenizer, architecture, precision):  
         backbone = quiet_backbone(architecture, tokenizer)
         for name in FAMILIES:
             run_packed_parity(harness_case(tokenizer, name), backbone)
+
+
+@pytest.mark.parametrize("precision", ["float32", "mixed_bfloat16"])
+@pytest.mark.parametrize("architecture", architectures.ARCHITECTURES)
+def test_last_layer_at_read_rows_equals_padded(tokenizer, architecture, precision):  # noqa: F811
+    """Issue 52 point 5: every family whose head reads a few positions ([CLS], each
+    choice's [CLS], MLM's masked tokens, the coreference spans' ends) trains with the
+    backbone's last layer at those rows alone: the same function as the padded call
+    (family_harness.run_read_rows_parity: float64 gradients within 1e-9 of the largest
+    entry, the loss in the backbone's precision within 1e-5). Families that read every
+    position give no read_positions and run as before."""
+    with precision_policy(precision):
+        backbone = quiet_backbone(architecture, tokenizer)
+        reading = []
+        for name in FAMILIES:
+            case = harness_case(tokenizer, name)
+            if head_on(case, backbone).read_positions(case.batch) is not None:
+                run_read_rows_parity(case, backbone)
+                reading.append(name)
+    assert reading == ["classification", "matching", "regression", "multiple_choice", "cloze",
+                       "coreference", "mlm"]

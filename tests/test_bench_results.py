@@ -40,6 +40,7 @@ RESULT_OF = {
     "precision.py": "precision.json",
     "prepare.py": "prepare.json",
     "pretraining_value.py": "pretraining_value.json",
+    "read_rows.py": "read_rows.json",
     "real_tokens.py": "real_tokens.json",
     "speed_ab.py": "speed_ab.json",
     "st_trainer_speed.py": "st_trainer_speed.json",

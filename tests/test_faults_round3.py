@@ -693,12 +693,15 @@ def test_unreadable_files_and_read_only_outputs_as_an_unprivileged_user(trained,
 def train_overflowing_float16(tmp_path, capsys, steps, checkpoint_every):
     """A mixed_float16 run whose loss_weight 100 x the starting scale 2^15 overflows float16
     in the backward pass (the dynamic scale halves on each skipped micro-batch until the
-    gradients fit): (its run folder, stderr, its metrics.jsonl records)."""
+    gradients fit): (its run folder, stderr, its metrics.jsonl records). The padded step
+    (packed: false): the scale settles at float16's edge, so this trajectory is one
+    rounding's; the step with the last layer at the [CLS] rows rounds otherwise and
+    overflows once more, at update 5 (a second line, rightly: another run of skips)."""
     path = experiment(tmp_path, precision="mixed_float16", tasks=[{"name": "tnews",
                       "loss_weight": 100}], steps=steps, tasks_per_update=2, batch_size=2,
                       max_length=16, checkpoint_every=checkpoint_every, eval_every=0, seed=1,
                       backbone=dict(num_layers=1, hidden_size=16, num_heads=2,
-                                    intermediate_size=32, vocab_size=300),
+                                    intermediate_size=32, vocab_size=300, packed=False),
                       cache_dir=str(tmp_path / "cache"))
     run = tmp_path / "run"
     capsys.readouterr()

@@ -26,10 +26,20 @@ class CorefHead(TaskHead):
         self.dense.build((None, 4 * hidden_shape[-1]))
 
     def call(self, hidden, batch, training=False):
-        index = ops.concatenate([ops.cast(batch["span1"], "int32"),
-                                 ops.cast(batch["span2"], "int32")], axis=1)
-        vectors = ops.take_along_axis(hidden, index[:, :, None], axis=1)  # [B, 4, H]
-        return self.dense(ops.reshape(vectors, (-1, 4 * hidden.shape[-1])))
+        if "read_positions" in batch:  # hidden holds the four read_positions' rows already
+            vectors = hidden
+        else:
+            vectors = ops.take_along_axis(hidden, self.span_ends(batch)[:, :, None], axis=1)
+        return self.dense(ops.reshape(vectors, (-1, 4 * hidden.shape[-1])))  # [B, 4, H] -> [B, 4H]
+
+    @staticmethod
+    def span_ends(batch):
+        """[B, 4]: span 1's start and end, span 2's start and end."""
+        return ops.concatenate([ops.cast(batch["span1"], "int32"),
+                                ops.cast(batch["span2"], "int32")], axis=1)
+
+    def read_positions(self, batch):
+        return np.concatenate([batch["span1"], batch["span2"]], axis=1).astype("int32")
 
     def compute_task_loss(self, logits, batch):
         return ops.mean(losses.sparse_categorical_crossentropy(batch["label"], logits))

@@ -44,13 +44,22 @@ from mtl_framework.layers import NEG_INF, RoFormerV2Initializer, rotary_lengths
 
 
 def backbone_inputs(batch):
-    """token_ids / segment_ids with a choice axis [B, C, L] folded to
-    [B * C, L], the shape the backbone takes (ChoiceHead unfolds it)."""
+    """token_ids / segment_ids (and read_positions, where the step gave the batch them)
+    with a choice axis [B, C, L] folded to [B * C, L], the shape the backbone takes
+    (ChoiceHead unfolds it)."""
     out = {}
-    for key in ("token_ids", "segment_ids"):
+    for key in ("token_ids", "segment_ids", "read_positions"):
+        if key == "read_positions" and key not in batch:
+            continue
         x = batch[key]
         out[key] = ops.reshape(x, (-1, ops.shape(x)[-1])) if len(x.shape) == 3 else x
     return out
+
+
+def first_positions(batch):
+    """read_positions of a head that reads [CLS] alone: position 0 of each text, [B, 1]
+    ([B, C, 1] with a choice axis)."""
+    return np.zeros((*np.shape(batch["token_ids"])[:-1], 1), "int32")
 
 
 # ---------------------------------------------------------------- pointers
@@ -177,6 +186,14 @@ class TaskHead(keras.layers.Layer):
     # backbone at a time (_cached_gradients in step/tensorflow.py, step/jax.py); 0: one tape.
     cached_chunk = 0
 
+    def read_positions(self, batch):
+        """The positions of the backbone's output this head's training loss reads, [B, R]
+        int32 of the NumPy `batch` (a choice axis kept: [B, C, R]; any position for a slot a
+        row does not need, its loss ignoring it), or None: it reads them all. Where the step
+        gives them (MultiTaskModel._with_read_positions: the batch's `read_positions`), the
+        backbone's last layer runs at those rows alone and `call` gets [B, R, H] of them."""
+        return None
+
     def text_encoder(self, backbone):
         """The keras.Model a `texts_alone` head's texts run through, alone: token ids ->
         the head's outputs, one per text (the contrastive head: its SentenceEncoder of
@@ -224,6 +241,9 @@ class ScoreHead(TaskHead):
 
     def build(self, hidden_shape):
         self.dense.build((None, hidden_shape[-1]))
+
+    def read_positions(self, batch):
+        return first_positions(batch)
 
 
 def head_classes():

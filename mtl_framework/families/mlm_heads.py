@@ -33,8 +33,20 @@ class MLMHead(TaskHead):
     def call(self, hidden, batch, training=False):
         return ops.einsum("blh,vh->blv", hidden, ops.cast(self.embeddings, hidden.dtype))
 
+    def read_positions(self, batch):
+        """Each row's masked positions, in order, padded with 0 ([CLS], never masked: its
+        label 0 keeps the slot out of the loss)."""
+        masked = np.asarray(batch["mlm_labels"]) > 0
+        count = masked.sum(1)
+        slots = max(1, int(count.max(initial=0)))
+        order = np.argsort(~masked, axis=1, kind="stable")[:, :slots]  # masked first, in order
+        return np.where(np.arange(slots) < count[:, None], order, 0).astype("int32")
+
     def compute_task_loss(self, logits, batch):
-        return losses.masked_lm_crossentropy(batch["mlm_labels"], logits)
+        labels = batch["mlm_labels"]
+        if "read_positions" in batch:  # logits [B, R, V] at the read positions
+            labels = ops.take_along_axis(labels, ops.cast(batch["read_positions"], "int32"), axis=1)
+        return losses.masked_lm_crossentropy(labels, logits)
 
     def decode(self, logits, batch):
         """Per row the predicted ids at the masked positions (in order)."""

@@ -8,7 +8,7 @@ from keras import ops
 
 from data_adapters.task_types import CLASSIFICATION, MATCHING, REGRESSION
 from mtl_framework import losses
-from mtl_framework.families.heads import ScoreHead, TaskHead, _np, head_for
+from mtl_framework.families.heads import ScoreHead, TaskHead, _np, first_positions, head_for
 
 
 @head_for(CLASSIFICATION.name, MATCHING.name)
@@ -28,6 +28,9 @@ class ClassificationHead(TaskHead):
 
     def call(self, hidden, batch, training=False):
         return self.dense(hidden[:, 0])
+
+    def read_positions(self, batch):
+        return first_positions(batch)
 
     def compute_task_loss(self, logits, batch):
         if self.multi_label:

@@ -58,6 +58,12 @@ class BackendStep(ABC):
         (MultiTaskModel._packs_batch): True where the graph finds T itself (TensorFlow), a
         static row count >= T where every shape is compiled (JAX)."""
 
+    @abstractmethod
+    def _reads_positions(self):
+        """Whether a training micro-batch's last backbone layer runs at the positions its
+        head reads alone (MultiTaskModel._with_read_positions): their count per row varies
+        by batch (MLM's masked tokens), which TensorFlow traces and JAX would compile anew."""
+
     # --- devices ----------------------------------------------------------------------------
 
     @abstractmethod

@@ -90,6 +90,9 @@ class JaxStep(BackendStep):
         step = -(-positions // PACK_STEPS)
         return max(1, -(-real // step)) * step
 
+    def _reads_positions(self):
+        return False  # MLM's masked tokens per row vary by batch: a compilation each
+
     def _check_lanes(self, lanes):
         if lanes > 1:
             raise ValueError("parallel_micro_batches > 1 runs TensorFlow micro-steps in threads; "

@@ -42,6 +42,18 @@ their losses (docs/backbone.md "Packed"). Dropout draws its masks over [T, H] in
 of [B, L, H]: other masks than the padded call's, of the same rate. Evaluation and
 prediction (training=False) run padded, as before.
 
+Read rows (with `packed` True, where the backend traces their count: TensorFlow,
+`_reads_positions`): a training micro-batch whose head reads a few positions of the
+backbone's output (TaskHead.read_positions: [CLS] for classification, matching,
+regression, each choice's [CLS], MLM's masked tokens, the coreference spans' ends) gets
+them as its batch's `read_positions` (_with_read_positions), and the backbone's last
+layer computes its queries, attention output, norms and feed-forward at those rows alone
+(keys and values at every token): a [CLS] head's last layer costs B rows instead of
+B x L, MLM's vocabulary logits its masked tokens instead of every position. The same
+function as the padded call (float64 gradients within 1e-9, tests/family_harness.py
+run_read_rows_parity); the products round otherwise in float32 (other row counts, other
+kernels), and the last layer's dropout draws over [B, R, H].
+
 Lanes (`parallel_micro_batches`, default 2 on a CPU with 2+ cores): without a strategy a
 traced step changes no variable; it returns its gradients, and `_finish` accumulates them
 in micro-batch order. So two steps can compute at once in threads, which uses 2 cores
@@ -239,7 +251,8 @@ class MultiTaskModel(Step, keras.Model):
         with WeightsScope(seeds) if seeds else contextlib.nullcontext():
             hidden = self.backbone(backbone_inputs(batch), training=training, packed=packed)
             if family(head.family).choice_axis:  # choices folded into the batch axis
-                hidden = ops.reshape(hidden, (*ops.shape(batch["token_ids"]), hidden.shape[-1]))
+                hidden = ops.reshape(hidden, (*ops.shape(batch["token_ids"])[:-1], -1,
+                                              hidden.shape[-1]))
             if head_values is None:
                 return head(hidden, batch, training=training)
             # the innermost scope is the one read: it holds the seeds (and backbone) too
@@ -328,6 +341,8 @@ class MultiTaskModel(Step, keras.Model):
         """One micro-batch of `task` (a dict of tensors): its scaled gradient is added to
         the accumulators; returns {loss, gradient_norm, normalized_gradient_norm, finite} and
         the head's signs (TaskHead.signs) as tensors."""
+        read = self._with_read_positions(task, batch)
+        batch = batch if read is batch else self._to_tensors(read)
         return self._finish(task, self._launch(task, batch, self._take_counts(1)[0]))
 
     def _step_key(self, task, batch):
@@ -347,6 +362,17 @@ class MultiTaskModel(Step, keras.Model):
         token_ids = np.asarray(batch["token_ids"])
         real = int(np.count_nonzero(token_ids))
         return real <= PACK_BELOW * token_ids.size and self._packed_rows(real, token_ids.size)
+
+    def _with_read_positions(self, task, batch):
+        """A training micro-batch with the positions its head reads (`read_positions`,
+        TaskHead.read_positions) where the step computes the backbone's last layer at those
+        rows alone: `packed` True and a backend that traces their count (_reads_positions).
+        A [CLS] head's last layer then runs B rows, not B x L; MLM's its masked tokens."""
+        head = self.heads[task]
+        if self.packed is not True or head.texts_alone or not self._reads_positions():
+            return batch
+        positions = head.read_positions({k: np.asarray(v) for k, v in batch.items()})
+        return batch if positions is None else {**batch, "read_positions": positions}
 
     def _head_values(self, template, own_values, backbone_values=None):
         """Values for all of `template`'s trainable variables: `own_values` for its own,
@@ -370,7 +396,8 @@ class MultiTaskModel(Step, keras.Model):
         With lanes > 1, up to that many traced micro-steps compute at once in threads; their
         gradients are accumulated in micro-batch order, so the update is the same."""
         tokens = [int(np.count_nonzero(batch["token_ids"])) for _, batch in micro_batches]
-        micro_batches = [(task, self._to_tensors(batch)) for task, batch in micro_batches]
+        micro_batches = [(task, self._to_tensors(self._with_read_positions(task, batch)))
+                         for task, batch in micro_batches]
         counts = self._take_counts(len(micro_batches))
         logs, pending, unchecked = [], [], []
         if self.lanes > 1 and self._threads is None:

@@ -127,8 +127,11 @@ class BertBackbone(Backbone):
     def call(self, inputs, training=False, packed=False):
         """[B, L, H]. packed: everything but attention runs on the real tokens alone
         (layers.Packing; True: T found in the graph, TensorFlow; an int: that many rows, at
-        least T, JAX); the same outputs at real tokens, zeros at padding."""
+        least T, JAX); the same outputs at real tokens, zeros at padding. inputs'
+        `read_positions` [B, R]: the output at those positions alone, [B, R, H], the last
+        layer's queries, feed-forward and norms computed there only."""
         token_ids = inputs["token_ids"]
+        reads = inputs.get("read_positions")
         packing = Packing(token_ids, None if packed is True else packed) if packed else None
         positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")
         position_rows = self.position_embedding(positions)[None]  # [1, L, E]
@@ -147,6 +150,8 @@ class BertBackbone(Backbone):
         x = self.project(x)
         # Padded keys (token id 0) get -1e9 (see RoFormerV2Backbone.call): exp gives 0.
         attention_bias = ops.where(ops.equal(token_ids, 0)[:, None, None, :], -1e9, 0.0)
-        for layer in self.layer_sequence():
+        *first, last = self.layer_sequence()
+        for layer in first:
             x = layer(x, attention_bias, training=training, packing=packing)
-        return x if packing is None else packing.pad(x)
+        x = last(x, attention_bias, training=training, packing=packing, reads=reads)
+        return x if packing is None or reads is not None else packing.pad(x)

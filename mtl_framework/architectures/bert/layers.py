@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-from mtl_framework.layers import Dropout, attend
+from mtl_framework.layers import Dropout, attend, rows_at
 
 
 # Our `activation` names -> the function. "gelu" is the exact erf form (transformers'
@@ -88,17 +88,23 @@ class BertLayer(keras.layers.Layer):
         return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, self.head_size)),
                              (0, 2, 1, 3))
 
-    def call(self, x, attention_bias, training=False, packing=None):
+    def call(self, x, attention_bias, training=False, packing=None, reads=None):
         """x [batch, length, hidden], or with `packing` (layers.Packing) the real tokens
         [T, hidden], padded for attention alone; attention_bias [batch, 1, 1, length] (0,
-        or -1e9 at padded keys)."""
-        q, k, v = self.query(x), self.key(x), self.value(x)
+        or -1e9 at padded keys). reads [batch, R]: queries, output and feed-forward at
+        those positions alone (a last layer where a head reads a few), [batch, R, hidden]."""
+        k, v = self.key(x), self.value(x)
         if packing is not None:
-            q, k, v = packing.pad(q), packing.pad(k), packing.pad(v)
+            k, v = packing.pad(k), packing.pad(v)
+        if reads is not None:  # the rows the block goes on with: queries at the reads alone
+            x = rows_at(x if packing is None else packing.pad(x), reads)
+        q = self.query(x)
+        if packing is not None and reads is None:
+            q = packing.pad(q)
         q = self.heads(q) * (1.0 / math.sqrt(self.head_size))
         context = attend(q, self.heads(k), self.heads(v), attention_bias, self.exact_padding,
                          self.attention_dropout, training)
-        if packing is not None:
+        if packing is not None and reads is None:
             context = packing.pack(context)
         attended = self.dropout(self.attention_output(context), training=training)
         x = self.attention_norm(x + attended)

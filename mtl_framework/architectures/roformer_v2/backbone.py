@@ -119,8 +119,11 @@ class RoFormerV2Backbone(Backbone):
     def call(self, inputs, training=False, packed=False):
         """[B, L, H]. packed: everything but attention runs on the real tokens alone
         (layers.Packing; True: T found in the graph, TensorFlow; an int: that many rows, at
-        least T, JAX); the same outputs at real tokens, zeros at padding."""
+        least T, JAX); the same outputs at real tokens, zeros at padding. inputs'
+        `read_positions` [B, R]: the output at those positions alone, [B, R, H], the last
+        layer's queries, feed-forward and norms computed there only."""
         token_ids = inputs["token_ids"]
+        reads = inputs.get("read_positions")
         packing = Packing(token_ids, None if packed is True else packed) if packed else None
         x = self.embed_tokens(inputs if packing is None else packing.inputs(inputs))
         x = self.embedding_norm(self.embedding_dropout(x, training=training))
@@ -136,9 +139,11 @@ class RoFormerV2Backbone(Backbone):
         cos, sin = rotary_tables(ops.shape(token_ids)[1], self.config["head_size"], dtype=x.dtype,
                                  scaling=scaling, lengths=lengths)
         alpha = ops.cast(self.residual_alpha, x.dtype)
-        for layer in self.transformer_layers:
+        for layer in self.transformer_layers[:-1]:
             x = layer(x, attention_bias, cos, sin, alpha, training=training, packing=packing)
-        return x if packing is None else packing.pad(x)
+        x = self.transformer_layers[-1](x, attention_bias, cos, sin, alpha, training=training,
+                                        packing=packing, reads=reads)
+        return x if packing is None or reads is not None else packing.pad(x)
 
     # --- weights in and out -------------------------------------------------
 

@@ -10,7 +10,7 @@ import math
 import keras
 from keras import ops
 
-from mtl_framework.layers import Dropout, apply_rotary, attend, dense
+from mtl_framework.layers import Dropout, apply_rotary, attend, dense, rows_at, table_rows_at
 
 
 class RMSNorm(keras.layers.Layer):
@@ -84,12 +84,17 @@ class SelfAttention(keras.layers.Layer):
         part = (shape[0], shape[1] // 3)
         return ops.concatenate([self.kernel_initializer(part, dtype) for _ in range(3)], axis=1)
 
-    def call(self, x, attention_bias, cos, sin, output_scale=None, training=False, packing=None):
+    def call(self, x, attention_bias, cos, sin, output_scale=None, training=False, packing=None,
+             reads=None):
         """x [batch, length, hidden], or with `packing` (layers.Packing) the real tokens
         [T, hidden], padded for attention alone; attention_bias [batch, 1, 1, length] (0
         or -inf); cos, sin [length, head_size] or [batch, length, head_size] from
         `rotary_tables`; output_scale multiplies the output (applied to the [inner,
-        hidden] output kernel, not to the activations)."""
+        hidden] output kernel, not to the activations). reads [batch, R]: queries at those
+        positions alone, the output [batch, R, hidden] (`attend_from`)."""
+        if reads is not None:
+            return self.attend_from(x, reads, attention_bias, cos, sin, output_scale, training,
+                                    packing)
         qkv = dense(x, self.qkv_kernel)
         if packing is not None:
             qkv = packing.pad(qkv)
@@ -110,6 +115,29 @@ class SelfAttention(keras.layers.Layer):
         context = attend(q, k, v, attention_bias, self.exact_padding, self.dropout, training)
         if packing is not None:
             context = packing.pack(context)
+        return dense(context, scaled(self.output_kernel, output_scale))
+
+    def attend_from(self, x, reads, attention_bias, cos, sin, output_scale, training, packing):
+        """`call` with queries at `reads` [batch, R] alone (the positions a head reads of
+        the last layer): keys and values of every token, queries, output and so the
+        layer's feed-forward for R rows a text instead of its length. The same products
+        for those rows as `call`'s, the fused kernel's q columns apart from its k, v ones."""
+        inner = self.num_heads * self.head_size
+        kv = dense(x, self.qkv_kernel[:, inner:])
+        if packing is not None:
+            kv, x = packing.pad(kv), packing.pad(x)
+        batch, length = ops.shape(kv)[0], ops.shape(kv)[1]
+        kv = ops.transpose(ops.reshape(kv, (batch, length, 2, self.num_heads, self.head_size)),
+                           (2, 0, 3, 1, 4))
+        k, v = ops.squeeze(kv[:1], 0), ops.squeeze(kv[1:], 0)
+        q = dense(rows_at(x, reads), self.qkv_kernel[:, :inner])
+        q = ops.transpose(ops.reshape(q, (batch, -1, self.num_heads, self.head_size)), (0, 2, 1, 3))
+        # as `call`'s tables: q's carry 1/sqrt(d); [B, 1, R, d] at the read positions
+        scale = 1.0 / math.sqrt(self.head_size)
+        q = apply_rotary(q, table_rows_at(cos, reads)[:, None] * scale,
+                         table_rows_at(sin, reads)[:, None] * scale)
+        k = apply_rotary(k, *((t[None] if len(t.shape) == 2 else t)[:, None] for t in (cos, sin)))
+        context = attend(q, k, v, attention_bias, self.exact_padding, self.dropout, training)
         return dense(context, scaled(self.output_kernel, output_scale))
 
     def get_config(self):
@@ -186,9 +214,13 @@ class TransformerLayer(keras.layers.Layer):
         self.attention.build(input_shape)
         self.feed_forward.build(input_shape)
 
-    def call(self, x, attention_bias, cos, sin, alpha, training=False, packing=None):
+    def call(self, x, attention_bias, cos, sin, alpha, training=False, packing=None, reads=None):
+        """reads [batch, R]: the block at those positions alone, [batch, R, hidden]
+        (a last layer: SelfAttention.attend_from)."""
         residual = self.attention(x, attention_bias, cos, sin, output_scale=alpha,
-                                  training=training, packing=packing)
+                                  training=training, packing=packing, reads=reads)
+        if reads is not None:
+            x = rows_at(x if packing is None else packing.pad(x), reads)
         x = self.attention_norm(x + self.dropout(residual, training=training))
         residual = self.feed_forward(x, output_scale=alpha)
         return self.feed_forward_norm(x + self.dropout(residual, training=training))

@@ -32,8 +32,6 @@ REPO = HERE.parent
 
 
 def worker(mixture, precision, updates, rounds, data_root, workdir):
-    import keras
-
     from bench.main_job import experiment_text
     from mtl_framework.loop.run import Run
 
@@ -60,7 +58,7 @@ def worker(mixture, precision, updates, rounds, data_root, workdir):
             blocks["read_rows" if reads else "padded"].append(block(reads))
     run.close()
     tasks = sorted({task for update in drawn for task, _ in update})
-    return {"mixture": mixture, "precision": precision, "policy": keras.config.dtype_policy().name,
+    return {"mixture": mixture, "precision": precision, "policy": run.backbone.dtype_policy.name,
             "updates": updates, "rounds": rounds, "tasks": tasks, "blocks": blocks}
 
 

@@ -7,6 +7,7 @@ the package is imported from, and only when it is one (a `.git` beside the
 """
 import functools
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import subprocess
@@ -21,13 +22,24 @@ SOURCE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 
 def installed_version(import_name):
-    """Version of the distribution that provides `import_name`, or None."""
-    for distribution in importlib.metadata.packages_distributions().get(import_name, []):
+    """Version of the distribution that provides `import_name`, or None: the distribution
+    of that name first, then any that provides it (`providers`)."""
+    if importlib.util.find_spec(import_name) is None:  # not importable: nothing to scan for
+        return None
+    for distribution in (import_name, *providers().get(import_name, [])):
         try:
             return importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def providers():
+    """{import name: [distributions]}, read once: it scans every installed distribution's
+    file list (0.2 s a call in .venv, 0.8 s of each `mtl train`'s start-up when it ran
+    per dependency)."""
+    return importlib.metadata.packages_distributions()
 
 
 def git(*args):

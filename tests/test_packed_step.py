@@ -120,3 +120,24 @@ def test_evaluation_runs_padded(tokenizer, packings):  # noqa: F811
     logits = np.asarray(model.traced_outputs("mlm", batch))
     assert not packings
     assert np.abs(logits[np.asarray(batch["token_ids"]) == 0]).max() > 0
+
+
+def test_the_step_gives_a_micro_batch_the_positions_its_head_reads(tokenizer):  # noqa: F811
+    """_with_read_positions: with packed true, a [CLS] head's batch gets position 0 of each
+    row, MLM's its masked positions in order (0, [CLS], in a row's unused slots), a head
+    that reads every position none; with packed false or texts alone, nothing."""
+    model = model_of(tokenizer, True)
+    cls = model._with_read_positions("classification", harness_case(tokenizer, "classification").batch)
+    assert cls["read_positions"].tolist() == [[0]] * len(cls["token_ids"])
+    mlm_batch = harness_case(tokenizer, "mlm").batch
+    labels = np.asarray(mlm_batch["mlm_labels"])
+    read = model._with_read_positions("mlm", mlm_batch)["read_positions"]
+    assert read.shape == (len(labels), (labels > 0).sum(1).max())
+    for row, positions in zip(labels, read):
+        masked = np.flatnonzero(row > 0).tolist()
+        assert positions.tolist() == masked + [0] * (read.shape[1] - len(masked))
+    for name in ("extraction_ner", "mrc_span"):
+        assert "read_positions" not in model._with_read_positions(name, harness_case(tokenizer, name).batch)
+    for packed in (False, step_model.TEXTS_ALONE):
+        model.packed = packed
+        assert "read_positions" not in model._with_read_positions("mlm", mlm_batch)

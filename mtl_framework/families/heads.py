@@ -19,6 +19,7 @@ biases): the loss is computed from those, never from [B, types, L, L]; evaluatio
     head.decode(outputs, batch)    # NumPy predictions, one entry per row
     head.targets(batch)            # the gold answers in decode's format
     head.trace_key()               # equal keys: one traced training step serves both heads
+    head.read_positions(batch)     # the positions its training loss reads ([B, R]), or None
 
 Build a head before using it in a tf.function (build_head does): all variables
 are created in build(), none at call time. call() and compute_task_loss() must

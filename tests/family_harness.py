@@ -242,7 +242,7 @@ def run_read_rows_parity(case, backbone, loss_bound=1e-5, exact_bound=1e-9):
     def loss_and_gradients(backbone, head, reads):
         model = MultiTaskModel(backbone, {case.name: head}, packed=reads)
         given = model._with_read_positions(case.name, dict(case.batch)) if reads else case.batch
-        assert reads <= ("read_positions" in given), case.name
+        assert not reads or "read_positions" in given, case.name
         variables = backbone.trainable_variables + [
             v for v in head.trainable_variables
             if all(v is not w for w in backbone.trainable_variables)]

@@ -125,13 +125,9 @@ class BertBackbone(Backbone):
         """RoFormerV2's residual-scale warm-up; BERT has no residual scale."""
 
     def call(self, inputs, training=False, packed=False):
-        """[B, L, H]. packed: everything but attention runs on the real tokens alone
-        (layers.Packing; True: T found in the graph, TensorFlow; an int: that many rows, at
-        least T, JAX); the same outputs at real tokens, zeros at padding. inputs'
-        `read_positions` [B, R]: the output at those positions alone, [B, R, H], the last
-        layer's queries, feed-forward and norms computed there only."""
-        token_ids = inputs["token_ids"]
-        reads = inputs.get("read_positions")
+        """[B, L, H]; `packed` and inputs' `read_positions` as RoFormerV2Backbone.call
+        takes them (layers.Packing; the last layer at those rows alone, [B, R, H])."""
+        token_ids, reads = inputs["token_ids"], inputs.get("read_positions")
         packing = Packing(token_ids, None if packed is True else packed) if packed else None
         positions = ops.arange(ops.shape(token_ids)[1], dtype="int32")
         position_rows = self.position_embedding(positions)[None]  # [1, L, E]

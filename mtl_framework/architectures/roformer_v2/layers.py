@@ -129,7 +129,7 @@ class SelfAttention(keras.layers.Layer):
         batch, length = ops.shape(kv)[0], ops.shape(kv)[1]
         kv = ops.transpose(ops.reshape(kv, (batch, length, 2, self.num_heads, self.head_size)),
                            (2, 0, 3, 1, 4))
-        k, v = ops.squeeze(kv[:1], 0), ops.squeeze(kv[1:], 0)
+        k, v = kv[0], kv[1]
         q = dense(rows_at(x, reads), self.qkv_kernel[:, :inner])
         q = ops.transpose(ops.reshape(q, (batch, -1, self.num_heads, self.head_size)), (0, 2, 1, 3))
         # as `call`'s tables: q's carry 1/sqrt(d); [B, 1, R, d] at the read positions

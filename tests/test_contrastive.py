@@ -932,7 +932,7 @@ def test_queries_and_passages_run_apart_each_cut_to_its_longest_text():
     import keras
 
     from mtl_framework import RoFormerV2Backbone
-    from mtl_framework.families.sentence_encoder import pool
+    from mtl_framework.sentence_encoder.model import pool
     from mtl_framework.step.model import MultiTaskModel
 
     keras.utils.set_random_seed(0)

@@ -1,4 +1,4 @@
-"""The sentence embedding's settings are one value (families/embedding.py's EmbeddingSettings)
+"""The sentence embedding's settings are one value (sentence_encoder/settings.py's EmbeddingSettings)
 and the only place their defaults are spelled: what a contrastive task trains when its
 `embedding:` is silent (TRAINED) and what a plain encoder gets (PLAIN, the dataclass's own)."""
 import re
@@ -9,10 +9,10 @@ import pytest
 import mtl_framework
 from mtl_framework.errors import UserError
 from mtl_framework.families.contrastive import EMBEDDING_SETTINGS, embedding_settings
-from mtl_framework.families.embedding import TRAINED, EmbeddingSettings, export_record
+from mtl_framework.sentence_encoder.settings import TRAINED, EmbeddingSettings, export_record
 
 PACKAGE = Path(mtl_framework.__file__).parent
-HOME = "families/embedding.py"
+HOME = "sentence_encoder/settings.py"
 # A default spelled in code: `pooling="cls"`, `"normalize": False`, `pooling: str = "mean"`,
 # `.get("pooling", ...)`, `matryoshka_dims=()`, `query_prefix=""`, `("cls", "mean")`.
 KEY = r"""["']?\s*(?::\s*\w+\s*)?[:=]\s*"""

@@ -11,8 +11,8 @@ from mtl_framework.cli import main as mtl
 from mtl_framework.embedding.encode import Encoder
 from mtl_framework.embedding.mine_negatives import mine_negatives
 from mtl_framework.errors import UserError
-from mtl_framework.families.embedding import EmbeddingSettings
 from mtl_framework.formats.sentence_transformers import folder_settings
+from mtl_framework.sentence_encoder.settings import EmbeddingSettings
 
 from conftest import DEMO_DATA, REPO, train_tiny, write_tiny_experiment
 

@@ -100,9 +100,10 @@ def test_the_top_level_rooms_have_no_cycle():
     graph = {room: (targets - {room}) & set(rooms) for room, targets in rooms.items()}
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle between top-level rooms: " + " -> ".join(cycle)
-    # 27 rooms since embedding/, transfer/, files.py and plots.py left loop/, evaluation/ and
-    # rundir/ (issue 50): a new one should be as deliberate
-    assert len(graph) <= 27, sorted(graph)
+    # 28 rooms since embedding/, transfer/, files.py and plots.py left loop/, evaluation/ and
+    # rundir/, and sentence_encoder/ (the embedding's settings and model) left families/
+    # (issue 50): a new one should be as deliberate
+    assert len(graph) <= 28, sorted(graph)
 
 
 # --- names, write, read ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""SentenceEncoder (families/sentence_encoder.py): the backbone pooled and normalised, the one
+"""SentenceEncoder (sentence_encoder/model.py): the backbone pooled and normalised, the one
 model the encoder computes with and whose pooling the contrastive step trains through; and
 L2 normalisation written once (numbers.l2_normalize) for NumPy and Keras alike."""
 import re
@@ -11,8 +11,8 @@ from keras import ops
 import mtl_framework
 from mtl_framework import RoFormerV2Backbone
 from mtl_framework.families.heads import build_head
-from mtl_framework.families.sentence_encoder import SentenceEncoder
 from mtl_framework.numbers import l2_normalize
+from mtl_framework.sentence_encoder.model import SentenceEncoder
 
 PACKAGE = Path(mtl_framework.__file__).parent
 
@@ -128,7 +128,7 @@ def test_saving_load_gives_a_folders_encoder_and_the_encoder_goes_through_it(tmp
     from mtl_framework import saving
     from mtl_framework.embedding.encode import Encoder
     from mtl_framework.errors import UserError
-    from mtl_framework.families.embedding import EmbeddingSettings
+    from mtl_framework.sentence_encoder.settings import EmbeddingSettings
 
     folder, said = keras_folder(tmp_path), []
     trained = saving.load(str(folder), log=said.append)

@@ -11,8 +11,8 @@ mean pooling, not normalised: sentence-transformers' default for a plain encoder
 Each text is `[CLS] prefix + text [SEP]`, cut to max_length, as the featurizer made it.
 
 One way in: every source is opened by saving.load (saving/trained.py), which gives the
-settings (families/embedding.py's EmbeddingSettings, read once here) and the model
-(families/sentence_encoder.py's SentenceEncoder); the backend runs it by step/'s
+settings (sentence_encoder/settings.py's EmbeddingSettings, read once here) and the model
+(sentence_encoder/model.py's SentenceEncoder); the backend runs it by step/'s
 encoding_forward. This module adds what texts need: prefixes, tokens, length-sorted
 batches, Matryoshka widths.
 """
@@ -22,8 +22,8 @@ import os
 import numpy as np
 
 from mtl_framework.errors import UserError
-from mtl_framework.families.embedding import check_pooling
 from mtl_framework.numbers import l2_normalize
+from mtl_framework.sentence_encoder.settings import check_pooling
 
 # TensorFlow's intra-op threads while encoding: one, so each lane (one per core) computes its
 # batch on a core of its own; TF's default (every core on each op, 2 lanes) left a core idle
@@ -117,7 +117,7 @@ class Encoder:
 
     @property
     def model(self):
-        """The SentenceEncoder (families/sentence_encoder.py: the backbone, pooled and
+        """The SentenceEncoder (sentence_encoder/model.py: the backbone, pooled and
         normalised as the settings say), built at the encoder's precision when first used."""
         if self._model is None:
             self._model = self.trained.encoder(self.settings)

@@ -24,9 +24,9 @@ import numpy as np
 from data_adapters.examples import PairExample, SpanQAExample, TextExample
 from data_adapters.task_types import CONTRASTIVE, MRC_SPAN
 from mtl_framework.families.base import Family
-from mtl_framework.families.embedding import POOLINGS, TRAINED
 from mtl_framework.families.features import CHOICES, Featurizer, batch_length, pad_rows
 from mtl_framework.numbers import yaml_number
+from mtl_framework.sentence_encoder.settings import POOLINGS, TRAINED
 
 LOSSES = ("infonce", "cosent")
 
@@ -82,7 +82,7 @@ def _dims(value):
 # "features" (what the cache holds) or both (the loss: InfoNCE keeps positive pairs only)).
 # Defaults follow sentence-transformers' MultipleNegativesRankingLoss (cosine / 0.05, its
 # scale 20); the embedding's own (pooling, normalize, prefixes, Matryoshka dims) are
-# families/embedding.py's TRAINED.
+# sentence_encoder/settings.py's TRAINED.
 EMBEDDING_SETTINGS = {
     "loss": (_choice(LOSSES), "infonce", "head features"),
     "temperature": (_positive_number, 0.05, "head"),

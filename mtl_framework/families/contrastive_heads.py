@@ -1,4 +1,4 @@
-"""The head of families/contrastive.py: pooling (families/sentence_encoder.py's, as the
+"""The head of families/contrastive.py: pooling (sentence_encoder/model.py's, as the
 encoder pools) and the contrastive losses (no weights).
 
 Keras: mtl_framework.families.heads imports this module, families/__init__.py never does (the
@@ -8,10 +8,10 @@ from keras import ops
 
 from data_adapters.task_types import CONTRASTIVE
 from mtl_framework import losses
-from mtl_framework.families.embedding import TRAINED
 from mtl_framework.families.heads import TaskHead, _np, head_for
-from mtl_framework.families.sentence_encoder import SentenceEncoder, sentence_vectors
 from mtl_framework.numbers import l2_normalize
+from mtl_framework.sentence_encoder.model import SentenceEncoder, sentence_vectors
+from mtl_framework.sentence_encoder.settings import TRAINED
 
 
 @head_for(CONTRASTIVE.name)
@@ -26,7 +26,7 @@ class ContrastiveHead(TaskHead):
     # chunk (cached_chunk)
     texts_alone = True
 
-    # the embedding's settings default to TRAINED (families/embedding.py, their one place)
+    # the embedding's settings default to TRAINED (sentence_encoder/settings.py, their one place)
     def __init__(self, num_labels=None, loss="infonce", temperature=0.05, in_batch_negatives=True,
                  pooling=TRAINED["pooling"], normalize=TRAINED["normalize"],
                  matryoshka_dims=TRAINED["matryoshka_dims"], cached_chunk=0,

@@ -17,15 +17,15 @@ wrote) stands for `document`.
 A run's settings are what its contrastive tasks trained: their heads record pooling,
 normalize, query_prefix, passage_prefix and matryoshka_dims (ContrastiveHead's config,
 trainer.json); every export records them too (provenance.json "embedding"). The value and
-its defaults are families/embedding.py's EmbeddingSettings; this module reads and writes
+its defaults are sentence_encoder/settings.py's EmbeddingSettings; this module reads and writes
 its files. Imports nothing of TensorFlow, Keras or torch.
 """
 import json
 import os
 
 from mtl_framework.errors import UserError
-from mtl_framework.families.embedding import SIDES, EmbeddingSettings
 from mtl_framework.formats.json_file import PROVENANCE_FILE, read_json
+from mtl_framework.sentence_encoder.settings import SIDES, EmbeddingSettings
 
 POOLING_DIR = "1_Pooling"
 NORMALIZE_DIR = "2_Normalize"  # named in modules.json; sentence-transformers reads nothing in it

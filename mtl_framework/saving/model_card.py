@@ -20,12 +20,12 @@ from mtl_framework import architectures, formats
 from mtl_framework.architectures import architecture_of
 from mtl_framework.errors import UserError
 from mtl_framework.families import FAMILIES
-from mtl_framework.families.embedding import SIDES, export_record, trained_config
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.provenance import describe, provenance
 from mtl_framework.rundir.records import other_settings
 from mtl_framework.rundir.run_dir import CHECKPOINTS, EVALUATIONS
 from mtl_framework.scoring.scorers import score_name
+from mtl_framework.sentence_encoder.settings import SIDES, export_record, trained_config
 
 LICENSE = "apache-2.0"
 # Our task families as the Hub's task types (model-index `task.type`, and the card's

@@ -13,11 +13,11 @@ from mtl_framework.assemble import checkpoint_backbone, prediction_model, saved_
 from mtl_framework.config.experiment import load_experiment
 from mtl_framework.config.precision import run_precision
 from mtl_framework.errors import UserError
-from mtl_framework.families.embedding import EmbeddingSettings, as_heads
 from mtl_framework.formats import keras as preset
 from mtl_framework.formats import sentence_transformers as st
 from mtl_framework.rundir import RunDir
 from mtl_framework.rundir.trained_on import check_vocab, matched_task
+from mtl_framework.sentence_encoder.settings import EmbeddingSettings, as_heads
 from mtl_framework.step.distributed import precision_policy
 
 
@@ -114,7 +114,7 @@ class Trained:
         return prediction_model(self.backbone, self.heads(scored_only), tasks_per_update)
 
     def embedding(self, task=None, pooling=None, any_task=False):
-        """The EmbeddingSettings this model encodes by (families/embedding.py): what a run's
+        """The EmbeddingSettings this model encodes by (sentence_encoder/settings.py): what a run's
         contrastive heads trained (`task`'s, where they differ), what a folder declares
         (folder_embedding), the PLAIN ones where it says nothing. `pooling`: asked for
         instead (a folder's own then need not be one we read); any_task: `task` may be one
@@ -126,10 +126,10 @@ class Trained:
         return settings or EmbeddingSettings()
 
     def encoder(self, settings=None, task=None):
-        """The SentenceEncoder of this model (families/sentence_encoder.py: the backbone,
+        """The SentenceEncoder of this model (sentence_encoder/model.py: the backbone,
         pooled and normalised as `settings` say; default its own, `embedding(task)`), built
         at its precision: what embedding/encode.py's Encoder computes with."""
-        from mtl_framework.families.sentence_encoder import SentenceEncoder
+        from mtl_framework.sentence_encoder.model import SentenceEncoder
 
         settings = settings or self.embedding(task)
         with precision_policy(self.precision):

@@ -17,9 +17,9 @@ widest first). Two sets of defaults, each spelled once, here:
   sentence-transformers' default for one, the mean over the real tokens, not normalised.
 
 Read once per encoder (embedding/encode.py, through saving); the step pools as it says
-(families/sentence_encoder.py); formats/sentence_transformers.py reads it from a folder and
-writes it into an export, the model card describes it. A low room (families/ imports no
-folder format, TensorFlow, Keras or torch), so the spec checks read it too.
+(sentence_encoder/model.py); formats/sentence_transformers.py reads it from a folder and
+writes it into an export, the model card describes it. No folder format, TensorFlow,
+Keras or torch here: families/ and the spec checks read it before Keras loads.
 """
 import dataclasses
 

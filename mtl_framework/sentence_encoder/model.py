@@ -10,14 +10,14 @@ The one model of the sentence embedding: `mtl encode`, the suite and mining comp
 (formats/sentence_transformers.py: 1_Pooling, Normalize), and the contrastive step pools
 through one (ContrastiveHead.text_encoder: each text alone, MultiTaskModel._text_vectors;
 unnormalised there: the losses compare by cosine).
-Its settings are families/embedding.py's EmbeddingSettings. Keras: the `_heads` modules'
-side of families/, never imported by families/__init__.py.
+Its settings are settings.py's EmbeddingSettings, beside it. Keras: imported by the
+contrastive head and by saving, never by families/__init__.py or settings.py.
 """
 import keras
 from keras import ops
 
-from mtl_framework.families.embedding import POOLINGS
 from mtl_framework.numbers import l2_normalize
+from mtl_framework.sentence_encoder.settings import POOLINGS
 
 
 def pool(hidden, token_ids, pooling):

@@ -3,17 +3,18 @@ on the same drawn micro-batches with the backbone's last layer at each head's
 `read_positions` alone ([CLS], MLM's masked tokens, coreference's span ends) and with it
 padded (every position, the step before), blocks of the two alternated in one process,
 on the demo mixture and bench/main_job.py's 8-family catalog mixture, float32 and `auto`,
-TensorFlow, CPU.
+CPU; TensorFlow, or JAX with `--backend jax` (its workers in .venv-jax; MLM's count padded
+to eighths of the row, step/jax.py _read_slots; the compilations each way are counted).
 
     .venv/bin/python -m bench.read_rows [--mixtures demo catalog] [--precisions float32 auto]
-        [--updates 12] [--rounds 5] [--quick]
+        [--updates 12] [--rounds 5] [--backend tensorflow|jax] [--quick]
 
 Each cell runs in a worker process (`--worker`): the experiment main_job.py's `mtl train`
 runs (bench.main_job.experiment_text), `--updates` updates drawn once from its mixture,
 each way traced on them first (untimed), then `--rounds` rounds of one block each way
 (order alternating). s/update = a block's wall seconds / its updates; ratios: medians,
-and the median of the rounds' paired ratios. Writes bench/results/read_rows.json and .md
-(--quick: a temporary folder).
+and the median of the rounds' paired ratios. Writes bench/results/read_rows.json and .md,
+one report per backend (--quick: a temporary folder).
 """
 import argparse
 import json
@@ -41,25 +42,36 @@ def worker(mixture, precision, updates, rounds, data_root, workdir):
     run = Run(str(path), output=str(Path(workdir) / "run"), log=lambda _: None)
     model = run.model
     drawn = [[model.mixture.next() for _ in range(model.tasks_per_update)] for _ in range(updates)]
-    reads_positions = model._reads_positions
+    with_read_positions = model._with_read_positions
 
     def block(reads):
-        model._reads_positions = reads_positions if reads else (lambda: False)
+        model._with_read_positions = with_read_positions if reads else (lambda task, batch: batch)
         wall, cpu = time.perf_counter(), time.process_time()
         for update in drawn:
-            model.run_update(list(update))
+            logs = model.run_update(list(update))
+        float(logs[-1]["loss"])  # JAX dispatches asynchronously: wait for the last
         return (time.perf_counter() - wall) / updates, (time.process_time() - cpu) / updates
 
-    for reads in (True, False):  # each way traced
+    def traces():
+        return sum(model.tracing_counts()["micro_step"].values())
+
+    first = {}
+    for reads in (True, False):  # each way traced (JAX: compiled) first
+        before, wall = traces(), time.perf_counter()
         block(reads)
+        first["read_rows" if reads else "padded"] = {"traces": traces() - before,
+                                                     "seconds": time.perf_counter() - wall}
     blocks = {"read_rows": [], "padded": []}
     for r in range(rounds):
         for reads in ((True, False) if r % 2 == 0 else (False, True)):
             blocks["read_rows" if reads else "padded"].append(block(reads))
     run.close()
     tasks = sorted({task for update in drawn for task, _ in update})
+    import keras
+
     return {"mixture": mixture, "precision": precision, "policy": run.backbone.dtype_policy.name,
-            "updates": updates, "rounds": rounds, "tasks": tasks, "blocks": blocks}
+            "backend": keras.backend.backend(), "updates": updates, "rounds": rounds,
+            "tasks": tasks, "blocks": blocks, "first_block": first}
 
 
 def summarize(cell):
@@ -71,18 +83,25 @@ def summarize(cell):
 
 
 def markdown(report):
-    lines = [f"# The last layer at the rows heads read ({report['cpu']}, {os.cpu_count()} cores)", "",
+    backend = report.get("backend", "tensorflow")
+    lines = [f"# The last layer at the rows heads read, {backend} ({report['cpu']}, "
+             f"{os.cpu_count()} cores)", "",
              "`run_update` on the same drawn micro-batches, the backbone's last layer at each "
              "head's `read_positions` alone against it padded (the step before), blocks "
-             "alternated in one worker process per cell, TensorFlow, CPU. Speed-up: padded / "
-             "read rows s/update (medians; paired: the median of the rounds' ratios).", "",
+             f"alternated in one worker process per cell, {backend}, CPU. Speed-up: padded / "
+             "read rows s/update (medians; paired: the median of the rounds' ratios). First "
+             "block: each way's first pass over the updates, its traces (JAX: compilations) "
+             "and seconds.", "",
              "| mixture | precision | read rows s/update | padded s/update | speed-up (paired) "
-             "| other processes, cores |", "|---|---|---|---|---|---|"]
+             "| first block: traces, s (read rows; padded) | other processes, cores |",
+             "|---|---|---|---|---|---|---|"]
     for cell in report["cells"]:
-        s = cell["summary"]
+        s, f = cell["summary"], cell.get("first_block", {})
+        first = "; ".join(f"{f[way]['traces']}, {f[way]['seconds']:.0f}" for way in ("read_rows", "padded")
+                          if way in f) or "-"
         lines.append(f"| {cell['mixture']} | {cell['precision']} ({cell['policy']}) | "
                      f"{s['read_rows_s']:.4f} | {s['padded_s']:.4f} | {s['speedup']:.2f}x "
-                     f"({s['speedup_paired']:.2f}x) | {cell['other_cores']:.2f} |")
+                     f"({s['speedup_paired']:.2f}x) | {first} | {cell['other_cores']:.2f} |")
     lines += ["", "Tasks: " + "; ".join(f"{c['mixture']}: {', '.join(c['tasks'])}"
                                         for c in report["cells"][:1] + report["cells"][-1:]), "",
               f"Run: `{report['command']}`, {report['seconds']:.0f} s at {report['commit']}."]
@@ -96,6 +115,8 @@ def main(argv=None):
     parser.add_argument("--updates", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--backend", choices=["tensorflow", "jax"], default="tensorflow",
+                        help="jax: workers run .venv-jax's Python with KERAS_BACKEND=jax")
     parser.add_argument("--quick", action="store_true", help="2 updates, 1 round; a temporary folder")
     parser.add_argument("--output-dir", default=None)
     parser.add_argument("--worker", nargs=3, metavar=("MIXTURE", "PRECISION", "WORKDIR"),
@@ -119,12 +140,14 @@ def main(argv=None):
 
                 busy, own = machine_busy_seconds(), resource.getrusage(resource.RUSAGE_CHILDREN)
                 wall = time.time()
+                python = str(REPO / ".venv-jax" / "bin" / "python") if args.backend == "jax" \
+                    else sys.executable
                 done = subprocess.run(
-                    [sys.executable, "-m", "bench.read_rows", "--worker", mixture, precision,
+                    [python, "-m", "bench.read_rows", "--worker", mixture, precision,
                      workdir, "--updates", str(args.updates), "--rounds", str(args.rounds),
                      "--data-root", args.data_root],
                     cwd=REPO, capture_output=True, text=True,
-                    env=dict(os.environ, PYTHONPATH=str(REPO)))
+                    env=dict(os.environ, PYTHONPATH=str(REPO), KERAS_BACKEND=args.backend))
                 if done.returncode:
                     raise SystemExit(f"{mixture}/{precision} worker failed:\n{done.stderr[-3000:]}")
                 used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -139,10 +162,23 @@ def main(argv=None):
     commit = subprocess.run(["git", "rev-parse", "--short=9", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()
     report = {"cpu": cpu_name(), "commit": commit, "seconds": time.time() - started,
+              "backend": args.backend,
               "command": "python -m bench.read_rows " + " ".join(argv or sys.argv[1:]),
               "cells": cells}
-    (out_dir / "read_rows.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    (out_dir / "read_rows.md").write_text(markdown(report), encoding="utf-8")
+    write_report(out_dir, report)
+
+
+def write_report(out_dir, report):
+    """read_rows.json holds one report per backend ({backend: report}); a run replaces its
+    backend's and keeps the other's. The .md has them in that order."""
+    path = out_dir / "read_rows.json"
+    reports = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if "cells" in reports:  # written before the JAX run: TensorFlow's report alone
+        reports = {"tensorflow": reports}
+    reports[report.get("backend", "tensorflow")] = report
+    path.write_text(json.dumps(reports, indent=1) + "\n", encoding="utf-8")
+    (out_dir / "read_rows.md").write_text(
+        "\n".join(markdown(reports[b]) for b in ("tensorflow", "jax") if b in reports), encoding="utf-8")
     print(f"wrote {out_dir / 'read_rows.md'}")
 
 

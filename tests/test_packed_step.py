@@ -138,6 +138,13 @@ def test_the_step_gives_a_micro_batch_the_positions_its_head_reads(tokenizer):  
         assert positions.tolist() == masked + [0] * (read.shape[1] - len(masked))
     for name in ("extraction_ner", "mrc_span"):
         assert "read_positions" not in model._with_read_positions(name, harness_case(tokenizer, name).batch)
+    # a backend that compiles per shape pads a varying count (MLM's) to its _read_slots with
+    # position 0; a count that never varies ([CLS]'s 1) stays as it is
+    model._read_slots = lambda count, positions: count + 3
+    padded = model._with_read_positions("mlm", mlm_batch)["read_positions"]
+    assert padded.tolist() == np.pad(read, [(0, 0), (0, 3)]).tolist()
+    assert model._with_read_positions("classification", cls)["read_positions"].shape[1] == 1
+    del model._read_slots
     for packed in (False, step_model.TEXTS_ALONE):
         model.packed = packed
         assert "read_positions" not in model._with_read_positions("mlm", mlm_batch)

@@ -71,8 +71,9 @@ def test_the_model_calls_only_contract_methods_of_the_backend():
 
 
 # The switches by which the step runs a head's family its own way, each declared on
-# TaskHead with the default every other head keeps (the contrastive head sets each)
-SWITCHES = {"texts_alone": False, "cached_chunk": 0, "signs": ()}
+# TaskHead with the default every other head keeps (the contrastive head sets the first
+# three, MLM's head read_count_varies)
+SWITCHES = {"texts_alone": False, "cached_chunk": 0, "signs": (), "read_count_varies": False}
 
 
 def head_reads(path):
@@ -112,7 +113,7 @@ def test_what_the_step_and_loop_read_of_a_head_is_declared_on_taskhead():
 def test_the_step_reads_a_head_switch_directly_and_taskhead_gives_its_default():
     """Each switch is a class attribute of TaskHead (no head answers it by accident of a
     getattr default), the contrastive head sets it, and step/ reads none through getattr."""
-    from mtl_framework.families.heads import TaskHead, build_head
+    from mtl_framework.families.heads import TaskHead, build_head, head_classes
 
     contrastive = build_head("contrastive", None, 8, cached_chunk=4)
     plain = build_head("classification", 3, 8)
@@ -120,6 +121,7 @@ def test_the_step_reads_a_head_switch_directly_and_taskhead_gives_its_default():
         assert name in vars(TaskHead) and getattr(TaskHead, name) == default, name
         assert getattr(plain, name) == default, name
     assert (contrastive.texts_alone, contrastive.cached_chunk) == (True, 4)
+    assert head_classes()["mlm"].read_count_varies
     assert "accuracy" in contrastive.signs
     for path in (REPO / "mtl_framework" / "step").glob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))

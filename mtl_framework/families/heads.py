@@ -186,6 +186,9 @@ class TaskHead(keras.layers.Layer):
     # > 0: the step computes the head's gradient by GradCache, this many texts through the
     # backbone at a time (_cached_gradients in step/tensorflow.py, step/jax.py); 0: one tape.
     cached_chunk = 0
+    # True: how many positions read_positions gives varies by batch (MLM's masked tokens), so
+    # a backend that compiles per shape pads them to a few counts (BackendStep._read_slots).
+    read_count_varies = False
 
     def read_positions(self, batch):
         """The positions of the backbone's output this head's training loss reads, [B, R]
@@ -198,7 +201,7 @@ class TaskHead(keras.layers.Layer):
     def text_encoder(self, backbone):
         """The keras.Model a `texts_alone` head's texts run through, alone: token ids ->
         the head's outputs, one per text (the contrastive head: its SentenceEncoder of
-        `backbone`, families/sentence_encoder.py). Heads read one pass over the batch."""
+        `backbone`, sentence_encoder/model.py). Heads read one pass over the batch."""
         raise TypeError(f"{type(self).__name__} reads one backbone pass over its batch "
                         "(texts_alone is False): it has no text encoder")
 

@@ -33,6 +33,8 @@ class MLMHead(TaskHead):
     def call(self, hidden, batch, training=False):
         return ops.einsum("blh,vh->blv", hidden, ops.cast(self.embeddings, hidden.dtype))
 
+    read_count_varies = True  # the batch's most masked tokens in a row
+
     def read_positions(self, batch):
         """Each row's masked positions, in order, padded with 0 ([CLS], never masked: its
         label 0 keeps the slot out of the loss)."""

@@ -59,10 +59,12 @@ class BackendStep(ABC):
         static row count >= T where every shape is compiled (JAX)."""
 
     @abstractmethod
-    def _reads_positions(self):
-        """Whether a training micro-batch's last backbone layer runs at the positions its
-        head reads alone (MultiTaskModel._with_read_positions): their count per row varies
-        by batch (MLM's masked tokens), which TensorFlow traces and JAX would compile anew."""
+    def _read_slots(self, count, positions):
+        """How many read positions a micro-batch of `positions` per row gets when its head
+        reads `count` and that count varies by batch (TaskHead.read_count_varies: MLM's
+        masked tokens; MultiTaskModel._with_read_positions pads the rest with position 0):
+        the count where the graph relaxes the axis (TensorFlow), a few static counts where
+        every shape is compiled (JAX)."""
 
     # --- devices ----------------------------------------------------------------------------
 

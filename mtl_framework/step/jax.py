@@ -90,8 +90,12 @@ class JaxStep(BackendStep):
         step = -(-positions // PACK_STEPS)
         return max(1, -(-real // step)) * step
 
-    def _reads_positions(self):
-        return False  # MLM's masked tokens per row vary by batch: a compilation each
+    def _read_slots(self, count, positions):
+        """`count` rounded up to the next of PACK_STEPS equal steps of the row's positions,
+        as _packed_rows rounds T: MLM's masked tokens (~15% of a row) then take one or two
+        compiled shapes per batch length, not one per count."""
+        step = -(-positions // PACK_STEPS)
+        return min(positions, -(-count // step) * step)
 
     def _check_lanes(self, lanes):
         if lanes > 1:

@@ -42,8 +42,7 @@ their losses (docs/backbone.md "Packed"). Dropout draws its masks over [T, H] in
 of [B, L, H]: other masks than the padded call's, of the same rate. Evaluation and
 prediction (training=False) run padded, as before.
 
-Read rows (with `packed` True, where the backend traces their count: TensorFlow,
-`_reads_positions`): a training micro-batch whose head reads a few positions of the
+Read rows (with `packed` True): a training micro-batch whose head reads a few positions of the
 backbone's output (TaskHead.read_positions: [CLS] for classification, matching,
 regression, each choice's [CLS], MLM's masked tokens, the coreference spans' ends) gets
 them as its batch's `read_positions` (_with_read_positions), and the backbone's last
@@ -52,7 +51,9 @@ layer computes its queries, attention output, norms and feed-forward at those ro
 B x L, MLM's vocabulary logits its masked tokens instead of every position. The same
 function as the padded call (float64 gradients within 1e-9, tests/family_harness.py
 run_read_rows_parity); the products round otherwise in float32 (other row counts, other
-kernels), and the last layer's dropout draws over [B, R, H].
+kernels), and the last layer's dropout draws over [B, R, H]. MLM's count of masked
+tokens varies by batch: JAX pads it to eighths of the row (_read_slots), so it compiles a
+few shapes, not one per count.
 
 Lanes (`parallel_micro_batches`, default 2 on a CPU with 2+ cores): without a strategy a
 traced step changes no variable; it returns its gradients, and `_finish` accumulates them
@@ -365,14 +366,21 @@ class MultiTaskModel(Step, keras.Model):
 
     def _with_read_positions(self, task, batch):
         """A training micro-batch with the positions its head reads (`read_positions`,
-        TaskHead.read_positions) where the step computes the backbone's last layer at those
-        rows alone: `packed` True and a backend that traces their count (_reads_positions).
-        A [CLS] head's last layer then runs B rows, not B x L; MLM's its masked tokens."""
+        TaskHead.read_positions) where `packed` is True: the step computes the backbone's
+        last layer at those rows alone. A [CLS] head's last layer then runs B rows, not
+        B x L; MLM's its masked tokens, their count padded with position 0 to the backend's
+        _read_slots (the head's loss ignores a slot at [CLS])."""
         head = self.heads[task]
-        if self.packed is not True or head.texts_alone or not self._reads_positions():
+        if self.packed is not True or head.texts_alone:
             return batch
         positions = head.read_positions({k: np.asarray(v) for k, v in batch.items()})
-        return batch if positions is None else {**batch, "read_positions": positions}
+        if positions is None:
+            return batch
+        if head.read_count_varies:
+            count, length = positions.shape[-1], np.shape(batch["token_ids"])[-1]
+            padding = [(0, 0)] * (positions.ndim - 1) + [(0, self._read_slots(count, length) - count)]
+            positions = np.pad(positions, padding)
+        return {**batch, "read_positions": positions}
 
     def _head_values(self, template, own_values, backbone_values=None):
         """Values for all of `template`'s trainable variables: `own_values` for its own,

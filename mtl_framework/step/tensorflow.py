@@ -54,8 +54,8 @@ class TensorFlowStep(BackendStep):
     def _packed_rows(self, real, positions):
         return True  # T is found in the graph, which relaxes every axis
 
-    def _reads_positions(self):
-        return True
+    def _read_slots(self, count, positions):
+        return count
 
     def _drop_update(self):
         """Zero the accumulators without applying them (nothing finite in the update)."""

@@ -104,7 +104,8 @@ def markdown(report):
                      f"({s['speedup_paired']:.2f}x) | {first} | {cell['other_cores']:.2f} |")
     lines += ["", "Tasks: " + "; ".join(f"{c['mixture']}: {', '.join(c['tasks'])}"
                                         for c in report["cells"][:1] + report["cells"][-1:]), "",
-              f"Run: `{report['command']}`, {report['seconds']:.0f} s at {report['commit']}."]
+              f"Run: `{report['command']}`, {report['seconds']:.0f} s at {report['commit']}."
+              + (" " + report["note"] if report.get("note") else "")]
     return "\n".join(lines) + "\n"
 
 

@@ -1,9 +1,9 @@
 """The last layer at the rows heads read (issue 52 point 5): `MultiTaskModel.run_update`
 on the same drawn micro-batches with the backbone's last layer at each head's
 `read_positions` alone ([CLS], MLM's masked tokens, coreference's span ends) and with it
-padded (every position, the step before), blocks of the two alternated in one process,
-on the demo mixture and bench/main_job.py's 8-family catalog mixture, float32 and `auto`,
-CPU; TensorFlow, or JAX with `--backend jax` (its workers in .venv-jax; MLM's count padded
+padded (every position, the step before; a second run of the same experiment), blocks of
+the two alternated in one process, on the demo mixture and bench/main_job.py's 8-family
+catalog mixture, float32 and `auto`, CPU; TensorFlow, or JAX with `--backend jax` (its workers in .venv-jax; MLM's count padded
 to eighths of the row, step/jax.py _read_slots; the compilations each way are counted).
 
     .venv/bin/python -m bench.read_rows [--mixtures demo catalog] [--precisions float32 auto]
@@ -39,33 +39,38 @@ def worker(mixture, precision, updates, rounds, data_root, workdir):
     path = Path(workdir) / "experiment.yaml"
     path.write_text(experiment_text(mixture, precision, 1000, Path(workdir) / "cache", data_root,
                                     REPO), encoding="utf-8")
-    run = Run(str(path), output=str(Path(workdir) / "run"), log=lambda _: None)
-    model = run.model
-    drawn = [[model.mixture.next() for _ in range(model.tasks_per_update)] for _ in range(updates)]
-    with_read_positions = model._with_read_positions
+    # one run each way, so that each compiles (traces) every step it needs itself: a step
+    # both ways share (a head that reads every position) counts for both
+    runs = {reads: Run(str(path), output=str(Path(workdir) / f"run_{reads}"), log=lambda _: None)
+            for reads in (True, False)}
+    drawn = [[runs[True].model.mixture.next() for _ in range(runs[True].model.tasks_per_update)]
+             for _ in range(updates)]
+    runs[False].model._with_read_positions = lambda task, batch: batch
 
     def block(reads):
-        model._with_read_positions = with_read_positions if reads else (lambda task, batch: batch)
+        model = runs[reads].model
         wall, cpu = time.perf_counter(), time.process_time()
         for update in drawn:
             logs = model.run_update(list(update))
         float(logs[-1]["loss"])  # JAX dispatches asynchronously: wait for the last
         return (time.perf_counter() - wall) / updates, (time.process_time() - cpu) / updates
 
-    def traces():
-        return sum(model.tracing_counts()["micro_step"].values())
+    def traces(reads):
+        return sum(runs[reads].model.tracing_counts()["micro_step"].values())
 
     first = {}
     for reads in (True, False):  # each way traced (JAX: compiled) first
-        before, wall = traces(), time.perf_counter()
+        wall = time.perf_counter()
         block(reads)
-        first["read_rows" if reads else "padded"] = {"traces": traces() - before,
+        first["read_rows" if reads else "padded"] = {"traces": traces(reads),
                                                      "seconds": time.perf_counter() - wall}
     blocks = {"read_rows": [], "padded": []}
     for r in range(rounds):
         for reads in ((True, False) if r % 2 == 0 else (False, True)):
             blocks["read_rows" if reads else "padded"].append(block(reads))
-    run.close()
+    run = runs[True]
+    for each in runs.values():
+        each.close()
     tasks = sorted({task for update in drawn for task, _ in update})
     import keras
 

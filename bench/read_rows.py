@@ -3,8 +3,9 @@ on the same drawn micro-batches with the backbone's last layer at each head's
 `read_positions` alone ([CLS], MLM's masked tokens, coreference's span ends) and with it
 padded (every position, the step before; a second run of the same experiment), blocks of
 the two alternated in one process, on the demo mixture and bench/main_job.py's 8-family
-catalog mixture, float32 and `auto`, CPU; TensorFlow, or JAX with `--backend jax` (its workers in .venv-jax; MLM's count padded
-to eighths of the row, step/jax.py _read_slots; the compilations each way are counted).
+catalog mixture, float32 and `auto`, CPU; TensorFlow, or JAX with `--backend jax` (its
+workers in .venv-jax; MLM's count padded to eighths of the row, step/jax.py _read_slots; the
+compilations each way are counted).
 
     .venv/bin/python -m bench.read_rows [--mixtures demo catalog] [--precisions float32 auto]
         [--updates 12] [--rounds 5] [--backend tensorflow|jax] [--quick]

@@ -242,8 +242,10 @@ def run_read_rows_parity(case, backbone, loss_bound=1e-5, exact_bound=None):
     on_jax = keras.backend.backend() == "jax"
     if exact_bound is None:
         # JAX: coreference's float64 gradients sit 1.1e-8 (RoFormerV2) to 1.9e-7 (ALBERT) apart,
-        # eager, where every other family's are within 5.4e-15 and TensorFlow's within 1e-15:
-        # JAX's float32 loss over the span rows (a wrong row moves the loss by 0.7%)
+        # eager, where every other family's are within 5.4e-15 and TensorFlow's within 1e-15.
+        # The float64 copies keep float32 steps (attention scores join the float32 padding
+        # bias; the loss is float32): a last-bit change in float64 flips a float32 rounding
+        # there (a wrong row moves the loss by 0.7%)
         exact_bound = 5e-7 if on_jax else 1e-9
 
     def loss_and_gradients(backbone, head, reads, jit=True):

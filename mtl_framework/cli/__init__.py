@@ -19,6 +19,7 @@ import signal
 import sys
 
 from mtl_framework import tf_log_filter
+from mtl_framework.cli import keras_import
 from mtl_framework.errors import Interrupted, UserError
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C (and here SIGTERM)
@@ -77,6 +78,7 @@ def main(argv=None):
         return run_command(argv)
     global PROGRAM
     PROGRAM = True
+    keras_import.without_unused_extras()
     signal.signal(signal.SIGTERM, terminated)
     try:
         if verbose_requested(sys.argv[1:]):

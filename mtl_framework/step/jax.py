@@ -41,6 +41,12 @@ PACK_STEPS = 8
 PACK_MICRO_BATCHES = False
 
 
+def _in_eighths(count, positions):
+    """`count` rounded up to the next of PACK_STEPS equal steps of `positions`."""
+    step = -(-positions // PACK_STEPS)
+    return -(-count // step) * step
+
+
 class JaxStep(BackendStep):
     """JAX's half of MultiTaskModel (a base class of it)."""
 
@@ -87,15 +93,13 @@ class JaxStep(BackendStep):
         static shape of at most PACK_STEPS - 1 more compilations per batch shape (those at
         most PACK_BELOW real), at most 1 / PACK_STEPS of the positions computed in vain
         (bench/results/jax_packing.md)."""
-        step = -(-positions // PACK_STEPS)
-        return max(1, -(-real // step)) * step
+        return _in_eighths(max(1, real), positions)
 
     def _read_slots(self, count, positions):
         """`count` rounded up to the next of PACK_STEPS equal steps of the row's positions,
         as _packed_rows rounds T: MLM's masked tokens (~15% of a row) then take one or two
         compiled shapes per batch length, not one per count."""
-        step = -(-positions // PACK_STEPS)
-        return min(positions, -(-count // step) * step)
+        return min(positions, _in_eighths(count, positions))
 
     def _check_lanes(self, lanes):
         if lanes > 1:
